@@ -1,0 +1,28 @@
+#!/usr/bin/env sh
+# One entry point for set-up and the two everyday jobs. On a fresh machine it creates
+# ./.venv, installs eqx_lru with its extras there (again only when pyproject.toml changes),
+# then runs the job:
+#   ./dev.sh demo   the main job: a short offline demo (no download)
+#   ./dev.sh test   the test suite
+#   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
+set -eu
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.install-stamp
+want=$(cat pyproject.toml | cksum)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e ".[experiments,test]"
+    echo "$want" > "$stamp"
+fi
+job=${1:-}
+[ $# -gt 0 ] && shift
+case "$job" in
+    demo) exec .venv/bin/python -m experiments.demo "$@" ;;
+    test) exec .venv/bin/python -m pytest "$@" ;;
+    bench) exec .venv/bin/python -m experiments.bench "$@" ;;
+    *) echo "usage: ./dev.sh {demo|test|bench} [args...]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,140 @@
+r"""Initialisation of the LRU parameters, shared by the complex and the real form.
+
+All functions are pure functions of a PRNG key, so the same key gives the same
+parameters in both forms.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+
+def check_ring(r_min: float, r_max: float, max_phase: float) -> None:
+    """Raise a `ValueError` naming the argument if the ring hyperparameters are invalid."""
+    for name, value in (("r_min", r_min), ("r_max", r_max), ("max_phase", max_phase)):
+        if not math.isfinite(value):
+            raise ValueError(f"`{name}` must be a finite number, got {value}.")
+    if r_min < 0:
+        raise ValueError(f"`r_min` must be >= 0 (a modulus), got r_min={r_min}.")
+    if r_max > 1:
+        raise ValueError(
+            f"`r_max` must be <= 1 so the recurrence is stable, got r_max={r_max}."
+        )
+    if r_min > r_max:
+        raise ValueError(
+            f"`r_min` must be <= `r_max`, got r_min={r_min} > r_max={r_max}."
+        )
+    if max_phase <= 0:
+        raise ValueError(
+            f"`max_phase` must be > 0 (phases are sampled in [0, max_phase]), got "
+            f"max_phase={max_phase}."
+        )
+
+
+def float_dtype(dtype) -> jnp.dtype:
+    """The floating dtype to initialise in: `dtype`, or JAX's default float if `None`."""
+    dtype = jnp.dtype(dtype) if dtype is not None else jnp.zeros(()).dtype
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(
+            f"`dtype` must be a real floating dtype (parameters are stored real), got {dtype}."
+        )
+    return dtype
+
+
+def check_size(name: str, value: int) -> None:
+    """Raise a `ValueError` unless `value` is a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+
+
+def ring_init(
+    d_state: int,
+    *,
+    r_min: float = 0.0,
+    r_max: float = 1.0,
+    max_phase: float = 2 * math.pi,
+    dtype=None,
+    key: PRNGKeyArray,
+) -> tuple[Float[Array, " d_state"], Float[Array, " d_state"]]:
+    r"""Eigenvalues uniform on the ring $r_\min \le |\lambda| \le r_\max$ (Lemma 3.2).
+
+    With $u_1, u_2 \sim U[0, 1]$: $\nu = -\tfrac12 \log(u_1 (r_\max^2 - r_\min^2) + r_\min^2)$
+    and $\theta = \text{max\_phase} \cdot u_2$, so $|\lambda|^2 = e^{-2\nu}$ is uniform on
+    $[r_\min^2, r_\max^2]$ and $\arg\lambda$ uniform on $[0, \text{max\_phase}]$.
+
+    **Returns:** `(nu_log, theta_log)` $= (\log\nu, \log\theta)$, so that
+    $\lambda = \exp(-e^{\nu_{\log}} + i e^{\theta_{\log}})$.
+    """
+    check_size("d_state", d_state)
+    check_ring(r_min, r_max, max_phase)
+    dtype = float_dtype(dtype)
+    # Sample in (0, 1): u = 0 would put λ at the origin (nu_log = +inf) or the phase at
+    # exactly zero (theta_log = -inf), where the log-parameters have no gradient.
+    tiny = jnp.finfo(dtype).tiny
+    u1_key, u2_key = jax.random.split(key)
+    u1 = jax.random.uniform(u1_key, (d_state,), dtype, minval=tiny)
+    u2 = jax.random.uniform(u2_key, (d_state,), dtype, minval=tiny)
+    modulus_sq = u1 * (r_max**2 - r_min**2) + r_min**2
+    # A modulus of exactly one has nu = 0 and nu_log = -inf; clip to the largest
+    # modulus below one the dtype can hold.
+    modulus_sq = jnp.minimum(modulus_sq, 1 - jnp.finfo(dtype).eps)
+    nu = -0.5 * jnp.log(modulus_sq)
+    return jnp.log(nu), jnp.log(max_phase * u2)
+
+
+def gamma_log_init(nu_log: Float[Array, " d_state"]) -> Float[Array, " d_state"]:
+    r"""$\log\gamma = \log\sqrt{1 - |\lambda|^2}$ (eq. 7), with $|\lambda| = e^{-e^{\nu_{\log}}}$.
+
+    Computed as $\tfrac12\log(-\operatorname{expm1}(-2e^{\nu_{\log}}))$, accurate also
+    for $|\lambda| \to 1$.
+    """
+    return 0.5 * jnp.log(-jnp.expm1(-2 * jnp.exp(nu_log)))
+
+
+def projection_init(
+    d_model: int, d_state: int, *, dtype=None, key: PRNGKeyArray
+) -> dict[str, Array]:
+    r"""Glorot-style projections of App. A.
+
+    $B_\text{re}, B_\text{im} \sim \mathcal N(0, \tfrac1{2H})$ of shape `(d_state, d_model)`,
+    $C_\text{re}, C_\text{im} \sim \mathcal N(0, \tfrac1N)$ of shape `(d_model, d_state)`,
+    $D \sim \mathcal N(0, 1)$ of shape `(d_model,)`.
+    """
+    check_size("d_model", d_model)
+    check_size("d_state", d_state)
+    dtype = float_dtype(dtype)
+    b_re, b_im, c_re, c_im, d = jax.random.split(key, 5)
+    b_scale = 1 / math.sqrt(2 * d_model)
+    c_scale = 1 / math.sqrt(d_state)
+    return dict(
+        B_re=jax.random.normal(b_re, (d_state, d_model), dtype) * b_scale,
+        B_im=jax.random.normal(b_im, (d_state, d_model), dtype) * b_scale,
+        C_re=jax.random.normal(c_re, (d_model, d_state), dtype) * c_scale,
+        C_im=jax.random.normal(c_im, (d_model, d_state), dtype) * c_scale,
+        D=jax.random.normal(d, (d_model,), dtype),
+    )
+
+
+def lru_init(
+    d_model: int,
+    d_state: int,
+    *,
+    r_min: float = 0.0,
+    r_max: float = 1.0,
+    max_phase: float = 2 * math.pi,
+    dtype=None,
+    key: PRNGKeyArray,
+) -> dict[str, Array]:
+    """All LRU parameters (the fixed field names of `AbstractLRU`) from one key."""
+    ring_key, proj_key = jax.random.split(key)
+    nu_log, theta_log = ring_init(
+        d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, dtype=dtype, key=ring_key
+    )
+    return dict(
+        nu_log=nu_log,
+        theta_log=theta_log,
+        gamma_log=gamma_log_init(nu_log),
+        **projection_init(d_model, d_state, dtype=dtype, key=proj_key),
+    )

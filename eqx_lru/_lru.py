@@ -1,0 +1,332 @@
+r"""The Linear Recurrent Unit in two equivalent forms.
+
+Both forms hold the same real parameters (paper App. A):
+$\lambda = \exp(-e^{\nu_{\log}} + i e^{\theta_{\log}})$, $\gamma = e^{\gamma_{\log}}$,
+$B = B_\text{re} + i B_\text{im}$, $C = C_\text{re} + i C_\text{im}$, and compute
+
+$$x_k = \lambda \odot x_{k-1} + \gamma \odot (B u_k), \qquad
+y_k = \operatorname{Re}(C x_k) + D \odot u_k .$$
+
+`ComplexLRU` keeps a complex diagonal state. `RealLRU` keeps the real state
+$(\operatorname{Re} x, \operatorname{Im} x)$ per mode and multiplies it by the 2×2
+rotation-scaling block $|\lambda| R(\theta)$ — the real Jordan form of §E.3 — so no complex
+number appears anywhere in its computation. Both project with real matmuls only:
+$[\operatorname{Re}; \operatorname{Im}](\gamma B u) = [\gamma B_\text{re}; \gamma B_\text{im}]\, u$
+and $\operatorname{Re}(C x) = C_\text{re} \operatorname{Re} x - C_\text{im} \operatorname{Im} x$.
+"""
+
+import abc
+import math
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from beartype import beartype
+from jaxtyping import Array, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
+
+from ._init import check_size, lru_init
+from ._scan import AbstractAlgebra, Block2x2, Diagonal, ScanMethod, linear_recurrence
+
+_METHODS = ("auto", "associative", "sequential")
+
+
+class AbstractLRU(eqx.Module):
+    r"""A Linear Recurrent Unit layer (Orvieto et al. 2023); see `ComplexLRU`, `RealLRU`.
+
+    **Fields** (real arrays, shared by both forms):
+
+    - `nu_log`, `theta_log`, `gamma_log`: shape `(d_state,)`;
+        $|\lambda| = e^{-e^{\nu_{\log}}}$, $\arg\lambda = e^{\theta_{\log}}$,
+        $\gamma = e^{\gamma_{\log}}$.
+    - `B_re`, `B_im`: shape `(d_state, d_model)`; `C_re`, `C_im`: `(d_model, d_state)`;
+        `D`: `(d_model,)`.
+    - `method`: the scan method (static), see `eqx_lru.linear_recurrence`.
+
+    ??? cite
+
+        ```bibtex
+        @inproceedings{orvieto2023resurrecting,
+          title={Resurrecting Recurrent Neural Networks for Long Sequences},
+          author={Orvieto, Antonio and Smith, Samuel L. and Gu, Albert and
+                  Fernando, Anushan and Gulcehre, Caglar and Pascanu, Razvan and De, Soham},
+          booktitle={International Conference on Machine Learning},
+          year={2023}
+        }
+        ```
+    """
+
+    nu_log: Float[Array, " d_state"]
+    theta_log: Float[Array, " d_state"]
+    gamma_log: Float[Array, " d_state"]
+    B_re: Float[Array, "d_state d_model"]
+    B_im: Float[Array, "d_state d_model"]
+    C_re: Float[Array, "d_model d_state"]
+    C_im: Float[Array, "d_model d_state"]
+    D: Float[Array, " d_model"]
+    method: ScanMethod = eqx.field(static=True)
+
+    _algebra: ClassVar[AbstractAlgebra]
+
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int,
+        *,
+        r_min: float = 0.0,
+        r_max: float = 1.0,
+        max_phase: float = 2 * math.pi,
+        method: ScanMethod = "auto",
+        dtype=None,
+        key: PRNGKeyArray,
+    ):
+        r"""**Arguments:**
+
+        - `d_model`: $H$, the input and output features.
+        - `d_state`: $N$, the number of complex modes (`RealLRU` stores $2N$ reals).
+        - `r_min`, `r_max`: the ring $r_\min \le |\lambda| \le r_\max \le 1$ of Lemma 3.2.
+        - `max_phase`: phases are initialised uniform on $[0, \text{max\_phase}]$ (§3.4).
+        - `method`: `"auto"`, `"sequential"` or `"associative"` (`linear_recurrence`).
+        - `dtype`: real floating dtype of the parameters (default: JAX's default float).
+        - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters in both forms.
+        """
+        check_size("d_model", d_model)
+        check_size("d_state", d_state)
+        if method not in _METHODS:
+            raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}.")
+        params = lru_init(
+            d_model,
+            d_state,
+            r_min=r_min,
+            r_max=r_max,
+            max_phase=max_phase,
+            dtype=dtype,
+            key=key,
+        )
+        for name, value in params.items():
+            setattr(self, name, value)
+        self.method = method
+
+    @property
+    def d_model(self) -> int:
+        return self.D.shape[-1]
+
+    @property
+    def d_state(self) -> int:
+        return self.nu_log.shape[-1]
+
+    # --- the maths shared by both forms -------------------------------------------------
+
+    def modulus(self) -> Float[Array, " d_state"]:
+        r"""$|\lambda| = \exp(-e^{\nu_{\log}}) < 1$."""
+        return jnp.exp(-jnp.exp(self.nu_log))
+
+    def phase(self) -> Float[Array, " d_state"]:
+        r"""$\arg\lambda = e^{\theta_{\log}}$."""
+        return jnp.exp(self.theta_log)
+
+    def eigenvalues(self) -> Complex[Array, " d_state"]:
+        r"""The complex diagonal $\lambda$ (for analysis; `RealLRU` never computes it)."""
+        return jax.lax.complex(
+            self.modulus() * jnp.cos(self.phase()), self.modulus() * jnp.sin(self.phase())
+        )
+
+    def _input_weight(self) -> Float[Array, "d_state 2 d_model"]:
+        r"""$[\gamma B_\text{re}, \gamma B_\text{im}]$, mode-major: row $(n, 0)$ gives
+        $\operatorname{Re}(\gamma B u)_n$ and row $(n, 1)$ gives the imaginary part."""
+        gamma = jnp.exp(self.gamma_log)[:, None]
+        return jnp.stack([gamma * self.B_re, gamma * self.B_im], axis=1)
+
+    def _output_weight(self) -> Float[Array, "d_model d_state 2"]:
+        r"""$[C_\text{re}, -C_\text{im}]$, so $\operatorname{Re}(Cx)$ is one real contraction
+        with the state pairs $(\operatorname{Re} x_n, \operatorname{Im} x_n)$."""
+        return jnp.stack([self.C_re, -self.C_im], axis=-1)
+
+    def _project_in(self, u: Float[Array, "length d_model"]) -> Float[Array, "length d_state 2"]:
+        length = u.shape[0]
+        weight = self._input_weight().reshape(2 * self.d_state, self.d_model)
+        return (u @ weight.T).reshape(length, self.d_state, 2)
+
+    def _project_out(
+        self, pairs: Float[Array, "length d_state 2"]
+    ) -> Float[Array, "length d_model"]:
+        weight = self._output_weight().reshape(self.d_model, 2 * self.d_state)
+        return pairs.reshape(pairs.shape[0], 2 * self.d_state) @ weight.T
+
+    def _check_input(self, u: Array, name: str, expected: tuple[int, ...]) -> None:
+        if u.shape != expected:
+            dims = "(length, d_model)" if len(expected) == 2 else "(d_model,)"
+            raise ValueError(
+                f"`{name}` must have shape {dims} with d_model={self.d_model}; got shape "
+                f"{u.shape}. Batch with `jax.vmap`: the layer acts on one sequence."
+            )
+
+    def _check_state(self, state: Array) -> None:
+        expected = self.init_state()
+        if state.shape != expected.shape or state.dtype != expected.dtype:
+            raise ValueError(
+                f"`initial_state`/`state` must have shape {expected.shape} and dtype "
+                f"{expected.dtype} for {type(self).__name__} (see `init_state()`); got "
+                f"shape {state.shape}, dtype {state.dtype}."
+            )
+
+    # --- what differs between the forms --------------------------------------------------
+
+    @abc.abstractmethod
+    def init_state(self) -> Inexact[Array, "d_state ..."]:
+        """The zero state $x_{-1}$ (complex `(N,)` or real `(N, 2)`)."""
+
+    @abc.abstractmethod
+    def _transition(self) -> Inexact[Array, "d_state ..."]:
+        """One transition of the form's algebra (shared by every step)."""
+
+    @abc.abstractmethod
+    def _to_state(self, pairs: Float[Array, "length d_state 2"]) -> Inexact[Array, "length d_state ..."]:
+        """The driving input $\\gamma B u$ in the form's state layout."""
+
+    @abc.abstractmethod
+    def _to_pairs(self, states: Inexact[Array, "length d_state ..."]) -> Float[Array, "length d_state 2"]:
+        r"""States as real pairs $(\operatorname{Re} x, \operatorname{Im} x)$."""
+
+    # --- public calls --------------------------------------------------------------------
+
+    @jaxtyped(typechecker=beartype)
+    def hidden_states(
+        self,
+        u: Float[Array, "length d_model"],
+        *,
+        initial_state: Inexact[Array, "d_state ..."] | None = None,
+        reverse: bool = False,
+    ) -> Inexact[Array, "length d_state ..."]:
+        """All hidden states $x_0, \\dots, x_{L-1}$, in the form's state layout.
+
+        Same arguments as `__call__`; for analysis and plots.
+        """
+        self._check_input(u, "u", (u.shape[0], self.d_model))
+        if initial_state is not None:
+            self._check_state(initial_state)
+        return linear_recurrence(
+            self._transition(),
+            self._to_state(self._project_in(u)),
+            algebra=self._algebra,
+            initial_state=initial_state,
+            reverse=reverse,
+            method=self.method,
+        )
+
+    @jaxtyped(typechecker=beartype)
+    def __call__(
+        self,
+        u: Float[Array, "length d_model"],
+        *,
+        initial_state: Inexact[Array, "d_state ..."] | None = None,
+        reverse: bool = False,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "length d_model"]:
+        r"""Run the layer over one sequence.
+
+        **Arguments:**
+
+        - `u`: the input sequence, shape `(length, d_model)`. One example: batch with
+            `jax.vmap`.
+        - `initial_state`: start from this state (as returned by `init_state`/`step`)
+            instead of zero, e.g. to continue a sequence.
+        - `reverse`: run the recurrence from the last step to the first
+            ($x_k = \lambda x_{k+1} + \gamma B u_k$), for bidirectional models.
+        - `key`: ignored; accepted for compatibility with other Equinox layers.
+
+        **Returns:** $y$, shape `(length, d_model)`.
+        """
+        del key
+        states = self.hidden_states(u, initial_state=initial_state, reverse=reverse)
+        return self._project_out(self._to_pairs(states)) + self.D * u
+
+    @jaxtyped(typechecker=beartype)
+    def step(
+        self, state: Inexact[Array, "d_state ..."], u_t: Float[Array, " d_model"]
+    ) -> tuple[Inexact[Array, "d_state ..."], Float[Array, " d_model"]]:
+        r"""One token in RNN mode: $x_t = \lambda x_{t-1} + \gamma B u_t$,
+        $y_t = \operatorname{Re}(C x_t) + D u_t$.
+
+        **Returns:** `(new_state, y_t)`. Repeating `step` over a sequence from
+        `init_state()` equals the parallel `__call__`.
+        """
+        self._check_input(u_t, "u_t", (self.d_model,))
+        self._check_state(state)
+        drive = self._to_state(self._project_in(u_t[None]))[0]
+        new_state = self._algebra.apply(self._transition(), state) + drive
+        y_t = self._project_out(self._to_pairs(new_state[None]))[0] + self.D * u_t
+        return new_state, y_t
+
+    @classmethod
+    def _with_parameters_of(cls, layer: "AbstractLRU") -> "AbstractLRU":
+        if not isinstance(layer, AbstractLRU):
+            raise TypeError(f"expected an LRU layer, got {type(layer).__name__}.")
+        new = object.__new__(cls)
+        for field in ("nu_log", "theta_log", "gamma_log", "B_re", "B_im", "C_re", "C_im", "D", "method"):
+            object.__setattr__(new, field, getattr(layer, field))
+        return new
+
+
+class ComplexLRU(AbstractLRU):
+    r"""The LRU with a complex diagonal state $x \in \mathbb C^N$ (paper §3, App. A).
+
+    The state is complex (`(d_state,)`, complex64 for float32 parameters); the
+    projections are real matmuls. See `AbstractLRU.__init__` for the arguments.
+    """
+
+    _algebra: ClassVar[AbstractAlgebra] = Diagonal()
+
+    def init_state(self) -> Complex[Array, " d_state"]:
+        return jnp.zeros(self.d_state, _complex_dtype(self.nu_log.dtype))
+
+    def _transition(self) -> Complex[Array, " d_state"]:
+        return self.eigenvalues()
+
+    def _to_state(self, pairs: Float[Array, "length d_state 2"]) -> Complex[Array, "length d_state"]:
+        return jax.lax.complex(pairs[..., 0], pairs[..., 1])
+
+    def _to_pairs(self, states: Complex[Array, "length d_state"]) -> Float[Array, "length d_state 2"]:
+        return jnp.stack([states.real, states.imag], axis=-1)
+
+    @classmethod
+    def from_real(cls, layer: "RealLRU") -> "ComplexLRU":
+        """The same function in complex form: exact, the parameters are shared."""
+        return cls._with_parameters_of(layer)
+
+
+class RealLRU(AbstractLRU):
+    r"""The LRU in real Jordan form (paper §E.3): real states, 2×2 rotation-scaling blocks.
+
+    Mode $n$ keeps $(\operatorname{Re} x_n, \operatorname{Im} x_n)$ and evolves by
+    $|\lambda_n| \begin{pmatrix}\cos\theta_n & -\sin\theta_n\\ \sin\theta_n & \cos\theta_n\end{pmatrix}$,
+    the real matrix of multiplication by $\lambda_n$; the state is `(d_state, 2)`.
+    It computes the same function as `ComplexLRU` with the same parameters and uses
+    real dtypes only. See `AbstractLRU.__init__` for the arguments.
+    """
+
+    _algebra: ClassVar[AbstractAlgebra] = Block2x2()
+
+    def init_state(self) -> Float[Array, "d_state 2"]:
+        return jnp.zeros((self.d_state, 2), self.nu_log.dtype)
+
+    def _transition(self) -> Float[Array, "d_state 2 2"]:
+        modulus, phase = self.modulus(), self.phase()
+        cos, sin = modulus * jnp.cos(phase), modulus * jnp.sin(phase)
+        return jnp.stack([jnp.stack([cos, -sin], -1), jnp.stack([sin, cos], -1)], -2)
+
+    def _to_state(self, pairs: Float[Array, "length d_state 2"]) -> Float[Array, "length d_state 2"]:
+        return pairs
+
+    def _to_pairs(self, states: Float[Array, "length d_state 2"]) -> Float[Array, "length d_state 2"]:
+        return states
+
+    @classmethod
+    def from_complex(cls, layer: ComplexLRU) -> "RealLRU":
+        """The same function in real form: exact, the parameters are shared."""
+        return cls._with_parameters_of(layer)
+
+
+def _complex_dtype(real_dtype) -> jnp.dtype:
+    """complex128 for float64 parameters, complex64 otherwise."""
+    return jnp.dtype(jnp.complex128 if real_dtype == jnp.float64 else jnp.complex64)
