@@ -1,5 +1,15 @@
 """eqx_lru: Linear Recurrent Units in Equinox, in complex-diagonal and real-Jordan form."""
 
+from ._ablation import ABLATION_CORES as ABLATION_CORES
+from ._ablation import AbstractDenseRNN as AbstractDenseRNN
+from ._ablation import AbstractDiagonalRNN as AbstractDiagonalRNN
+from ._ablation import DenseAlgebra as DenseAlgebra
+from ._ablation import DenseRNN as DenseRNN
+from ._ablation import DiagonalExp as DiagonalExp
+from ._ablation import DiagonalRealImag as DiagonalRealImag
+from ._ablation import DiagonalStableExp as DiagonalStableExp
+from ._ablation import LinearDenseRNN as LinearDenseRNN
+from ._ablation import to_diagonal as to_diagonal
 from ._init import gamma_log_init as gamma_log_init
 from ._init import lru_init as lru_init
 from ._init import projection_init as projection_init
