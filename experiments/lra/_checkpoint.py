@@ -1,0 +1,122 @@
+"""Atomic checkpoints: an `eqx.tree_serialise_leaves` file plus a small JSON.
+
+A checkpoint named `NAME` in a folder is two files:
+
+- `NAME.eqx`: the leaves of a pytree (for training: model, BatchNorm state, optimiser
+  state, RNG key and the step as an int64 array), written by `eqx.tree_serialise_leaves`.
+  Reading it needs a pytree of the same structure, `like`.
+- `NAME.json`: small metadata (step, best validation accuracy, the run's config, ...).
+
+Each file is written to a temporary name in the same folder, flushed with `fsync`, then
+`os.replace`d over the old one, so a crash or Ctrl-C at any moment leaves either the old
+or the new file, never a torn one. The `.eqx` file is replaced first; the JSON records the
+step, and `load` checks it against the step stored in the `.eqx` leaves, so a crash
+between the two replaces is detected instead of silently mixing two checkpoints.
+"""
+
+import io
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+
+
+__all__ = ["save", "load", "exists", "to_host", "write_atomic"]
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file, `fsync` and `os.replace`."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def to_host(tree: Any) -> Any:
+    """Every `jax.Array` leaf of `tree` as a NumPy array on this host.
+
+    Works for arrays replicated over several processes too (it reads this process's first
+    shard, which for a replicated array is the whole value).
+    """
+
+    def leaf(x):
+        if isinstance(x, jax.Array):
+            if x.is_fully_addressable:
+                return np.asarray(x)
+            return np.asarray(x.addressable_data(0))
+        return x
+
+    return jax.tree_util.tree_map(leaf, tree)
+
+
+def exists(folder: str | os.PathLike, name: str) -> bool:
+    folder = Path(folder)
+    return (folder / f"{name}.eqx").is_file() and (folder / f"{name}.json").is_file()
+
+
+def save(folder: str | os.PathLike, name: str, tree: Any, meta: Mapping[str, Any]) -> None:
+    """Write `tree` to `folder/name.eqx` and `meta` to `folder/name.json`, atomically.
+
+    `meta["step"]` (an int) is required; it is the consistency check `load` uses, so the
+    caller must also keep the same step inside `tree` (see `load`'s `step_of`).
+    """
+    if "step" not in meta:
+        raise ValueError("checkpoint metadata needs a 'step' entry.")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    eqx.tree_serialise_leaves(buffer, to_host(tree))
+    write_atomic(folder / f"{name}.eqx", buffer.getvalue())
+    text = json.dumps(dict(meta), indent=1, sort_keys=True, allow_nan=True)
+    write_atomic(folder / f"{name}.json", text.encode())
+
+
+def load(
+    folder: str | os.PathLike, name: str, like: Any, *, step_of=None
+) -> tuple[Any, dict[str, Any]]:
+    """Read the checkpoint `folder/name` into a pytree shaped like `like`.
+
+    **Arguments:**
+
+    - `like`: a pytree with the structure, shapes and dtypes of the saved one (e.g. a
+        freshly initialised model and optimiser state).
+    - `step_of`: optional `tree -> int`; if given, the step found in the leaves must equal
+        the JSON's `step`.
+
+    **Returns:** `(tree, meta)`, the leaves as NumPy arrays.
+
+    **Raises:** `FileNotFoundError` if either file is missing; `ValueError` if the files
+    do not fit `like` or disagree with each other.
+    """
+    folder = Path(folder)
+    eqx_path, json_path = folder / f"{name}.eqx", folder / f"{name}.json"
+    for path in (eqx_path, json_path):
+        if not path.is_file():
+            raise FileNotFoundError(f"No checkpoint file {str(path)!r}.")
+    meta = json.loads(json_path.read_text())
+    try:
+        tree = eqx.tree_deserialise_leaves(eqx_path, to_host(like))
+    except Exception as e:  # shape/dtype/structure mismatch, truncated file
+        raise ValueError(
+            f"{eqx_path} does not fit the model being built ({type(e).__name__}: {e}). Was it "
+            "written with different model settings (task, --form, --d-model, --d-state, "
+            "--depth)? Use the same flags as the original run or a fresh --out."
+        ) from e
+    if step_of is not None and int(step_of(tree)) != int(meta["step"]):
+        raise ValueError(
+            f"{eqx_path} holds step {int(step_of(tree))} but {json_path} says step "
+            f"{meta['step']}: the run was killed between writing the two files. Delete "
+            f"{json_path.name} and {eqx_path.name} to restart, or restore them from a backup."
+        )
+    return tree, meta

@@ -1,0 +1,138 @@
+"""Data parallelism over every visible device with `jax.sharding`, on one host or many.
+
+The design is the plain SPMD one: a 1-D `Mesh` named `"data"` over `jax.devices()` (all
+devices of all processes), the batch axis sharded over it with
+`NamedSharding(mesh, P("data"))`, and the model, BatchNorm state and optimiser state
+replicated (`P()`). The train step is one `jit`-compiled function of these global arrays:
+XLA inserts the all-reduce of the gradients, and the batch-norm statistics (a `psum`
+over the `jax.vmap` axis, i.e. over the *global* batch axis) become cross-device sums too.
+So the maths is that of one device with the whole batch, whatever the device count.
+
+**Several hosts.** Call `initialize_distributed` before touching any device: it runs
+`jax.distributed.initialize()` when asked (`mode="on"`) or, with `mode="auto"`, when the
+environment says this is one process of many (`JAX_COORDINATOR_ADDRESS`, or a SLURM / Open
+MPI launch with more than one task). Each process then loads only its rows of each global
+batch (`process_rows`) and `shard_batch` assembles the global array with
+`jax.make_array_from_process_local_data`.
+"""
+
+import os
+from collections.abc import Mapping
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+__all__ = [
+    "AXIS",
+    "initialize_distributed",
+    "distributed_env",
+    "make_mesh",
+    "check_batch_size",
+    "process_rows",
+    "replicate",
+    "shard_batch",
+]
+
+AXIS = "data"
+
+_ENV_TASKS = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+
+
+def distributed_env() -> str | None:
+    """The environment variable that marks a multi-process launch, or None."""
+    if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        return "JAX_COORDINATOR_ADDRESS"
+    for name in _ENV_TASKS:
+        try:
+            if int(os.environ.get(name, "1")) > 1:
+                return name
+        except ValueError:
+            continue
+    return None
+
+
+def initialize_distributed(mode: str = "auto") -> bool:
+    """Start `jax.distributed` if `mode == "on"`, or if `"auto"` and `distributed_env()`.
+
+    With `JAX_COORDINATOR_ADDRESS` set, `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` give the
+    process count and this process's rank (SLURM, Open MPI and Cloud TPU are detected by
+    JAX itself). Returns whether it initialised.
+    """
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"distributed mode must be 'auto', 'on' or 'off', got {mode!r}.")
+    if mode == "off" or (mode == "auto" and distributed_env() is None):
+        return False
+    kwargs = {}
+    for env, arg in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
+        if os.environ.get(env):
+            kwargs[arg] = int(os.environ[env])
+    jax.distributed.initialize(**kwargs)
+    return True
+
+
+def make_mesh(devices=None) -> Mesh:
+    """A 1-D mesh named `"data"` over `devices` (default: every device of every process)."""
+    devices = jax.devices() if devices is None else list(devices)
+    return Mesh(np.asarray(devices), (AXIS,))
+
+
+def check_batch_size(batch_size: int, mesh: Mesh, *, what: str = "--batch-size") -> None:
+    """Raise a clear `ValueError` unless `batch_size` splits evenly over the mesh."""
+    n = mesh.size
+    if batch_size < 1 or batch_size % n:
+        lower = batch_size // n * n
+        options = sorted({m for m in (lower, lower + n) if m > 0})
+        raise ValueError(
+            f"{what}={batch_size} must be a positive multiple of the number of devices "
+            f"({n}: {mesh.devices.flat[0].platform} x{n}), because every device gets an "
+            f"equal share of each batch. Use e.g. {what} "
+            + " or ".join(str(m) for m in options)
+            + ", or limit the devices (CUDA_VISIBLE_DEVICES=...)."
+        )
+
+
+def process_rows(batch_size: int) -> slice:
+    """The rows of a global batch that this process loads (all of them on one host)."""
+    count, index = jax.process_count(), jax.process_index()
+    per = batch_size // count
+    if per * count != batch_size:
+        raise ValueError(f"batch size {batch_size} does not split over {count} processes.")
+    return slice(index * per, (index + 1) * per)
+
+
+def replicate(tree, mesh: Mesh):
+    """Put every array leaf of `tree` on every device of `mesh` (non-arrays untouched)."""
+    sharding = NamedSharding(mesh, P())
+
+    def leaf(x):
+        if isinstance(x, np.ndarray | jax.Array):
+            if jax.process_count() > 1:
+                x = np.asarray(x)
+                return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+            return jax.device_put(x, sharding)
+        return x
+
+    return jax.tree_util.tree_map(leaf, tree)
+
+
+def shard_batch(local: Mapping[str, np.ndarray], mesh: Mesh, batch_size: int) -> dict[str, jax.Array]:
+    """Assemble global arrays of leading size `batch_size`, sharded along `"data"`.
+
+    `local` holds this process's rows (`process_rows(batch_size)`) of every field.
+    """
+    sharding = NamedSharding(mesh, P(AXIS))
+    out = {}
+    for name, x in local.items():
+        x = np.asarray(x)
+        global_shape = (batch_size,) + x.shape[1:]
+        if jax.process_count() == 1:
+            if x.shape != global_shape:
+                raise ValueError(f"batch field {name!r} has shape {x.shape}, expected {global_shape}.")
+            out[name] = jax.device_put(x, sharding)
+        else:
+            out[name] = jax.make_array_from_process_local_data(sharding, x, global_shape)
+    return out
+

@@ -1,0 +1,250 @@
+"""The LRA trainer (`experiments/lra/train.py`) on generated ListOps: outputs of a run in
+both forms, bit-exact resume (clean stop, SIGINT, KeyboardInterrupt, crash between
+checkpoints), 4 devices vs 1, clear errors; plus Retrieval's two-tower path.
+
+One tiny configuration throughout, so the jitted steps compile once per form and process
+(the trainer caches them per configuration). Dropout is on, so the dropout keys are part
+of what must resume exactly and match across device counts.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import numpy as np
+import pytest
+
+from experiments.lra import _checkpoint as ckpt
+from experiments.lra import generate, train
+from experiments.lra._metrics import read_records
+from experiments.lra.data import load_task
+
+STEPS = 8
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _args(data, out, *extra):
+    return [
+        "--task", "listops", "--data-root", str(data), "--out", str(out),
+        "--steps", str(STEPS), "--batch-size", "8", "--d-model", "8", "--d-state", "4",
+        "--depth", "1", "--dropout", "0.1", "--eval-every", "4", "--log-every", "1",
+        "--checkpoint-every", "3", "--no-progress", *extra,
+    ]
+
+
+def _losses(out):
+    """Every (split, step, loss) record except the test one, in order."""
+    return [(r["split"], r["step"], r["loss"]) for r in read_records(Path(out) / "metrics.jsonl")
+            if r["split"] != "test"]
+
+
+def _last_tree(out):
+    return (Path(out) / "last.eqx").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lra")
+    generate.write_listops(root, (96, 20, 20), seed=0, min_length=10, max_length=40)
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory):
+    """An uninterrupted complex run: its results and output folder."""
+    out = tmp_path_factory.mktemp("ref") / "run"
+    return train.run(_args(data, out)), out
+
+
+@pytest.mark.parametrize("form", ["complex", pytest.param("real", marks=pytest.mark.slow)])
+def test_run_writes_everything(form, data, reference, tmp_path):
+    if form == "complex":
+        results, out = reference
+    else:
+        out = tmp_path / "run"
+        results = train.run(_args(data, out, "--form", "real"))
+    assert results["status"] == "finished" and results["step"] == STEPS
+    assert 0 <= results["test_accuracy"] <= 1 and results["test_examples"] == 20
+    assert results["steps_per_sec"] > 0
+    for name in ("config.json", "metrics.jsonl", "curves.png", "results.json", "last.eqx",
+                 "last.json", "best.eqx", "best.json"):
+        assert (out / name).is_file(), name
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "results.json").read_text())["test_accuracy"] == results["test_accuracy"]
+    assert json.loads((out / "config.json").read_text())["form"] == form
+
+    records = read_records(out / "metrics.jsonl")
+    train_records = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train_records] == list(range(1, STEPS + 1))
+    assert all(np.isfinite(r["loss"]) and r["lr"] > 0 for r in train_records)
+    assert [r["step"] for r in records if r["split"] == "val"] == [4, 8]
+    (test,) = [r for r in records if r["split"] == "test"]
+    assert test["checkpoint"] == "best" and test["checkpoint_step"] == results["best_step"]
+
+    # best.eqx holds (model, state) of the best-val step and reads back into a fresh model.
+    cfg = json.loads((out / "config.json").read_text())
+    task = load_task("listops", data)
+    like = train.build_model(cfg, task, jax.random.PRNGKey(1))
+    (model, state), meta = ckpt.load(out, "best", like)
+    assert meta["step"] == results["best_step"]
+    assert type(model.blocks[0].core).__name__ == {"complex": "ComplexLRU", "real": "RealLRU"}[form]
+
+    if form == "real":  # same key, same parameters, same function: same first loss
+        ref = _losses(reference[1])
+        assert _losses(out)[0][2] == pytest.approx(ref[0][2], rel=1e-5)
+
+
+def test_resume_after_stop_is_bit_exact(data, reference, tmp_path):
+    out = tmp_path / "run"
+    first = train.run(_args(data, out, "--stop-at", "5"))
+    assert first["status"] == "stopped" and first["step"] == 5
+    assert json.loads((out / "last.json").read_text())["step"] == 5
+    second = train.run(_args(data, out, "--resume"))
+    assert second["status"] == "finished"
+    assert _losses(out) == _losses(reference[1])  # exactly, every step and every eval
+    assert _last_tree(out) == _last_tree(reference[1])  # params, BN and optimiser state, key
+    assert second["test_accuracy"] == reference[0]["test_accuracy"]
+
+
+@pytest.mark.parametrize("how", ["sigint", "keyboard_interrupt"])
+def test_interrupt_saves_a_checkpoint_that_resumes_exactly(how, data, reference, tmp_path):
+    out = tmp_path / "run"
+
+    def hook(step):
+        if step == 5:  # between checkpoints (every 3 steps)
+            if how == "sigint":
+                os.kill(os.getpid(), signal.SIGINT)
+            else:
+                raise KeyboardInterrupt
+
+    first = train.run(_args(data, out), hook=hook)
+    assert first["status"] == "interrupted"
+    assert json.loads((out / "last.json").read_text())["step"] == 5
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert train.main(_args(data, out, "--resume")) == 0
+    assert _losses(out) == _losses(reference[1])
+    assert _last_tree(out) == _last_tree(reference[1])
+
+
+def test_resume_after_crash_between_checkpoints(data, reference, tmp_path):
+    """A crash loses the steps since the last checkpoint (3); their logged records are
+    dropped on resume and redone identically."""
+    out = tmp_path / "run"
+
+    def crash(step):
+        if step == 5:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train.run(_args(data, out), hook=crash)
+    assert json.loads((out / "last.json").read_text())["step"] == 3
+    assert max(step for _, step, _ in _losses(out)) == 5  # logged past the checkpoint
+    train.run(_args(data, out, "--resume"))
+    assert _losses(out) == _losses(reference[1])
+    assert _last_tree(out) == _last_tree(reference[1])
+
+
+_FOUR_DEVICES = """
+import json, sys
+from experiments.lra import train
+import jax
+assert jax.device_count() == 4, jax.devices()
+data, out, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+code = train.main([a.replace("BATCH", "6") for a in args] + ["--out", out + "-bad"])
+results = train.run([a.replace("BATCH", "8") for a in args] + ["--out", out, "--stop-at", "3"])
+print(json.dumps({"bad_batch_code": code, "devices": results["devices"]}))
+"""
+
+
+@pytest.mark.slow
+def test_four_devices_match_one(data, reference, tmp_path):
+    """Batch sharded over 4 CPU devices: same losses as on one (BatchNorm statistics and
+    dropout keys are global), and a batch size that does not split gives a clear error."""
+    args = _args(data, "unused")
+    args = args[: args.index("--out")] + args[args.index("--out") + 2 :]
+    args[args.index("--batch-size") + 1] = "BATCH"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_FOUR_DEVICES), str(data), str(tmp_path / "run"), json.dumps(args)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary == {"bad_batch_code": 2, "devices": 4}
+    assert "--batch-size=6 must be a positive multiple of the number of devices (4" in proc.stderr
+    assert "--batch-size 4 or 8" in proc.stderr
+    four = [loss for split, _, loss in _losses(tmp_path / "run") if split == "train"]
+    one = [loss for split, _, loss in _losses(reference[1]) if split == "train"][:3]
+    assert len(four) == 3
+    np.testing.assert_allclose(four, one, rtol=1e-4)
+
+
+def _write_aan(root):
+    """A tiny Retrieval set in the official layout (5 tab-separated columns, no header)."""
+    rng = np.random.default_rng(0)
+    folder = root / "tsv_data"
+    folder.mkdir(parents=True)
+    for split, n in (("train", 16), ("eval", 4), ("test", 4)):
+        rows = []
+        for i in range(n):
+            docs = ["".join(rng.choice(list("abc de"), size=rng.integers(3, 20))) for _ in range(2)]
+            rows.append(f"{i % 2}.0\tid{i}\tid{i + 1}\t{docs[0]}\t{docs[1]}\n")
+        (folder / f"new_aan_pairs.{split}.tsv").write_text("".join(rows))
+
+
+@pytest.mark.slow
+def test_retrieval_two_tower_trains(tmp_path):
+    """Retrieval's document pairs go through the two-tower model in the same trainer."""
+    root = tmp_path / "data"
+    _write_aan(root)
+    args = ["--task", "retrieval", "--data-root", str(root), "--out", str(tmp_path / "run"),
+            "--steps", "2", "--batch-size", "4", "--d-model", "4", "--d-state", "2", "--depth", "1",
+            "--no-progress"]
+    results = train.run(args)
+    assert results["status"] == "finished" and 0 <= results["test_accuracy"] <= 1
+    assert results["test_examples"] == 4
+
+
+def test_clear_errors(data, tmp_path, capsys):
+    with pytest.raises(train.UsageError, match="is not a folder"):
+        train.run(_args(tmp_path / "missing", tmp_path / "a"))
+    assert train.main(_args(tmp_path / "missing", tmp_path / "a")) == 2
+    assert "error: --data-root" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(train.UsageError, match="listops-1000"):
+        train.run(_args(tmp_path / "empty", tmp_path / "b"))
+    with pytest.raises(train.UsageError, match="--resume: .*config.json does not exist"):
+        train.run(_args(data, tmp_path / "c", "--resume"))
+    with pytest.raises(train.UsageError, match="fewer than --batch-size"):
+        train.run(_args(data, tmp_path / "d", "--batch-size", "200"))
+    with pytest.raises(train.UsageError, match="must be a positive integer"):
+        train.run(_args(data, tmp_path / "e", "--batch-size", "0"))
+
+
+def test_resume_refuses_changed_settings_and_existing_runs(data, reference, tmp_path):
+    out = reference[1]
+    with pytest.raises(train.UsageError, match=r"steps: 8 in the run, 9 now"):
+        train.run(_args(data, out, "--resume", "--steps", "9"))
+    with pytest.raises(train.UsageError, match="already holds a run"):
+        train.run(_args(data, out))
+    # Without the flags, --resume takes the run's settings from OUT/config.json.
+    cfg = train.resolve_config(train.parse_args(["--out", str(out), "--resume"]))
+    assert cfg["d_model"] == 8 and cfg["steps"] == STEPS and cfg["data_root"] == str(data)
+
+
+def test_checkpoint_detects_a_torn_pair(tmp_path):
+    tree = (np.arange(3.0), np.asarray(2, np.int64))
+    ckpt.save(tmp_path, "last", tree, {"step": 2})
+    loaded, meta = ckpt.load(tmp_path, "last", tree, step_of=lambda t: t[-1])
+    assert eqx.tree_equal(loaded, tree) and meta["step"] == 2
+    ckpt.save(tmp_path, "other", (np.arange(3.0), np.asarray(3, np.int64)), {"step": 3})
+    os.replace(tmp_path / "other.eqx", tmp_path / "last.eqx")  # as if killed between files
+    with pytest.raises(ValueError, match="killed between writing the two files"):
+        ckpt.load(tmp_path, "last", tree, step_of=lambda t: t[-1])
+    assert not list(tmp_path.glob(".*.tmp"))
