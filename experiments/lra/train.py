@@ -137,7 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--distributed", choices=("auto", "on", "off"), default="auto",
                    help="multi-host: call jax.distributed.initialize() ('auto': when "
                    "JAX_COORDINATOR_ADDRESS or a SLURM/Open MPI launch with >1 task is detected)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it is shown on a terminal only anyway)")
     return p
 
 
@@ -559,6 +560,12 @@ def run(
                     "config": cfg}
             ckpt.save(out, "last", c.tree(), meta)
 
+    def say(msg: str) -> None:
+        if bar is not None:
+            bar.write(msg, file=sys.stderr)  # above the bar, not through it
+        else:
+            _log(msg, primary)
+
     def after_step(c: _Carry, bar, postfix: dict) -> _Carry:
         """Log, evaluate and checkpoint as due after step `c.step`; returns the new carry."""
         done = c.step
@@ -580,9 +587,10 @@ def run(
                 if primary:
                     ckpt.save(out, "best", (eqx.combine(c.params, static), c.bn_state), {**c.best, "config": cfg})
             postfix.update(val=f"{val['accuracy']:.3f}")
-            if bar is not None:
-                bar.write(f"step {done}: val accuracy {val['accuracy']:.4f}, loss {val['loss']:.4f} "
-                          f"(best {c.best['val_accuracy']:.4f} at step {c.best['step']})")
+            rate = speed.rate
+            say(f"step {done}/{total}: train loss {postfix.get('loss', '-')} acc {postfix.get('acc', '-')}; "
+                f"val loss {val['loss']:.4f} acc {val['accuracy']:.4f} (best {c.best['val_accuracy']:.4f} "
+                f"at step {c.best['step']}); {'-' if rate is None else f'{rate:.2f}'} steps/s")
         if done % cfg["checkpoint_every"] == 0 or done == stop_at:
             speed.pause(done)
             save_last(c)
@@ -601,8 +609,10 @@ def run(
     if primary and not args.no_progress and carry.step < stop_at:
         from tqdm import tqdm
 
+        # disable=None: a bar on a terminal only, not in log files.
         bar = tqdm(total=total, initial=carry.step, unit="step", dynamic_ncols=True,
-                   desc=f"{cfg['task']} {cfg['form']}", file=sys.stderr)
+                   desc=f"{cfg['task']} {cfg['form']}", file=sys.stderr, disable=None)
+
     complete = carry  # the last carry whose step, logging, eval and checkpoint all finished
     try:
         with _Stop() as stopper:
