@@ -10,6 +10,11 @@ from ._ablation import DiagonalRealImag as DiagonalRealImag
 from ._ablation import DiagonalStableExp as DiagonalStableExp
 from ._ablation import LinearDenseRNN as LinearDenseRNN
 from ._ablation import to_diagonal as to_diagonal
+from ._block import GLU as GLU
+from ._block import LRUBlock as LRUBlock
+from ._block import MaskedBatchNorm as MaskedBatchNorm
+from ._block import to_complex as to_complex
+from ._block import to_real as to_real
 from ._init import gamma_log_init as gamma_log_init
 from ._init import lru_init as lru_init
 from ._init import projection_init as projection_init
@@ -17,10 +22,17 @@ from ._init import ring_init as ring_init
 from ._lru import AbstractLRU as AbstractLRU
 from ._lru import ComplexLRU as ComplexLRU
 from ._lru import RealLRU as RealLRU
+from ._model import LRUModel as LRUModel
+from ._model import LRURetrievalModel as LRURetrievalModel
+from ._optim import lru_optimizer as lru_optimizer
+from ._optim import lru_param_labels as lru_param_labels
+from ._optim import lru_schedule as lru_schedule
 from ._scan import AbstractAlgebra as AbstractAlgebra
 from ._scan import Block2x2 as Block2x2
 from ._scan import Diagonal as Diagonal
 from ._scan import default_method as default_method
 from ._scan import linear_recurrence as linear_recurrence
+from ._train import predict as predict
+from ._train import train_step as train_step
 
 __version__ = "0.1.0"

@@ -1,0 +1,209 @@
+r"""The optimiser of paper §D.2: AdamW, warmup + cosine schedule, slower recurrent parameters.
+
+Parameters are labelled by where they live, for `optax.multi_transform`:
+
+- `"recurrent"`: the fields `nu_log`, `theta_log`, `gamma_log`, `B_re`, `B_im` of every
+    LRU layer ($A$, $\gamma$ and $B$ of the paper) — learning rate × `lr_factor`, no
+    weight decay;
+- `"decay"`: every other parameter — AdamW with weight decay, as the paper ("weight decay
+    for all parameters except $A$ and $B$ (and $\gamma$)"), including the LRU's $C$, $D$,
+    norm scales and biases;
+- `"no_decay"`: with `decay_norm_and_bias=False`, the 1-D parameters outside recurrent
+    cores (biases, norm scales and shifts) — Adam at the base learning rate.
+
+optax is imported lazily, so `import eqx_lru` does not need it.
+"""
+
+import dataclasses
+from typing import Any
+
+import equinox as eqx
+import jax
+from jaxtyping import PyTree
+
+from ._lru import AbstractLRU
+
+RECURRENT = "recurrent"
+DECAY = "decay"
+NO_DECAY = "no_decay"
+
+#: The fields of an LRU layer that get the smaller learning rate and no weight decay.
+LRU_RECURRENT_FIELDS = ("nu_log", "theta_log", "gamma_log", "B_re", "B_im")
+
+
+def _recurrent_fields(node: Any) -> tuple[str, ...] | None:
+    if isinstance(node, AbstractLRU):
+        return LRU_RECURRENT_FIELDS
+    if isinstance(node, eqx.Module):
+        fields = getattr(type(node), "recurrent_fields", None)
+        if fields is not None:
+            return tuple(fields)
+    return None
+
+
+def _label_core(core: eqx.Module, fields: tuple[str, ...]) -> eqx.Module:
+    """The core with each array replaced by its label, by top-level field name."""
+    names = {f.name for f in dataclasses.fields(core)}
+    unknown = set(fields) - names
+    if unknown:
+        raise ValueError(
+            f"{type(core).__name__} declares recurrent fields {sorted(unknown)} it does "
+            f"not have; its fields are {sorted(names)}."
+        )
+
+    def label(path, leaf):
+        return RECURRENT if path[0].name in fields else DECAY
+
+    return jax.tree_util.tree_map_with_path(label, core)
+
+
+def lru_param_labels(tree: PyTree, *, decay_norm_and_bias: bool = True) -> PyTree[str]:
+    r"""Label every trainable array of `tree` for `optax.multi_transform`.
+
+    Works on any pytree containing LRU layers (an `LRUModel`, your own model, a filtered
+    model or its gradients): LRU layers are found by type, anywhere, and their
+    parameters labelled by field name.
+
+    A custom recurrent core (say, for an ablation) opts in by declaring which of its
+    top-level fields are recurrent, e.g. `recurrent_fields: ClassVar = ("A", "B")`.
+
+    **Arguments:**
+
+    - `tree`: the model (or `eqx.filter(model, eqx.is_inexact_array)`).
+    - `decay_norm_and_bias`: if `False`, 1-D arrays outside recurrent cores (biases, norm
+        scales and shifts) get `"no_decay"` instead of `"decay"`.
+
+    **Returns:** a pytree shaped like `eqx.filter(tree, eqx.is_inexact_array)`, with
+    `"recurrent"`, `"decay"` or `"no_decay"` at every inexact array and `None` elsewhere.
+    """
+    params = eqx.filter(tree, eqx.is_inexact_array)
+
+    def label(node):
+        fields = _recurrent_fields(node)
+        if fields is not None:
+            return _label_core(node, fields)
+        if decay_norm_and_bias or node.ndim >= 2:
+            return DECAY
+        return NO_DECAY
+
+    return jax.tree_util.tree_map(
+        label, params, is_leaf=lambda node: _recurrent_fields(node) is not None
+    )
+
+
+def _optax():
+    try:
+        import optax
+    except ImportError as e:  # pragma: no cover - optax is in the test extras
+        raise ImportError(
+            "eqx_lru's optimiser helpers need optax: `pip install optax` (or "
+            "`pip install eqx_lru[experiments]`)."
+        ) from e
+    return optax
+
+
+def lru_schedule(
+    learning_rate: float,
+    total_steps: int,
+    *,
+    warmup_fraction: float = 0.1,
+    init_value: float = 1e-7,
+    end_value: float = 1e-7,
+):
+    r"""The learning-rate schedule of §D.2, an `optax.Schedule`.
+
+    Linear warmup from `init_value` to `learning_rate` over the first
+    $w = \lfloor \text{warmup\_fraction} \cdot \text{total\_steps} \rceil$ steps, then cosine
+    decay to `end_value` at step `total_steps` (constant afterwards):
+
+    $$\eta(s) = \begin{cases} \eta_0 + (\eta_\max - \eta_0)\, s / w & s < w \\
+    \eta_\text{end} + \tfrac12 (\eta_\max - \eta_\text{end})
+    \big(1 + \cos\big(\pi \tfrac{s - w}{\text{total} - w}\big)\big) & s \ge w. \end{cases}$$
+    """
+    optax = _optax()
+    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+        raise ValueError(f"`total_steps` must be a positive integer, got {total_steps!r}.")
+    if not 0 <= warmup_fraction < 1:
+        raise ValueError(f"`warmup_fraction` must be in [0, 1), got {warmup_fraction}.")
+    if learning_rate <= 0:
+        raise ValueError(f"`learning_rate` must be > 0, got {learning_rate}.")
+    return optax.warmup_cosine_decay_schedule(
+        init_value=init_value,
+        peak_value=learning_rate,
+        warmup_steps=round(warmup_fraction * total_steps),
+        decay_steps=total_steps,
+        end_value=end_value,
+    )
+
+
+def lru_optimizer(
+    *,
+    learning_rate: float,
+    total_steps: int,
+    lr_factor: float = 1.0,
+    weight_decay: float = 0.05,
+    warmup_fraction: float = 0.1,
+    init_value: float = 1e-7,
+    end_value: float = 1e-7,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    decay_norm_and_bias: bool = True,
+):
+    r"""The optimiser of paper §D.2, as one `optax.GradientTransformation`.
+
+    `optax.multi_transform` over `lru_param_labels`:
+
+    - `"recurrent"` ($\nu$, $\theta$, $\gamma$, $B$ of every LRU layer): Adam, schedule
+        peaking at `learning_rate × lr_factor`, **no** weight decay;
+    - `"decay"` (everything else): AdamW, schedule peaking at `learning_rate`, decoupled
+        weight decay `weight_decay` (scaled by the schedule, as `optax.adamw`);
+    - `"no_decay"` (only with `decay_norm_and_bias=False`): Adam at `learning_rate`.
+
+    Both schedules are `lru_schedule` (warmup from `init_value`, cosine to `end_value`).
+    Labels are computed from the parameter tree at `init` and `update`, so this works for
+    any model containing LRU layers. Usage:
+
+    ```python
+    optim = eqx_lru.lru_optimizer(learning_rate=1e-3, total_steps=10_000, lr_factor=0.5)
+    opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
+    updates, opt_state = optim.update(grads, opt_state, eqx.filter(model, eqx.is_inexact_array))
+    model = eqx.apply_updates(model, updates)
+    ```
+
+    **Arguments:**
+
+    - `learning_rate`: the peak (base) learning rate.
+    - `total_steps`: the length of the schedule (number of `update` calls).
+    - `lr_factor`: the recurrent parameters' learning rate multiplier (Table 9: 0.1–0.5).
+    - `weight_decay`: AdamW weight decay (Table 9: 0.05).
+    - `warmup_fraction`, `init_value`, `end_value`: see `lru_schedule`.
+    - `b1`, `b2`, `eps`: Adam's.
+    - `decay_norm_and_bias`: see `lru_param_labels`.
+
+    **Returns:** an `optax.GradientTransformation`.
+    """
+    optax = _optax()
+    if lr_factor <= 0:
+        raise ValueError(f"`lr_factor` must be > 0, got {lr_factor}.")
+    if weight_decay < 0:
+        raise ValueError(f"`weight_decay` must be >= 0, got {weight_decay}.")
+    schedule = dict(
+        total_steps=total_steps,
+        warmup_fraction=warmup_fraction,
+        init_value=init_value,
+        end_value=end_value,
+    )
+    base = lru_schedule(learning_rate, **schedule)
+    slow = lru_schedule(learning_rate * lr_factor, **schedule)
+    adam = dict(b1=b1, b2=b2, eps=eps)
+    transforms = {
+        RECURRENT: optax.adam(slow, **adam),
+        DECAY: optax.adamw(base, weight_decay=weight_decay, **adam),
+        NO_DECAY: optax.adam(base, **adam),
+    }
+
+    def labels(params):
+        return lru_param_labels(params, decay_norm_and_bias=decay_norm_and_bias)
+
+    return optax.multi_transform(transforms, labels)

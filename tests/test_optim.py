@@ -1,0 +1,165 @@
+"""`lru_param_labels`, `lru_schedule`, `lru_optimizer` (paper §D.2)."""
+
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqx_lru
+
+RECURRENT = ("nu_log", "theta_log", "gamma_log", "B_re", "B_im")
+OTHER_LRU = ("C_re", "C_im", "D")
+
+
+def _assert_lru_labels(labels, *, d="decay"):
+    for name in RECURRENT:
+        assert getattr(labels, name) == "recurrent", name
+    for name in OTHER_LRU:
+        assert getattr(labels, name) == d, name
+
+
+@pytest.mark.parametrize("decay_norm_and_bias", [True, False])
+def test_labels_of_an_lru_model(decay_norm_and_bias):
+    model = eqx.nn.make_with_state(eqx_lru.LRUModel)(
+        7, 2, 6, 5, 2, encoder="embedding", bidirectional=True, key=jax.random.PRNGKey(0)
+    )[0]
+    labels = eqx_lru.lru_param_labels(model, decay_norm_and_bias=decay_norm_and_bias)
+    params = eqx.filter(model, eqx.is_inexact_array)
+    assert jax.tree_util.tree_structure(labels) == jax.tree_util.tree_structure(params)
+    vector = "decay" if decay_norm_and_bias else "no_decay"
+    for block in labels.blocks:
+        _assert_lru_labels(block.core)  # D is inside the LRU: decayed as in the paper
+        _assert_lru_labels(block.reverse_core)
+        assert block.norm.weight == block.norm.bias == vector
+        assert block.glu.linear.weight == "decay" and block.glu.linear.bias == vector
+    assert labels.encoder.weight == "decay"  # the embedding matrix
+    assert labels.head.weight == "decay" and labels.head.bias == vector
+    counts = {}
+    for label in jax.tree_util.tree_leaves(labels):
+        counts[label] = counts.get(label, 0) + 1
+    assert counts["recurrent"] == 2 * 2 * len(RECURRENT)
+
+
+class DenseCore(eqx.Module):
+    """A custom core that opts in to the recurrent group by declaring its fields."""
+
+    recurrent_fields: ClassVar = ("A",)
+    A: jax.Array
+    C: jax.Array
+
+    def __call__(self, u, *, reverse=False):
+        return u
+
+
+def test_labels_of_any_pytree():
+    lru = eqx_lru.ComplexLRU(3, 2, key=jax.random.PRNGKey(0))
+    tree = {
+        "cores": [lru, eqx_lru.RealLRU.from_complex(lru), DenseCore(jnp.eye(2), jnp.ones((3, 2)))],
+        "mlp": eqx.nn.Linear(3, 4, key=jax.random.PRNGKey(1)),
+        "steps": jnp.array(3),  # not a parameter
+        "name": "not a parameter",
+    }
+    labels = eqx_lru.lru_param_labels(tree)
+    _assert_lru_labels(labels["cores"][0])
+    _assert_lru_labels(labels["cores"][1])
+    assert labels["cores"][2].A == "recurrent" and labels["cores"][2].C == "decay"
+    assert labels["mlp"].weight == labels["mlp"].bias == "decay"
+    assert labels["steps"] is None and labels["name"] is None
+
+    class Wrong(DenseCore):
+        recurrent_fields: ClassVar = ("Lambda",)
+
+    with pytest.raises(ValueError, match="Lambda"):
+        eqx_lru.lru_param_labels(Wrong(jnp.eye(2), jnp.ones(2)))
+
+
+def test_schedule_shape():
+    peak, total = 1e-3, 1000
+    schedule = eqx_lru.lru_schedule(peak, total)
+    at = lambda s: float(schedule(s))
+    np.testing.assert_allclose(at(0), 1e-7, rtol=1e-5)
+    np.testing.assert_allclose(at(50), (peak + 1e-7) / 2, rtol=1e-4)  # linear warmup
+    np.testing.assert_allclose(at(100), peak, rtol=1e-5)  # 10% of training
+    np.testing.assert_allclose(at(550), (peak + 1e-7) / 2, rtol=1e-4)  # cosine midpoint
+    np.testing.assert_allclose(at(1000), 1e-7, rtol=1e-3)
+    np.testing.assert_allclose(at(2000), 1e-7, rtol=1e-3)
+    values = np.array([at(s) for s in range(0, 1001, 25)])
+    assert np.all(np.diff(values[:5]) > 0) and np.all(np.diff(values[4:]) < 0)
+    with pytest.raises(ValueError, match="total_steps"):
+        eqx_lru.lru_schedule(peak, 0)
+    with pytest.raises(ValueError, match="warmup_fraction"):
+        eqx_lru.lru_schedule(peak, 10, warmup_fraction=1.0)
+
+
+def _tree():
+    return {
+        "lru": eqx_lru.ComplexLRU(3, 2, key=jax.random.PRNGKey(0)),
+        "linear": eqx.nn.Linear(3, 2, key=jax.random.PRNGKey(1)),
+    }
+
+
+def test_optimizer_groups_and_weight_decay():
+    """With Adam's first step on a constant gradient g, the update is -lr·sign(g) exactly
+    (up to eps); AdamW adds -lr·wd·p. So every group's learning rate and decay is visible."""
+    lr, factor, wd = 1e-2, 0.25, 0.1
+    tree = _tree()
+    params = eqx.filter(tree, eqx.is_inexact_array)
+    with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts
+        for decay_norm_and_bias in (True, False):
+            optim = eqx_lru.lru_optimizer(
+                learning_rate=lr, total_steps=10, lr_factor=factor, weight_decay=wd,
+                warmup_fraction=0.0, decay_norm_and_bias=decay_norm_and_bias,
+            )
+            state = optim.init(params)
+            # Zero gradients: only weight decay moves anything, and never the recurrent params.
+            zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+            updates, _ = optim.update(zeros, state, params)
+            for name in RECURRENT:
+                assert bool(jnp.all(getattr(updates["lru"], name) == 0)), name
+            for name in OTHER_LRU:
+                np.testing.assert_allclose(
+                    getattr(updates["lru"], name), -lr * wd * getattr(params["lru"], name), rtol=1e-5
+                )
+            bias_decay = wd if decay_norm_and_bias else 0.0
+            np.testing.assert_allclose(
+                updates["linear"].bias, -lr * bias_decay * params["linear"].bias, rtol=1e-5, atol=1e-12
+            )
+            # Unit gradients: the recurrent group moves at lr × lr_factor, the rest at lr.
+            ones = jax.tree_util.tree_map(jnp.ones_like, params)
+            updates, _ = optim.update(ones, state, params)
+            for name in RECURRENT:
+                np.testing.assert_allclose(getattr(updates["lru"], name), -lr * factor, rtol=1e-5)
+            np.testing.assert_allclose(
+                updates["linear"].weight, -lr * (1 + wd * params["linear"].weight), rtol=1e-5
+            )
+            np.testing.assert_allclose(
+                updates["linear"].bias, -lr * (1 + bias_decay * params["linear"].bias), rtol=1e-5
+            )
+
+
+def test_optimizer_follows_the_schedule():
+    """Constant unit gradients make Adam's step equal the learning rate: read the schedule
+    of both groups off the actual updates."""
+    lr, factor, total = 1e-2, 0.5, 20
+    params = eqx.filter(_tree(), eqx.is_inexact_array)
+    optim = eqx_lru.lru_optimizer(
+        learning_rate=lr, total_steps=total, lr_factor=factor, weight_decay=0.0
+    )
+    # Both groups warm up from 1e-7 and decay to 1e-7; only their peaks differ.
+    schedule = eqx_lru.lru_schedule(lr, total)
+    slow = eqx_lru.lru_schedule(lr * factor, total)
+    ones = jax.tree_util.tree_map(jnp.ones_like, params)
+    with jax.numpy_dtype_promotion("standard"):
+        update = jax.jit(optim.update)
+        state = optim.init(params)
+        for step in range(total + 1):
+            updates, state = update(ones, state, params)
+            np.testing.assert_allclose(-updates["linear"].weight, schedule(step), rtol=1e-4)
+            np.testing.assert_allclose(-updates["lru"].nu_log, slow(step), rtol=1e-4)
+            if step == total // 10:  # end of warmup: the peaks
+                np.testing.assert_allclose(-updates["lru"].B_re, lr * factor, rtol=1e-4)
+    with pytest.raises(ValueError, match="lr_factor"):
+        eqx_lru.lru_optimizer(learning_rate=lr, total_steps=total, lr_factor=0.0)
