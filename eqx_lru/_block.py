@@ -226,7 +226,12 @@ class GLU(eqx.Module):
     variant: Literal["full", "half"] = eqx.field(static=True)
 
     def __init__(
-        self, d_model: int, variant: Literal["full", "half"] = "full", dtype=None, *, key: PRNGKeyArray
+        self,
+        d_model: int,
+        variant: Literal["full", "half"] = "full",
+        dtype=None,
+        *,
+        key: PRNGKeyArray,
     ):
         """**Arguments:** `d_model` features in and out; `variant` `"full"` or `"half"`;
         `dtype` of the weights; `key`."""
@@ -338,14 +343,16 @@ class LRUBlock(eqx.Module):
     starts at the padded end carries an exactly-zero state until it reaches `ℓ - 1`. The
     output is zero at padded positions.
 
-    **Recurrent cores.** Any `eqx.Module` with
-    `core(u: Float[Array, "length d_model"], *, reverse: bool = False) -> Float[Array, "length d_model"]`
-    plugs in through `form=make_core`, a callable `make_core(d_model, d_state, *, key)`
-    returning one. For the padding guarantee a core must be causal in its direction (a
-    forward core's output at `t` depends on `u[:t+1]` only, a reverse core's on `u[t:]`)
-    and keep a zero state on zero input (any linear recurrence without bias does; so do
-    $\tanh$/ReLU RNNs without bias). `eqx_lru.to_real` /
-    `eqx_lru.to_complex` convert the LRU cores of a block (or any pytree) between forms.
+    **Recurrent cores.** Any `eqx.Module` called as
+    `core(u: Float[Array, "length d_model"], *, reverse: bool = False)` and returning
+    `Float[Array, "length d_model"]` plugs in through `form=make_core`, a callable
+    `make_core(d_model, d_state, *, key)` returning one. For the padding guarantee a core
+    must be causal in its direction (a forward core's output at `t` depends on `u[:t+1]`
+    only, a reverse core's on `u[t:]`) and keep a zero state on zero input (any linear
+    recurrence without bias does; so do $\tanh$/ReLU RNNs without bias). A core opts in
+    to the optimiser's recurrent group with a class attribute `recurrent_fields` (see
+    `lru_param_labels`). `eqx_lru.to_real` / `eqx_lru.to_complex` convert the LRU cores of
+    a block (or any pytree) between forms.
     """
 
     norm: MaskedBatchNorm | eqx.nn.LayerNorm

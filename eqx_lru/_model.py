@@ -224,7 +224,8 @@ class LRURetrievalModel(eqx.Module):
     Both documents are pooled by the same `LRUModel` encoder (no head) to $u, v \in
     \mathbb R^H$, then
 
-    $$\text{logits} = W_2\, \operatorname{GELU}\big(W_1 [u, v, u - v, u \odot v] + b_1\big) + b_2 .$$
+    $$\text{logits} = W_2\, \operatorname{GELU}\big(W_1 [u, v, u - v, u \odot v] + b_1\big)
+    + b_2 .$$
 
     The two documents are encoded in one `jax.vmap` over the pair, and batch norm takes
     its statistics over both documents of every pair in the batch (as S5 does by
@@ -254,7 +255,7 @@ class LRURetrievalModel(eqx.Module):
         r_min: float | None = None,
         r_max: float | None = None,
         max_phase: float | None = None,
-        axis_name: Hashable = "batch",
+        axis_name: Hashable | Sequence[Hashable] = "batch",
         dtype=None,
         key: PRNGKeyArray,
     ):
@@ -267,6 +268,9 @@ class LRURetrievalModel(eqx.Module):
         mlp_size = d_model if mlp_size is None else mlp_size
         check_size("mlp_size", mlp_size)
         enc_key, in_key, out_key = jax.random.split(key, 3)
+        # Batch norm reduces over the user's batch axis and the pair axis of `__call__`.
+        if isinstance(axis_name, str) or not isinstance(axis_name, Sequence):
+            axis_name = (axis_name,)
         self.encoder = LRUModel(
             in_size,
             None,
@@ -283,7 +287,7 @@ class LRURetrievalModel(eqx.Module):
             r_min=r_min,
             r_max=r_max,
             max_phase=max_phase,
-            axis_name=(axis_name, _PAIR_AXIS),
+            axis_name=(*axis_name, _PAIR_AXIS),
             dtype=dtype,
             key=enc_key,
         )

@@ -248,7 +248,9 @@ def test_block_padding_never_leaks():
     (l2, (y2, s2)), g2 = run(block, state, pad(x, 3, jnp.nan))
     (l3, (y3, s3)), g3 = run(block, state, pad(x, 3, 1e30))
     for y, s, g in ((y2, s2, g2), (y3, s3, g3)):
-        np.testing.assert_allclose(jnp.where(valid, y[:, :L], 0), jnp.where(valid, y1, 0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            jnp.where(valid, y[:, :L], 0), jnp.where(valid, y1, 0), rtol=1e-5, atol=1e-6
+        )
         assert bool(jnp.all(y[:, :L][~valid[..., 0]] == 0))  # zero at pads
         assert bool(eqx.tree_equal(s, s1, rtol=1e-5, atol=1e-6))
         assert bool(eqx.tree_equal(g, g1, rtol=1e-4, atol=1e-6))

@@ -120,13 +120,11 @@ def test_optimizer_groups_and_weight_decay():
             for name in RECURRENT:
                 assert bool(jnp.all(getattr(updates["lru"], name) == 0)), name
             for name in OTHER_LRU:
-                np.testing.assert_allclose(
-                    getattr(updates["lru"], name), -lr * wd * getattr(params["lru"], name), rtol=1e-5
-                )
+                expected = -lr * wd * getattr(params["lru"], name)
+                np.testing.assert_allclose(getattr(updates["lru"], name), expected, rtol=1e-5)
             bias_decay = wd if decay_norm_and_bias else 0.0
-            np.testing.assert_allclose(
-                updates["linear"].bias, -lr * bias_decay * params["linear"].bias, rtol=1e-5, atol=1e-12
-            )
+            expected = -lr * bias_decay * params["linear"].bias
+            np.testing.assert_allclose(updates["linear"].bias, expected, rtol=1e-5, atol=1e-12)
             # Unit gradients: the recurrent group moves at lr × lr_factor, the rest at lr.
             ones = jax.tree_util.tree_map(jnp.ones_like, params)
             updates, _ = optim.update(ones, state, params)
