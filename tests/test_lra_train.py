@@ -68,7 +68,8 @@ def test_run_writes_everything(form, data, reference, tmp_path):
         results, out = reference
     else:
         out = tmp_path / "run"
-        results = train.run(_args(data, out, "--form", "real"))
+        # An explicit --method goes through the `form=make_core` path of the model.
+        results = train.run(_args(data, out, "--form", "real", "--method", "sequential"))
     assert results["status"] == "finished" and results["step"] == STEPS
     assert 0 <= results["test_accuracy"] <= 1 and results["test_examples"] == 20
     assert results["steps_per_sec"] > 0
@@ -94,6 +95,7 @@ def test_run_writes_everything(form, data, reference, tmp_path):
     (model, state), meta = ckpt.load(out, "best", like)
     assert meta["step"] == results["best_step"]
     assert type(model.blocks[0].core).__name__ == {"complex": "ComplexLRU", "real": "RealLRU"}[form]
+    assert model.blocks[0].core.method == {"complex": "auto", "real": "sequential"}[form]
 
     if form == "real":  # same key, same parameters, same function: same first loss
         ref = _losses(reference[1])

@@ -221,10 +221,10 @@ def build_model(cfg: dict[str, Any], data: TaskData, key) -> tuple[eqx.Module, e
     if cfg["method"] == "auto":
         form, ring_kwargs = cfg["form"], ring
     else:
-        cls = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}[cfg["form"]]
+        layer = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}[cfg["form"]]
 
         def form(d_model, d_state, *, key):
-            return cls(d_model, d_state, **ring, method=cfg["method"], key=key)
+            return layer(d_model, d_state, **ring, method=cfg["method"], key=key)
 
         ring_kwargs = {}
     common = dict(
