@@ -26,7 +26,16 @@ from beartype import beartype
 from jaxtyping import Array, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
 
 from ._init import check_size, lru_init
-from ._scan import AbstractAlgebra, Block2x2, Diagonal, ScanMethod, linear_recurrence
+from ._scan import (
+    AbstractAlgebra,
+    Block2x2,
+    Cast,
+    ComplexPairs,
+    Diagonal,
+    ScanMethod,
+    Storage,
+    recurrence,
+)
 
 _METHODS = ("auto", "associative", "sequential")
 
@@ -42,6 +51,8 @@ class AbstractLRU(eqx.Module):
     - `B_re`, `B_im`: shape `(d_state, d_model)`; `C_re`, `C_im`: `(d_model, d_state)`;
         `D`: `(d_model,)`.
     - `method`: the scan method (static), see `eqx_lru.linear_recurrence`.
+    - `compute_dtype`: the dtype of the projections and stored states (static; `None`: the
+        parameters' dtype), see `__init__`.
 
     ??? cite
 
@@ -65,6 +76,7 @@ class AbstractLRU(eqx.Module):
     C_im: Float[Array, "d_model d_state"]
     D: Float[Array, " d_model"]
     method: ScanMethod = eqx.field(static=True)
+    compute_dtype: str | None = eqx.field(static=True)
 
     _algebra: ClassVar[AbstractAlgebra]
 
@@ -78,6 +90,7 @@ class AbstractLRU(eqx.Module):
         max_phase: float = 2 * math.pi,
         method: ScanMethod = "auto",
         dtype=None,
+        compute_dtype=None,
         key: PRNGKeyArray,
     ):
         r"""**Arguments:**
@@ -88,6 +101,14 @@ class AbstractLRU(eqx.Module):
         - `max_phase`: phases are initialised uniform on $[0, \text{max\_phase}]$ (§3.4).
         - `method`: `"auto"`, `"sequential"` or `"associative"` (`linear_recurrence`).
         - `dtype`: real floating dtype of the parameters (default: JAX's default float).
+        - `compute_dtype`: `RealLRU` only: a lower-precision floating dtype such as
+            `jnp.bfloat16` for the projections' operands and the stored states, with
+            accumulation in the parameters' dtype: the matmuls accumulate in it
+            (`preferred_element_type`) and the recurrence carries its state in it, rounding
+            only what it stores. The output, `init_state()` and `step`'s state keep the
+            parameters' dtype. Halves the memory of the sequence-long arrays; the error
+            against float32 is measured in `experiments/bench/RESULTS.md`. `None` (default):
+            compute in the parameters' dtype.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters in both forms.
         """
         check_size("d_model", d_model)
@@ -106,6 +127,7 @@ class AbstractLRU(eqx.Module):
         for name, value in params.items():
             setattr(self, name, value)
         self.method = method
+        self.compute_dtype = self._check_compute_dtype(compute_dtype, self.nu_log.dtype)
 
     @property
     def d_model(self) -> int:
@@ -142,16 +164,39 @@ class AbstractLRU(eqx.Module):
         with the state pairs $(\operatorname{Re} x_n, \operatorname{Im} x_n)$."""
         return jnp.stack([self.C_re, -self.C_im], axis=-1)
 
+    @classmethod
+    def _check_compute_dtype(cls, compute_dtype, param_dtype) -> str | None:
+        if compute_dtype is None:
+            return None
+        dtype = jnp.dtype(compute_dtype)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(
+                f"`compute_dtype` must be a real floating dtype such as jnp.bfloat16, got {dtype}."
+            )
+        return None if dtype == param_dtype else dtype.name
+
+    def _matmul(self, x: Array, weight: Array) -> Array:
+        """`x @ weight.T`; with a `compute_dtype`, on operands of that dtype, accumulated in
+        the parameters' dtype."""
+        if self.compute_dtype is None:
+            return x @ weight.T
+        cd = self.compute_dtype
+        return jnp.matmul(
+            x.astype(cd), weight.astype(cd).T, preferred_element_type=self.nu_log.dtype
+        )
+
     def _project_in(self, u: Float[Array, "length d_model"]) -> Float[Array, "length d_state 2"]:
+        r"""$\gamma B u$ as real pairs, in the dtype the states are stored in."""
         length = u.shape[0]
         weight = self._input_weight().reshape(2 * self.d_state, self.d_model)
-        return (u @ weight.T).reshape(length, self.d_state, 2)
+        drive = self._matmul(u, weight).reshape(length, self.d_state, 2)
+        return drive if self.compute_dtype is None else drive.astype(self.compute_dtype)
 
     def _project_out(
         self, pairs: Float[Array, "length d_state 2"]
     ) -> Float[Array, "length d_model"]:
         weight = self._output_weight().reshape(self.d_model, 2 * self.d_state)
-        return pairs.reshape(pairs.shape[0], 2 * self.d_state) @ weight.T
+        return self._matmul(pairs.reshape(pairs.shape[0], 2 * self.d_state), weight)
 
     def _check_input(self, u: Array, name: str, expected: tuple[int, ...]) -> None:
         if u.shape != expected:
@@ -181,6 +226,11 @@ class AbstractLRU(eqx.Module):
         """One transition of the form's algebra (shared by every step)."""
 
     @abc.abstractmethod
+    def _storage(self) -> Storage:
+        """How the scan stores the sequence of states: as the real pairs `(length,
+        d_state, 2)` that the projections read and write (see `eqx_lru._scan.Storage`)."""
+
+    @abc.abstractmethod
     def _to_state(self, pairs: Float[Array, "length d_state 2"]) -> Inexact[Array, "length d_state ..."]:
         """The driving input $\\gamma B u$ in the form's state layout."""
 
@@ -200,15 +250,25 @@ class AbstractLRU(eqx.Module):
     ) -> Inexact[Array, "length d_state ..."]:
         """All hidden states $x_0, \\dots, x_{L-1}$, in the form's state layout.
 
-        Same arguments as `__call__`; for analysis and plots.
+        Same arguments as `__call__`; for analysis and plots. With a `compute_dtype`, the
+        states as stored (rounded to it), in the parameters' dtype.
         """
+        return self._to_state(self._state_pairs(u, initial_state, reverse))
+
+    def _state_pairs(
+        self, u: Array, initial_state: Array | None, reverse: bool
+    ) -> Float[Array, "length d_state 2"]:
+        r"""All states as real pairs $(\operatorname{Re} x, \operatorname{Im} x)$: the scan
+        reads the input projection and writes the states in this layout, in place, and the
+        output projection reads it, so no pass over the sequence converts between layouts."""
         self._check_input(u, "u", (u.shape[0], self.d_model))
         if initial_state is not None:
             self._check_state(initial_state)
-        return linear_recurrence(
+        return recurrence(
             self._transition(),
-            self._to_state(self._project_in(u)),
+            self._project_in(u),
             algebra=self._algebra,
+            storage=self._storage(),
             initial_state=initial_state,
             reverse=reverse,
             method=self.method,
@@ -238,8 +298,8 @@ class AbstractLRU(eqx.Module):
         **Returns:** $y$, shape `(length, d_model)`.
         """
         del key
-        states = self.hidden_states(u, initial_state=initial_state, reverse=reverse)
-        return self._project_out(self._to_pairs(states)) + self.D * u
+        pairs = self._state_pairs(u, initial_state, reverse)
+        return self._project_out(pairs) + self.D * u
 
     @jaxtyped(typechecker=beartype)
     def step(
@@ -265,6 +325,8 @@ class AbstractLRU(eqx.Module):
         new = object.__new__(cls)
         for field in ("nu_log", "theta_log", "gamma_log", "B_re", "B_im", "C_re", "C_im", "D", "method"):
             object.__setattr__(new, field, getattr(layer, field))
+        compute_dtype = cls._check_compute_dtype(layer.compute_dtype, layer.nu_log.dtype)
+        object.__setattr__(new, "compute_dtype", compute_dtype)
         return new
 
 
@@ -276,6 +338,21 @@ class ComplexLRU(AbstractLRU):
     """
 
     _algebra: ClassVar[AbstractAlgebra] = Diagonal()
+
+    @classmethod
+    def _check_compute_dtype(cls, compute_dtype, param_dtype) -> str | None:
+        checked = super()._check_compute_dtype(compute_dtype, param_dtype)
+        if checked is not None:
+            raise ValueError(
+                f"ComplexLRU computes in the complex dtype of its parameters and has no "
+                f"`compute_dtype` {checked} (there is no bfloat16/float16 complex type); use "
+                f"`RealLRU(..., compute_dtype={checked})`, which runs the same function in real "
+                "arithmetic, or `RealLRU.from_complex(layer)`."
+            )
+        return None
+
+    def _storage(self) -> Storage:
+        return ComplexPairs()
 
     def init_state(self) -> Complex[Array, " d_state"]:
         return jnp.zeros(self.d_state, _complex_dtype(self.nu_log.dtype))
@@ -307,6 +384,12 @@ class RealLRU(AbstractLRU):
 
     _algebra: ClassVar[AbstractAlgebra] = Block2x2()
 
+    def _storage(self) -> Storage:
+        if self.compute_dtype is None:
+            return Storage()
+        # A float32 carry over bfloat16 (say) inputs and states.
+        return Cast(compute=self.nu_log.dtype.name, stored=self.compute_dtype)
+
     def init_state(self) -> Float[Array, "d_state 2"]:
         return jnp.zeros((self.d_state, 2), self.nu_log.dtype)
 
@@ -316,7 +399,7 @@ class RealLRU(AbstractLRU):
         return jnp.stack([jnp.stack([cos, -sin], -1), jnp.stack([sin, cos], -1)], -2)
 
     def _to_state(self, pairs: Float[Array, "length d_state 2"]) -> Float[Array, "length d_state 2"]:
-        return pairs
+        return pairs.astype(self.nu_log.dtype)
 
     def _to_pairs(self, states: Float[Array, "length d_state 2"]) -> Float[Array, "length d_state 2"]:
         return states

@@ -1,0 +1,335 @@
+"""The scan methods and their shared custom VJP against autodiff of a plain loop; the
+memory-light and in-place properties of the compiled code; stored-state layouts; and the
+low-precision `compute_dtype` of `RealLRU`.
+
+Every (method, algebra, shared) configuration is compiled once: one jitted function
+returns the forward pass and the gradients for all four (reverse, initial_state) variants.
+"""
+
+import itertools
+import re
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqx_lru
+from eqx_lru import _scan
+
+METHODS = ("sequential", "associative")
+# Blocks of 3 steps keep the compiled code small: LENGTH = two full blocks and a tail of 2.
+# `test_sequential_blocks_and_tails` covers other block sizes, the default among them.
+UNROLL, LENGTH, STATE = 3, 8, (3, 4)
+VARIANTS = list(itertools.product([False, True], repeat=2))  # (reverse, with_h0)
+
+
+class Dense(eqx_lru.AbstractAlgebra):
+    """A new algebra with no closed-form backward: the generic defaults are used."""
+
+    def transition_shape(self, state_shape):
+        return state_shape + state_shape[-1:]
+
+    def compose(self, later, earlier):
+        return later @ earlier
+
+    def apply(self, a, h):
+        return jnp.einsum("...ij,...j->...i", a, h)
+
+
+ALGEBRAS = {
+    "diag-real": (eqx_lru.Diagonal(), np.float64),
+    "diag-complex": (eqx_lru.Diagonal(), np.complex128),
+    "block": (eqx_lru.Block2x2(), np.float64),
+    "dense": (Dense(), np.float64),
+}
+
+
+def _problem(name, shared, length=LENGTH, seed=0):
+    algebra, dtype = ALGEBRAS[name]
+    rng = np.random.default_rng(seed)
+    state = STATE + (2,) if name == "block" else STATE
+
+    def draw(shape, scale=1.0):
+        x = rng.normal(size=shape) * scale
+        if np.issubdtype(dtype, np.complexfloating):
+            x = x + 1j * rng.normal(size=shape) * scale
+        return jnp.asarray(x.astype(dtype))
+
+    transition = algebra.transition_shape(state)
+    scale = 0.4 if name == "dense" else 0.6  # stable, so long products stay O(1)
+    a = draw(transition if shared else (length,) + transition, scale)
+    return algebra, a, draw((length,) + state), draw(state)
+
+
+def _loop(algebra, a, b, h0, shared, reverse):
+    """The plain sequential loop (`lax.scan`), differentiated by JAX's own autodiff."""
+
+    def step(h, xs):
+        a_k, b_k = (a, xs) if shared else xs
+        h = algebra.apply(a_k, h) + b_k
+        return h, h
+
+    return jax.lax.scan(step, h0, b if shared else (a, b), reverse=reverse)[1]
+
+
+def _loss(h, weights):
+    # Not holomorphic for complex states: exercises JAX's conjugation convention.
+    w_lin, w_sq = weights
+    return jnp.sum(jnp.real(w_lin * h)) + jnp.sum(w_sq * jnp.real(h * jnp.conj(h)))
+
+
+def _weights(b, seed=1):
+    rng = np.random.default_rng(seed)
+    w_lin = rng.normal(size=b.shape) + (1j * rng.normal(size=b.shape) if jnp.iscomplexobj(b) else 0)
+    return jnp.asarray(w_lin.astype(b.dtype)), jnp.asarray(rng.normal(size=b.shape))
+
+
+def _all_variants(fn, algebra, a, b, h0, weights, shared):
+    """Forward and (a, b, h0)-gradients of `_loss` for every (reverse, with_h0) variant."""
+    results = []
+    for reverse, with_h0 in VARIANTS:
+
+        def run(a, b, h0, reverse=reverse, with_h0=with_h0):
+            return fn(algebra, a, b, h0 if with_h0 else None, shared, reverse)
+
+        h, vjp = jax.vjp(run, a, b, h0)
+        # JAX's cotangent of a real loss: the gradient with respect to the output.
+        results.append((h, vjp(jax.grad(_loss)(h, weights))))
+    return results
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("name", list(ALGEBRAS))
+@pytest.mark.parametrize("method", METHODS)
+def test_forward_and_gradients_match_autodiff_of_loop(monkeypatch, method, name, shared):
+    monkeypatch.setattr(_scan, "SEQUENTIAL_UNROLL", UNROLL)
+    with jax.enable_x64(True):
+        algebra, a, b, h0 = _problem(name, shared)
+        weights = _weights(b)
+
+        def ours(algebra, a, b, h0, shared, reverse):
+            return eqx_lru.linear_recurrence(
+                a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method
+            )
+
+        def reference(algebra, a, b, h0, shared, reverse):
+            return _loop(algebra, a, b, _zeros_if_none(h0, b), shared, reverse)
+
+        got, want = (
+            jax.jit(lambda a, b, h0, fn=fn: _all_variants(fn, algebra, a, b, h0, weights, shared))(
+                a, b, h0
+            )
+            for fn in (ours, reference)
+        )
+        for (reverse, with_h0), (h, grads), (h_ref, grads_ref) in zip(VARIANTS, got, want):
+            msg = f"reverse={reverse}, initial_state={with_h0}"
+            assert h.shape == b.shape and h.dtype == b.dtype
+            np.testing.assert_allclose(h, h_ref, rtol=1e-12, atol=1e-12, err_msg=msg)
+            for arg, g, g_ref in zip("a b h0".split(), grads, grads_ref):
+                assert g.dtype == g_ref.dtype, arg
+                np.testing.assert_allclose(
+                    g, g_ref, rtol=1e-10, atol=1e-12, err_msg=f"d{arg}, {msg}"
+                )
+            if with_h0:
+                assert float(jnp.abs(grads[2]).max()) > 0
+
+
+@pytest.mark.parametrize(
+    "unroll,length",
+    [(3, 2), (3, 7), (4, 8), (_scan.SEQUENTIAL_UNROLL, 2 * _scan.SEQUENTIAL_UNROLL + 3)],
+)
+def test_sequential_blocks_and_tails(monkeypatch, unroll, length):
+    """Block sizes that exceed the length, leave a tail, divide it; and the default."""
+    monkeypatch.setattr(_scan, "SEQUENTIAL_UNROLL", unroll)
+    with jax.enable_x64(True):
+        for shared in (True, False):
+            algebra, a, b, h0 = _problem("block", shared, length=length)
+            weights = _weights(b)
+
+            def ours(algebra, a, b, h0, shared, reverse):
+                return eqx_lru.linear_recurrence(
+                    a, b, algebra=algebra, initial_state=h0, reverse=reverse, method="sequential"
+                )
+
+            def both(a, b, h0, shared=shared):
+                return [
+                    _all_variants(fn, algebra, a, b, h0, weights, shared)
+                    for fn in (ours, lambda *x: _loop(*x[:3], _zeros_if_none(x[3], x[2]), *x[4:]))
+                ]
+
+            got, want = jax.jit(both)(a, b, h0)
+            for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+                np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
+
+
+def _zeros_if_none(h0, b):
+    return jnp.zeros_like(b[0]) if h0 is None else h0
+
+
+@pytest.mark.parametrize("name", ["diag-complex", "block"])
+def test_closed_form_backward_equals_generic_default(name):
+    """Diagonal/Block2x2 override `apply_transpose`/`transition_cotangent` with closed forms;
+    they must equal the autodiff-derived defaults of `AbstractAlgebra`."""
+    with jax.enable_x64(True):
+        algebra, a, b, _ = _problem(name, shared=True)
+        g, h = b[0], b[1]
+        base = eqx_lru.AbstractAlgebra
+        np.testing.assert_allclose(
+            algebra.apply_transpose(a, g), base.apply_transpose(algebra, a, g), rtol=1e-14
+        )
+        np.testing.assert_allclose(
+            algebra.transition_cotangent(g, h), base.transition_cotangent(algebra, g, h), rtol=1e-14
+        )
+
+
+def test_complex_pairs_storage_matches_complex_states():
+    """Complex states stored as real pairs (what ComplexLRU does): same states, and the
+    cotangents of the pairs are JAX's cotangents of the complex input mapped through
+    `complex(re, im)`."""
+    with jax.enable_x64(True):
+        algebra, a, b, h0 = _problem("diag-complex", shared=True)
+        pairs = jnp.stack([b.real, b.imag], axis=-1)
+        w = _weights(pairs)
+
+        def via_pairs(a, pairs, h0, method):
+            return _scan.recurrence(
+                a,
+                pairs,
+                algebra=algebra,
+                storage=_scan.ComplexPairs(),
+                initial_state=h0,
+                method=method,
+            )
+
+        def via_complex(a, pairs, h0):
+            b = jax.lax.complex(pairs[..., 0], pairs[..., 1])
+            h = _loop(algebra, a, b, h0, True, False)
+            return jnp.stack([h.real, h.imag], axis=-1)
+
+        @jax.jit
+        def run(a, pairs, h0):
+            out = {}
+            for method in METHODS:
+                out[method] = via_pairs(a, pairs, h0, method), jax.grad(
+                    lambda *x: _loss(via_pairs(*x, method), w), argnums=(0, 1, 2)
+                )(a, pairs, h0)
+            out["reference"] = via_complex(a, pairs, h0), jax.grad(
+                lambda *x: _loss(via_complex(*x), w), argnums=(0, 1, 2)
+            )(a, pairs, h0)
+            return out
+
+        out = run(a, pairs, h0)
+        for method in METHODS:
+            for x, y in zip(jax.tree.leaves(out[method]), jax.tree.leaves(out["reference"])):
+                np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12, err_msg=method)
+
+
+def _compiled_grad(method, batch=2, length=128, modes=16, reference=False):
+    a = 0.9 * jnp.ones((modes, 2, 2)) * jnp.asarray([[1.0, -0.3], [0.3, 1.0]])
+    b = jnp.ones((batch, length, modes, 2))
+
+    def scan(b):
+        if reference:  # plain autodiff of lax.associative_scan, as in the paper's App. A
+            def combine(x, y):
+                return y[0] @ x[0], jnp.einsum("...ij,...j->...i", y[0], x[1]) + y[1]
+
+            elements = (jnp.broadcast_to(a, (length,) + a.shape), b)
+            return jax.lax.associative_scan(combine, elements)[1]
+        return eqx_lru.linear_recurrence(a, b, algebra=eqx_lru.Block2x2(), method=method)
+
+    def loss(a_scale, b):
+        return jnp.sum(jnp.sin(jax.vmap(scan)(b * a_scale)))
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1))).lower(1.0, b).compile(), b.nbytes
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_backward_keeps_only_the_states(method):
+    """XLA's temp memory for forward+backward: autodiff of `lax.associative_scan` keeps its
+    tree of intermediates (about five copies of the states here); with the custom VJP the
+    associative method needs only its own forward temporaries and the sequential method,
+    in place, nothing beyond its input and output."""
+    compiled, state_bytes = _compiled_grad(method)
+    reference, _ = _compiled_grad(method, reference=True)
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    assert temp <= (0.25 if method == "sequential" else 4) * state_bytes
+    assert temp < 0.8 * reference.memory_analysis().temp_size_in_bytes
+
+
+def test_sequential_updates_the_sequence_in_place():
+    """Under vmap, the sequential loop writes the states over its input: no copy of a
+    whole (batch, length, ...) buffer anywhere in the compiled forward+backward (a copy
+    inside the loop would copy the sequence at every iteration)."""
+    compiled, _ = _compiled_grad("sequential")
+    full = r"f32\[2,128,16,2\]\{[\d,]+\} copy\("
+    assert not re.search(full, compiled.as_text())
+
+
+def test_forward_mode_is_not_available():
+    a, b = jnp.full((3,), 0.5), jnp.ones((4, 3))
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax.jvp(lambda b: eqx_lru.linear_recurrence(a, b, algebra=eqx_lru.Diagonal()), (b,), (b,))
+
+
+# --- RealLRU with a low-precision compute dtype --------------------------------------------
+
+
+def _lru_pair(form=eqx_lru.RealLRU, **kwargs):
+    key = jax.random.PRNGKey(0)
+    ring = dict(r_min=0.9, r_max=0.999)
+    return form(6, 5, **ring, key=key), form(6, 5, **ring, key=key, **kwargs)
+
+
+def test_bfloat16_compute_dtype_is_close_to_float32():
+    full, low = _lru_pair(compute_dtype=jnp.bfloat16)
+    assert low.compute_dtype == "bfloat16" and full.compute_dtype is None
+    u = jax.random.normal(jax.random.PRNGKey(1), (100, 6))
+
+    @eqx.filter_jit
+    def run(layer):
+        return layer(u), jax.grad(lambda layer: jnp.mean(layer(u) ** 2))(layer)
+
+    (y, grads), (y_low, grads_low) = run(full), run(low)
+    assert y_low.dtype == jnp.float32
+    rel = float(jnp.linalg.norm(y_low - y) / jnp.linalg.norm(y))
+    assert 0 < rel < 1e-2
+    for name in ("nu_log", "theta_log", "gamma_log", "B_re", "B_im", "C_re", "C_im", "D"):
+        g, g_low = getattr(grads, name), getattr(grads_low, name)
+        assert g_low.dtype == jnp.float32
+        assert float(jnp.linalg.norm(g_low - g) / jnp.linalg.norm(g)) < 2e-2, name
+    # The sequence of states is stored in bfloat16 (the carry is float32).
+    assert low._state_pairs(u, None, False).dtype == jnp.bfloat16
+
+
+def test_bfloat16_step_equals_parallel_and_state_stays_float32():
+    _, low = _lru_pair(compute_dtype=jnp.bfloat16)
+    u = jax.random.normal(jax.random.PRNGKey(2), (20, 6))
+    step = jax.jit(lambda s, x: low.step(s, x))
+    state, ys = low.init_state(), []
+    assert state.dtype == jnp.float32
+    for t in range(u.shape[0]):
+        state, y_t = step(state, u[t])
+        ys.append(y_t)
+    assert state.dtype == jnp.float32
+    np.testing.assert_allclose(jnp.stack(ys), low(u), rtol=1e-5, atol=1e-5)
+    # `hidden_states` returns the stored states: the float32 carry rounded to bfloat16.
+    stored = low.hidden_states(u)[-1]
+    assert stored.dtype == jnp.float32
+    np.testing.assert_array_equal(stored, state.astype(jnp.bfloat16).astype(jnp.float32))
+
+
+def test_complex_form_has_no_low_precision_compute_dtype():
+    with pytest.raises(ValueError, match="RealLRU"):
+        eqx_lru.ComplexLRU(6, 5, compute_dtype=jnp.bfloat16, key=jax.random.PRNGKey(0))
+    _, low = _lru_pair(compute_dtype=jnp.bfloat16)
+    with pytest.raises(ValueError, match="RealLRU"):
+        eqx_lru.ComplexLRU.from_real(low)
+    with pytest.raises(ValueError, match="floating"):
+        eqx_lru.RealLRU(6, 5, compute_dtype=jnp.int8, key=jax.random.PRNGKey(0))
+    # The parameters' own dtype is the default, not a separate compute dtype.
+    key = jax.random.PRNGKey(0)
+    assert eqx_lru.ComplexLRU(6, 5, compute_dtype=jnp.float32, key=key).compute_dtype is None
+    round_trip = eqx_lru.RealLRU.from_complex(eqx_lru.ComplexLRU.from_real(_lru_pair()[0]))
+    assert round_trip.compute_dtype is None
