@@ -2,15 +2,17 @@ r"""The paper's ablation ladder as recurrent cores (§3; Tables 1, 2, 7, 8).
 
 Each rung changes one thing on the way from a vanilla RNN to the LRU:
 
-| name | core | paper |
-|---|---|---|
-| `"rnn_tanh"`, `"rnn_relu"` | `DenseRNN`: $x_k = \sigma(A x_{k-1} + B u_k)$ | §2.1 eq. 1, §3.1, Table 1 |
-| `"linear_dense"` | `LinearDenseRNN`: $x_k = A x_{k-1} + B u_k$ | §3.1, Table 1 |
-| `"diag_realimag"` | `DiagonalRealImag`: $\lambda = a + ib$ | §3.2, Table 2 |
-| `"diag_exp"` | `DiagonalExp`: $\lambda = e^{-\nu + i\theta}$ | §3.3, Table 2 |
-| `"diag_stable_exp"` | `DiagonalStableExp`: $\lambda = e^{-e^{\nu_{\log}} + i e^{\theta_{\log}}}$ | §3.3, Table 2 |
-| `"diag_stable_exp_ring"` | the same, initialised on a ring near the unit circle | §3.3, Tables 2, 8 |
-| `"lru"` | `eqx_lru.ComplexLRU`: + $\gamma$ normalisation | §3.4, Tables 3, 8 |
+- `"rnn_tanh"`, `"rnn_relu"`: `DenseRNN`, $x_k = \sigma(A x_{k-1} + B u_k)$
+    (eq. 1, §3.1, Table 1);
+- `"linear_dense"`: `LinearDenseRNN`, $x_k = A x_{k-1} + B u_k$ (§3.1, Table 1);
+- `"diag_realimag"`: `DiagonalRealImag`, complex diagonal with $\lambda = a + ib$
+    (§3.2, Table 2);
+- `"diag_exp"`: `DiagonalExp`, $\lambda = e^{-\nu + i\theta}$ (§3.3, Table 2);
+- `"diag_stable_exp"`: `DiagonalStableExp`,
+    $\lambda = \exp(-e^{\nu_{\log}} + i e^{\theta_{\log}})$ (§3.3, Table 2);
+- `"diag_stable_exp_ring"`: the same initialised on a ring near the unit circle
+    (§3.3, Tables 2, 8);
+- `"lru"`: `eqx_lru.ComplexLRU`, + $\gamma$ normalisation (§3.4, Tables 3, 8).
 
 Every core follows one contract, so a block can take any of them:
 `core(u: Float[Array, "length d_model"], *, reverse=False) -> Float[Array, "length d_model"]`,
@@ -41,8 +43,8 @@ from ._scan import AbstractAlgebra, Diagonal, ScanMethod, linear_recurrence
 _METHODS = ("auto", "associative", "sequential")
 
 # The ring of the "+ Ring Init" rung and of the LRU rung when none is given: Table 8's
-# PathFinder setting, the one task whose ring is the same with and without γ, so the last
-# step of the ladder changes γ alone.
+# PathFinder ring, which (like Retrieval's) is the same with and without γ, so the last step
+# of the ladder changes γ alone.
 DEFAULT_RING = dict(r_min=0.9, r_max=0.999, max_phase=2 * math.pi)
 
 
@@ -92,9 +94,11 @@ def _complex_dtype(real_dtype) -> jnp.dtype:
 
 
 def _glorot(key: PRNGKeyArray, shape: tuple[int, int], dtype) -> Array:
-    """$\\mathcal N(0, 1/\\text{fan\\_in})$: the variance under which a square matrix has its
-    spectrum uniform on the unit disk (Thm. 3.1, Fig. 2)."""
-    return jax.random.normal(key, shape, dtype) / math.sqrt(shape[1])
+    r"""Glorot normal, $\mathcal N(0, 2/(\text{fan\_in} + \text{fan\_out}))$. For the
+    square $A$ this is $\mathcal N(0, 1/N)$, under which the spectrum fills the unit disk
+    (Thm. 3.1, Fig. 2)."""
+    fan_out, fan_in = shape
+    return jax.random.normal(key, shape, dtype) * math.sqrt(2 / (fan_in + fan_out))
 
 
 # --- dense RNNs (§2.1 eq. 1, §3.1) ------------------------------------------------------
@@ -105,7 +109,8 @@ class AbstractDenseRNN(eqx.Module):
     $x_{-1} = 0$ (paper eq. 1; no bias, as there).
 
     **Fields:** `A` `(d_state, d_state)`, `B` `(d_state, d_model)`, `C` `(d_model, d_state)`,
-    all Glorot $\mathcal N(0, 1/\text{fan\_in})$ as in the paper's vanilla RNN (§3.1);
+    all Glorot normal $\mathcal N(0, 2/(\text{fan\_in} + \text{fan\_out}))$ as in the
+    paper's vanilla RNN (§3.1; $\mathcal N(0, 1/N)$ for $A$);
     `D` `(d_model,)` $\sim \mathcal N(0, 1)$, elementwise like the LRU's, so every rung of
     the ladder has the same skip.
     """
@@ -479,7 +484,12 @@ def to_diagonal(core: AbstractDenseRNN) -> DiagonalRealImag:
         core.d_model, core.d_state, method=core.method, dtype=dtype, key=jax.random.key(0)
     )
     values = (
-        eigenvalues.real, eigenvalues.imag, B_bar.real, B_bar.imag, C_bar.real, C_bar.imag,
+        eigenvalues.real,
+        eigenvalues.imag,
+        B_bar.real,
+        B_bar.imag,
+        C_bar.real,
+        C_bar.imag,
     )
     return eqx.tree_at(
         lambda c: (c.lambda_re, c.lambda_im, c.B_re, c.B_im, c.C_re, c.C_im, c.D),
@@ -494,7 +504,11 @@ AblationCore = DenseRNN | LinearDenseRNN | AbstractDiagonalRNN | ComplexLRU
 
 
 def _no_ring(name: str, r_min, r_max, max_phase) -> None:
-    given = [n for n, v in (("r_min", r_min), ("r_max", r_max), ("max_phase", max_phase)) if v is not None]
+    given = [
+        n
+        for n, v in (("r_min", r_min), ("r_max", r_max), ("max_phase", max_phase))
+        if v is not None
+    ]
     if given:
         raise ValueError(
             f"The {name!r} rung has a Glorot-initialised dense A, whose spectrum is fixed "
@@ -504,7 +518,14 @@ def _no_ring(name: str, r_min, r_max, max_phase) -> None:
 
 
 def make_rnn_tanh(
-    d_model: int, d_state: int, *, key: PRNGKeyArray, r_min=None, r_max=None, max_phase=None, **options
+    d_model: int,
+    d_state: int,
+    *,
+    key: PRNGKeyArray,
+    r_min=None,
+    r_max=None,
+    max_phase=None,
+    **options,
 ) -> DenseRNN:
     """Rung "rnn_tanh": `DenseRNN(nonlinearity="tanh")` (Table 1, RNN-Tanh)."""
     _no_ring("rnn_tanh", r_min, r_max, max_phase)
@@ -512,7 +533,14 @@ def make_rnn_tanh(
 
 
 def make_rnn_relu(
-    d_model: int, d_state: int, *, key: PRNGKeyArray, r_min=None, r_max=None, max_phase=None, **options
+    d_model: int,
+    d_state: int,
+    *,
+    key: PRNGKeyArray,
+    r_min=None,
+    r_max=None,
+    max_phase=None,
+    **options,
 ) -> DenseRNN:
     """Rung "rnn_relu": `DenseRNN(nonlinearity="relu")` (Table 1, RNN-ReLU)."""
     _no_ring("rnn_relu", r_min, r_max, max_phase)
@@ -520,7 +548,14 @@ def make_rnn_relu(
 
 
 def make_linear_dense(
-    d_model: int, d_state: int, *, key: PRNGKeyArray, r_min=None, r_max=None, max_phase=None, **options
+    d_model: int,
+    d_state: int,
+    *,
+    key: PRNGKeyArray,
+    r_min=None,
+    r_max=None,
+    max_phase=None,
+    **options,
 ) -> LinearDenseRNN:
     """Rung "linear_dense": `LinearDenseRNN` (Table 1, RNN-Lin; Table 2, Dense A)."""
     _no_ring("linear_dense", r_min, r_max, max_phase)
@@ -528,8 +563,14 @@ def make_linear_dense(
 
 
 def make_diag_realimag(
-    d_model: int, d_state: int, *, key: PRNGKeyArray, r_min: float = 0.0, r_max: float = 1.0,
-    max_phase: float = 2 * math.pi, **options,
+    d_model: int,
+    d_state: int,
+    *,
+    key: PRNGKeyArray,
+    r_min: float = 0.0,
+    r_max: float = 1.0,
+    max_phase: float = 2 * math.pi,
+    **options,
 ) -> DiagonalRealImag:
     """Rung "diag_realimag": `DiagonalRealImag`, unit-disk init (Table 2, Λ Real + Im)."""
     return DiagonalRealImag(
@@ -538,8 +579,14 @@ def make_diag_realimag(
 
 
 def make_diag_exp(
-    d_model: int, d_state: int, *, key: PRNGKeyArray, r_min: float = 0.0, r_max: float = 1.0,
-    max_phase: float = 2 * math.pi, **options,
+    d_model: int,
+    d_state: int,
+    *,
+    key: PRNGKeyArray,
+    r_min: float = 0.0,
+    r_max: float = 1.0,
+    max_phase: float = 2 * math.pi,
+    **options,
 ) -> DiagonalExp:
     """Rung "diag_exp": `DiagonalExp`, unit-disk init (Table 2, Λ Exp)."""
     return DiagonalExp(
@@ -548,8 +595,14 @@ def make_diag_exp(
 
 
 def make_diag_stable_exp(
-    d_model: int, d_state: int, *, key: PRNGKeyArray, r_min: float = 0.0, r_max: float = 1.0,
-    max_phase: float = 2 * math.pi, **options,
+    d_model: int,
+    d_state: int,
+    *,
+    key: PRNGKeyArray,
+    r_min: float = 0.0,
+    r_max: float = 1.0,
+    max_phase: float = 2 * math.pi,
+    **options,
 ) -> DiagonalStableExp:
     """Rung "diag_stable_exp": `DiagonalStableExp`, unit-disk init (Table 2, Λ Stable Exp)."""
     return DiagonalStableExp(
@@ -558,8 +611,14 @@ def make_diag_stable_exp(
 
 
 def make_diag_stable_exp_ring(
-    d_model: int, d_state: int, *, key: PRNGKeyArray, r_min: float = DEFAULT_RING["r_min"],
-    r_max: float = DEFAULT_RING["r_max"], max_phase: float = DEFAULT_RING["max_phase"], **options,
+    d_model: int,
+    d_state: int,
+    *,
+    key: PRNGKeyArray,
+    r_min: float = DEFAULT_RING["r_min"],
+    r_max: float = DEFAULT_RING["r_max"],
+    max_phase: float = DEFAULT_RING["max_phase"],
+    **options,
 ) -> DiagonalStableExp:
     """Rung "diag_stable_exp_ring": `DiagonalStableExp` on a ring near the unit circle
     (Table 2, + Ring Init; tuned rings in Table 8), default `DEFAULT_RING`."""
@@ -569,8 +628,14 @@ def make_diag_stable_exp_ring(
 
 
 def make_lru(
-    d_model: int, d_state: int, *, key: PRNGKeyArray, r_min: float = DEFAULT_RING["r_min"],
-    r_max: float = DEFAULT_RING["r_max"], max_phase: float = DEFAULT_RING["max_phase"], **options,
+    d_model: int,
+    d_state: int,
+    *,
+    key: PRNGKeyArray,
+    r_min: float = DEFAULT_RING["r_min"],
+    r_max: float = DEFAULT_RING["r_max"],
+    max_phase: float = DEFAULT_RING["max_phase"],
+    **options,
 ) -> ComplexLRU:
     """Rung "lru": `eqx_lru.ComplexLRU` (+ γ normalisation, §3.4; Tables 3, 8), default
     `DEFAULT_RING` like the previous rung."""

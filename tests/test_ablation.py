@@ -123,7 +123,11 @@ def test_reverse_is_flip(name, getkey):
     assert jnp.allclose(core(u, reverse=True), flipped, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", NAMES)
+# One rung per core class ("rnn_relu" and "diag_stable_exp_ring" share theirs; the LRU's own
+# tests cover "lru"), to keep compilation time down.
+@pytest.mark.parametrize(
+    "name", ["rnn_tanh", "linear_dense", "diag_realimag", "diag_exp", "diag_stable_exp"]
+)
 def test_vmap_jit_grad(name, getkey):
     core = ABLATION_CORES[name](H, N, key=getkey())
     u = jax.random.normal(getkey(), (2, L, H))
@@ -134,7 +138,9 @@ def test_vmap_jit_grad(name, getkey):
         return jnp.mean(jax.vmap(functools.partial(core, reverse=True))(u) ** 2)
 
     value, grads = loss(core, u)
-    expected = (jnp.mean(core(u[0], reverse=True) ** 2) + jnp.mean(core(u[1], reverse=True) ** 2)) / 2
+    expected = (
+        jnp.mean(core(u[0], reverse=True) ** 2) + jnp.mean(core(u[1], reverse=True) ** 2)
+    ) / 2
     assert jnp.allclose(value, expected, rtol=1e-5)
     leaves = jax.tree_util.tree_leaves(eqx.filter(grads, eqx.is_array))
     assert leaves and all(bool(jnp.all(jnp.isfinite(g))) for g in leaves)
@@ -169,14 +175,6 @@ def test_dense_rungs_refuse_ring_options(name, getkey):
         ABLATION_CORES[name](H, N, key=getkey(), r_min=0.9)
 
 
-def test_glorot_dense_spectrum_fills_the_disk(getkey):
-    """Thm. 3.1: a Glorot A has its eigenvalues ≈ uniform on the unit disk."""
-    modulus = np.abs(np.asarray(eqx_lru.LinearDenseRNN(2, 200, key=getkey()).eigenvalues()))
-    assert 0.9 < modulus.max() < 1.15
-    # Uniform on the disk: P(|λ| <= 1/2) = 1/4.
-    assert abs(np.mean(modulus <= 0.5) - 0.25) < 0.08
-
-
 def test_errors(getkey):
     core = eqx_lru.DiagonalExp(H, N, key=getkey())
     with pytest.raises(ValueError, match="shape \\(length, d_model\\)"):
@@ -195,15 +193,23 @@ def test_errors(getkey):
 def test_dense_algebra_parallel_scan_matches_sequential(getkey):
     core = eqx_lru.LinearDenseRNN(H, N, key=getkey())
     parallel = eqx_lru.LinearDenseRNN(H, N, method="associative", key=getkey())
-    parallel = eqx.tree_at(lambda c: (c.A, c.B, c.C, c.D), parallel, (core.A, core.B, core.C, core.D))
+    parallel = eqx.tree_at(
+        lambda c: (c.A, c.B, c.C, c.D), parallel, (core.A, core.B, core.C, core.D)
+    )
     u = jax.random.normal(getkey(), (L, H))
     assert jnp.allclose(core(u), parallel(u), rtol=1e-4, atol=1e-5)
 
 
 def test_registry_order_and_signature():
     assert NAMES == (
-        "rnn_tanh", "rnn_relu", "linear_dense", "diag_realimag", "diag_exp",
-        "diag_stable_exp", "diag_stable_exp_ring", "lru",
+        "rnn_tanh",
+        "rnn_relu",
+        "linear_dense",
+        "diag_realimag",
+        "diag_exp",
+        "diag_stable_exp",
+        "diag_stable_exp_ring",
+        "lru",
     )
     import inspect
 
