@@ -57,10 +57,10 @@ class AbstractAlgebra(eqx.Module):
     """How transitions compose and act on states.
 
     A new algebra is one small subclass: the shape of a transition for a given state
-    shape, how two transitions compose, and how a transition acts on a state. The two
-    methods the backward pass needs, `apply_transpose` and `transition_cotangent`, have
-    generic defaults derived from `apply` by autodiff; override them with closed forms
-    for speed.
+    shape, how two transitions compose, and how a transition acts on a state. The methods
+    the backward pass needs, `apply_transpose`, `transition_cotangent` and
+    `transition_cotangent_sum`, have generic defaults derived from `apply` by autodiff;
+    override them with closed forms for speed.
     """
 
     @abc.abstractmethod
@@ -88,6 +88,12 @@ class AbstractAlgebra(eqx.Module):
         a = jnp.zeros(self.transition_shape(h.shape), h.dtype)
         _, transpose = jax.vjp(lambda a: self.apply(a, h), a)
         return transpose(g)[0]
+
+    def transition_cotangent_sum(self, g: Array, h: Array) -> Array:
+        """`transition_cotangent(g_k, h_k)` summed over the leading axis of `g` and `h`: the
+        cotangent of a transition shared by every step. Override when a layout-aware sum is
+        faster."""
+        return jnp.sum(jax.vmap(self.transition_cotangent)(g, h), axis=0)
 
     def check_state_shape(self, state_shape: tuple[int, ...]) -> None:
         """Raise a `ValueError` if states of this shape are not valid for the algebra."""
@@ -148,6 +154,15 @@ class Block2x2(AbstractAlgebra):
 
     def transition_cotangent(self, g: Array, h: Array) -> Array:
         return g[..., :, None] * h[..., None, :]
+
+    def transition_cotangent_sum(self, g: Array, h: Array) -> Array:
+        # Two sums of contiguous products, (g0 h0, g1 h1) and (g0 h1, g1 h0), rather than one
+        # sum over (..., 2, 2) outer products, which XLA on CPU vectorises 3x worse.
+        same = jnp.sum(g * h, axis=0)
+        swapped = jnp.sum(g * h[..., ::-1], axis=0)
+        row0 = jnp.stack([same[..., 0], swapped[..., 0]], axis=-1)
+        row1 = jnp.stack([swapped[..., 1], same[..., 1]], axis=-1)
+        return jnp.stack([row0, row1], axis=-2)
 
     def check_state_shape(self, state_shape: tuple[int, ...]) -> None:
         if len(state_shape) == 0 or state_shape[-1] != 2:
@@ -262,6 +277,22 @@ def _sequential(
 ) -> tuple[Array, Array]:
     """`h ← step(a_k, h, load(xs[k]))` for every k (from the end if `reverse`), writing
     `store(h)` over `xs[k]` in place. Returns (all stored states, the last carry)."""
+    dtype = xs.dtype
+    if dtype.itemsize == 2 and jnp.issubdtype(dtype, jnp.floating):
+        # Loop over the bit patterns of 16-bit floats: XLA on CPU upcasts a bfloat16
+        # dynamic-update-slice to float32 over the whole buffer (a full copy per iteration).
+        def load_bits(x, load=load):
+            return load(jax.lax.bitcast_convert_type(x, dtype))
+
+        def store_bits(h, store=store):
+            return jax.lax.bitcast_convert_type(store(h), jnp.uint16)
+
+        hs, h = _sequential(
+            step, load_bits, store_bits, a, jax.lax.bitcast_convert_type(xs, jnp.uint16),
+            h, shared, reverse, unroll,
+        )
+        return jax.lax.bitcast_convert_type(hs, dtype), h
+
     length = xs.shape[0]
     block = max(1, min(unroll, length))
     n_blocks, tail = divmod(length, block)
@@ -402,12 +433,11 @@ def _shifted_cotangent_sum(
     # Pairs (λ[j + dl], h[j + dh]) for j in [0, length - 1).
     dl, dh = (0, 1) if reverse else (1, 0)
     count = hs.shape[0] - 1
-    cotangent = jax.vmap(algebra.transition_cotangent)
 
     def block_sum(start, size):
         lam = storage.load_cotangent(jax.lax.dynamic_slice_in_dim(lam_stored, start + dl, size, 0))
         h = storage.load(jax.lax.dynamic_slice_in_dim(hs, start + dh, size, 0))
-        return jnp.sum(cotangent(lam, h), axis=0)
+        return algebra.transition_cotangent_sum(lam, h)
 
     shape = jax.eval_shape(lambda: block_sum(0, 1))
     total = jnp.zeros(shape.shape, shape.dtype)

@@ -170,8 +170,8 @@ def _zeros_if_none(h0, b):
 
 @pytest.mark.parametrize("name", ["diag-complex", "block"])
 def test_closed_form_backward_equals_generic_default(name):
-    """Diagonal/Block2x2 override `apply_transpose`/`transition_cotangent` with closed forms;
-    they must equal the autodiff-derived defaults of `AbstractAlgebra`."""
+    """Diagonal/Block2x2 override the backward's methods with closed forms; they must equal
+    the autodiff-derived defaults of `AbstractAlgebra`."""
     with jax.enable_x64(True):
         algebra, a, b, _ = _problem(name, shared=True)
         g, h = b[0], b[1]
@@ -181,6 +181,11 @@ def test_closed_form_backward_equals_generic_default(name):
         )
         np.testing.assert_allclose(
             algebra.transition_cotangent(g, h), base.transition_cotangent(algebra, g, h), rtol=1e-14
+        )
+        np.testing.assert_allclose(
+            algebra.transition_cotangent_sum(b, b[::-1]),
+            base.transition_cotangent_sum(algebra, b, b[::-1]),
+            rtol=1e-13,
         )
 
 
