@@ -34,6 +34,7 @@ Both generators are reproducible: ListOps uses `random.Random(seed)`, Pathfinder
 
 import argparse
 import concurrent.futures
+import multiprocessing
 import dataclasses
 import math
 import os
@@ -589,7 +590,9 @@ def write_pathfinder(
         for job in jobs:
             _write_pathfinder_batch(*job)
     else:
-        with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+        # "spawn": forking a process that has JAX loaded (the trainer, the tests) can deadlock.
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
             list(pool.map(_write_pathfinder_batch, *zip(*jobs, strict=True)))
     return folder
 
