@@ -27,7 +27,7 @@ matrix-vector product). Only the nonlinear RNNs need their own `jax.lax.scan`.
 import abc
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import ClassVar, Literal
 
 import equinox as eqx
 import jax
@@ -119,6 +119,9 @@ class AbstractDenseRNN(eqx.Module):
     B: Float[Array, "d_state d_model"]
     C: Float[Array, "d_model d_state"]
     D: Float[Array, " d_model"]
+
+    #: "A and B" get the reduced learning rate and no weight decay (§D.2, `lru_optimizer`).
+    recurrent_fields: ClassVar[tuple[str, ...]] = ("A", "B")
 
     @property
     def d_model(self) -> int:
@@ -334,6 +337,8 @@ class DiagonalRealImag(AbstractDiagonalRNN):
     $|\lambda| < 1$ during training. Also the target of `to_diagonal`.
     """
 
+    recurrent_fields: ClassVar[tuple[str, ...]] = ("lambda_re", "lambda_im", "B_re", "B_im")
+
     lambda_re: Float[Array, " d_state"]
     lambda_im: Float[Array, " d_state"]
 
@@ -372,6 +377,8 @@ class DiagonalExp(AbstractDiagonalRNN):
     Magnitude and phase are decoupled (§E.2, Fig. 8), but nothing keeps $\nu > 0$, so
     $|\lambda|$ can leave the unit disk during training.
     """
+
+    recurrent_fields: ClassVar[tuple[str, ...]] = ("nu", "theta", "B_re", "B_im")
 
     nu: Float[Array, " d_state"]
     theta: Float[Array, " d_state"]
@@ -414,6 +421,8 @@ class DiagonalStableExp(AbstractDiagonalRNN):
     phase $\theta = e^{\theta_{\log}}$ with the LRU in §3.4; it is used here already so that
     the two rungs differ only by $\gamma$.
     """
+
+    recurrent_fields: ClassVar[tuple[str, ...]] = ("nu_log", "theta_log", "B_re", "B_im")
 
     nu_log: Float[Array, " d_state"]
     theta_log: Float[Array, " d_state"]

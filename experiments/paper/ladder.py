@@ -71,15 +71,6 @@ DENSE = ("rnn_tanh", "rnn_relu", "linear_dense")
 NONLINEAR = ("rnn_tanh", "rnn_relu")
 assert tuple(RUNGS) == tuple(ABLATION_CORES), "keep RUNGS in the registry's (the paper's) order"
 
-#: The recurrent parameters ("A and B", §D.2) of the ladder's cores that do not declare
-#: `recurrent_fields` themselves: lr × lr_factor and no weight decay, as the LRU's ν, θ, γ, B.
-LADDER_RECURRENT_FIELDS = {
-    eqx_lru.DenseRNN: ("A", "B"),
-    eqx_lru.LinearDenseRNN: ("A", "B"),
-    eqx_lru.DiagonalRealImag: ("lambda_re", "lambda_im", "B_re", "B_im"),
-    eqx_lru.DiagonalExp: ("nu", "theta", "B_re", "B_im"),
-    eqx_lru.DiagonalStableExp: ("nu_log", "theta_log", "B_re", "B_im"),
-}
 
 # ListOps tokens, as `experiments.lra.data` reads them: parentheses dropped, "]" -> "X".
 LISTOPS_VOCAB = ("<pad>", *map(str, range(10)), "[MIN", "[MAX", "[MED", "[SM", "X")
@@ -192,26 +183,9 @@ def model_inputs(task: str, length: int, arrays: dict, index):
 
 
 def ladder_param_labels(params) -> object:
-    """`eqx_lru.lru_param_labels`, plus the ladder cores' recurrent fields
-    (`LADDER_RECURRENT_FIELDS`) for cores that do not declare `recurrent_fields`."""
-    base = eqx_lru.lru_param_labels(params)
-
-    def is_ladder_core(node) -> bool:
-        return type(node) in LADDER_RECURRENT_FIELDS and not hasattr(
-            type(node), "recurrent_fields"
-        )
-
-    def relabel(node, labels):
-        if not is_ladder_core(node):
-            return labels
-        fields = LADDER_RECURRENT_FIELDS[type(node)]
-
-        def label(path, _):
-            return "recurrent" if path[0].name in fields else "decay"
-
-        return jax.tree_util.tree_map_with_path(label, node)
-
-    return jax.tree_util.tree_map(relabel, params, base, is_leaf=is_ladder_core)
+    """`eqx_lru.lru_param_labels`: every core of the ladder declares its recurrent fields
+    ("A and B", §D.2), so each rung gets the reduced learning rate and no weight decay."""
+    return eqx_lru.lru_param_labels(params)
 
 
 def ladder_optimizer(settings: Settings) -> optax.GradientTransformation:
