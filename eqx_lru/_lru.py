@@ -153,16 +153,16 @@ class AbstractLRU(eqx.Module):
             self.modulus() * jnp.cos(self.phase()), self.modulus() * jnp.sin(self.phase())
         )
 
-    def _input_weight(self) -> Float[Array, "d_state 2 d_model"]:
-        r"""$[\gamma B_\text{re}, \gamma B_\text{im}]$, mode-major: row $(n, 0)$ gives
-        $\operatorname{Re}(\gamma B u)_n$ and row $(n, 1)$ gives the imaginary part."""
+    def _input_weight(self) -> Float[Array, "2 d_state d_model"]:
+        r"""$[\gamma B_\text{re}; \gamma B_\text{im}]$: row $(0, n)$ gives
+        $\operatorname{Re}(\gamma B u)_n$ and row $(1, n)$ the imaginary part."""
         gamma = jnp.exp(self.gamma_log)[:, None]
-        return jnp.stack([gamma * self.B_re, gamma * self.B_im], axis=1)
+        return jnp.stack([gamma * self.B_re, gamma * self.B_im], axis=0)
 
-    def _output_weight(self) -> Float[Array, "d_model d_state 2"]:
+    def _output_weight(self) -> Float[Array, "d_model 2 d_state"]:
         r"""$[C_\text{re}, -C_\text{im}]$, so $\operatorname{Re}(Cx)$ is one real contraction
-        with the state pairs $(\operatorname{Re} x_n, \operatorname{Im} x_n)$."""
-        return jnp.stack([self.C_re, -self.C_im], axis=-1)
+        with the planar pairs $[\operatorname{Re} x; \operatorname{Im} x]$."""
+        return jnp.stack([self.C_re, -self.C_im], axis=1)
 
     @classmethod
     def _check_compute_dtype(cls, compute_dtype, param_dtype) -> str | None:
@@ -185,15 +185,15 @@ class AbstractLRU(eqx.Module):
             x.astype(cd), weight.astype(cd).T, preferred_element_type=self.nu_log.dtype
         )
 
-    def _project_in(self, u: Float[Array, "length d_model"]) -> Float[Array, "length d_state 2"]:
-        r"""$\gamma B u$ as real pairs, in the dtype the states are stored in."""
+    def _project_in(self, u: Float[Array, "length d_model"]) -> Float[Array, "length 2 d_state"]:
+        r"""$\gamma B u$ as planar real pairs, in the dtype the states are stored in."""
         length = u.shape[0]
         weight = self._input_weight().reshape(2 * self.d_state, self.d_model)
-        drive = self._matmul(u, weight).reshape(length, self.d_state, 2)
+        drive = self._matmul(u, weight).reshape(length, 2, self.d_state)
         return drive if self.compute_dtype is None else drive.astype(self.compute_dtype)
 
     def _project_out(
-        self, pairs: Float[Array, "length d_state 2"]
+        self, pairs: Float[Array, "length 2 d_state"]
     ) -> Float[Array, "length d_model"]:
         weight = self._output_weight().reshape(self.d_model, 2 * self.d_state)
         return self._matmul(pairs.reshape(pairs.shape[0], 2 * self.d_state), weight)
@@ -227,16 +227,16 @@ class AbstractLRU(eqx.Module):
 
     @abc.abstractmethod
     def _storage(self) -> Storage:
-        """How the scan stores the sequence of states: as the real pairs `(length,
-        d_state, 2)` that the projections read and write (see `eqx_lru._scan.Storage`)."""
+        """How the scan stores the sequence of states: as the planar real pairs `(length, 2,
+        d_state)` that the projections write and read (see `eqx_lru._scan.Storage`)."""
 
     @abc.abstractmethod
-    def _to_state(self, pairs: Float[Array, "length d_state 2"]) -> Inexact[Array, "length d_state ..."]:
-        """The driving input $\\gamma B u$ in the form's state layout."""
+    def _to_algebra(self, state: Inexact[Array, "..."]) -> Array:
+        """A state in the public layout (`init_state()`'s) → the algebra's layout."""
 
     @abc.abstractmethod
-    def _to_pairs(self, states: Inexact[Array, "length d_state ..."]) -> Float[Array, "length d_state 2"]:
-        r"""States as real pairs $(\operatorname{Re} x, \operatorname{Im} x)$."""
+    def _from_algebra(self, h: Array) -> Inexact[Array, "..."]:
+        """A state in the algebra's layout → the public layout."""
 
     # --- public calls --------------------------------------------------------------------
 
@@ -253,17 +253,19 @@ class AbstractLRU(eqx.Module):
         Same arguments as `__call__`; for analysis and plots. With a `compute_dtype`, the
         states as stored (rounded to it), in the parameters' dtype.
         """
-        return self._to_state(self._state_pairs(u, initial_state, reverse))
+        pairs = self._state_pairs(u, initial_state, reverse)
+        return self._from_algebra(self._storage().load(pairs))
 
     def _state_pairs(
         self, u: Array, initial_state: Array | None, reverse: bool
-    ) -> Float[Array, "length d_state 2"]:
-        r"""All states as real pairs $(\operatorname{Re} x, \operatorname{Im} x)$: the scan
-        reads the input projection and writes the states in this layout, in place, and the
-        output projection reads it, so no pass over the sequence converts between layouts."""
+    ) -> Float[Array, "length 2 d_state"]:
+        r"""All states as planar real pairs $[\operatorname{Re} x; \operatorname{Im} x]$: the
+        scan reads the input projection and writes the states in this layout, in place, and
+        the output projection reads it, so no pass over the sequence converts layouts."""
         self._check_input(u, "u", (u.shape[0], self.d_model))
         if initial_state is not None:
             self._check_state(initial_state)
+            initial_state = self._to_algebra(initial_state)
         return recurrence(
             self._transition(),
             self._project_in(u),
@@ -313,10 +315,11 @@ class AbstractLRU(eqx.Module):
         """
         self._check_input(u_t, "u_t", (self.d_model,))
         self._check_state(state)
-        drive = self._to_state(self._project_in(u_t[None]))[0]
-        new_state = self._algebra.apply(self._transition(), state) + drive
-        y_t = self._project_out(self._to_pairs(new_state[None]))[0] + self.D * u_t
-        return new_state, y_t
+        storage = self._storage()  # the same rounding as the parallel call
+        drive = storage.load(self._project_in(u_t[None]))[0]
+        h = self._algebra.apply(self._transition(), self._to_algebra(state)) + drive
+        y_t = self._project_out(storage.store(h[None]))[0] + self.D * u_t
+        return self._from_algebra(h), y_t
 
     @classmethod
     def _with_parameters_of(cls, layer: "AbstractLRU") -> "AbstractLRU":
@@ -354,17 +357,17 @@ class ComplexLRU(AbstractLRU):
     def _storage(self) -> Storage:
         return ComplexPairs()
 
+    def _to_algebra(self, state: Complex[Array, "*batch d_state"]) -> Array:
+        return state
+
+    def _from_algebra(self, h: Array) -> Complex[Array, "*batch d_state"]:
+        return h
+
     def init_state(self) -> Complex[Array, " d_state"]:
         return jnp.zeros(self.d_state, _complex_dtype(self.nu_log.dtype))
 
     def _transition(self) -> Complex[Array, " d_state"]:
         return self.eigenvalues()
-
-    def _to_state(self, pairs: Float[Array, "length d_state 2"]) -> Complex[Array, "length d_state"]:
-        return jax.lax.complex(pairs[..., 0], pairs[..., 1])
-
-    def _to_pairs(self, states: Complex[Array, "length d_state"]) -> Float[Array, "length d_state 2"]:
-        return jnp.stack([states.real, states.imag], axis=-1)
 
     @classmethod
     def from_real(cls, layer: "RealLRU") -> "ComplexLRU":
@@ -382,7 +385,9 @@ class RealLRU(AbstractLRU):
     real dtypes only. See `AbstractLRU.__init__` for the arguments.
     """
 
-    _algebra: ClassVar[AbstractAlgebra] = Block2x2()
+    # Planar pairs `(2, d_state)`: the same maths as `Block2x2()` on contiguous halves,
+    # about 1.5x faster per step on CPU (experiments/bench); the public state stays (N, 2).
+    _algebra: ClassVar[AbstractAlgebra] = Block2x2(planar=True)
 
     def _storage(self) -> Storage:
         if self.compute_dtype is None:
@@ -393,16 +398,16 @@ class RealLRU(AbstractLRU):
     def init_state(self) -> Float[Array, "d_state 2"]:
         return jnp.zeros((self.d_state, 2), self.nu_log.dtype)
 
-    def _transition(self) -> Float[Array, "d_state 2 2"]:
+    def _transition(self) -> Float[Array, "2 2 d_state"]:
         modulus, phase = self.modulus(), self.phase()
         cos, sin = modulus * jnp.cos(phase), modulus * jnp.sin(phase)
-        return jnp.stack([jnp.stack([cos, -sin], -1), jnp.stack([sin, cos], -1)], -2)
+        return jnp.stack([jnp.stack([cos, -sin]), jnp.stack([sin, cos])])
 
-    def _to_state(self, pairs: Float[Array, "length d_state 2"]) -> Float[Array, "length d_state 2"]:
-        return pairs.astype(self.nu_log.dtype)
+    def _to_algebra(self, state: Float[Array, "*batch d_state 2"]) -> Array:
+        return jnp.swapaxes(state, -1, -2)
 
-    def _to_pairs(self, states: Float[Array, "length d_state 2"]) -> Float[Array, "length d_state 2"]:
-        return states
+    def _from_algebra(self, h: Array) -> Float[Array, "*batch d_state 2"]:
+        return jnp.swapaxes(h, -1, -2)
 
     @classmethod
     def from_complex(cls, layer: ComplexLRU) -> "RealLRU":

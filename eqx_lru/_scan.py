@@ -47,10 +47,11 @@ from jaxtyping import Array, Inexact, jaxtyped
 ScanMethod = Literal["auto", "associative", "sequential"]
 _METHODS = ("auto", "associative", "sequential")
 
-# Steps per iteration of the sequential loop. Measured in `experiments/bench/RESULTS.md`:
-# blocks of 8 cut the per-iteration overhead of the loop; larger blocks gain nothing more
-# and compile more slowly.
-SEQUENTIAL_UNROLL = 8
+# Steps per iteration of the sequential loop (`experiments/bench/RESULTS.md`, "Sequential
+# block size"). The loop is memory-bound, not overhead-bound: one step per iteration writes
+# each state straight back; larger blocks stack their states first and were no faster
+# (slower for the planar real form), and compile more slowly.
+SEQUENTIAL_UNROLL = 1
 
 
 class AbstractAlgebra(eqx.Module):
@@ -60,7 +61,8 @@ class AbstractAlgebra(eqx.Module):
     shape, how two transitions compose, and how a transition acts on a state. The methods
     the backward pass needs, `apply_transpose`, `transition_cotangent` and
     `transition_cotangent_sum`, have generic defaults derived from `apply` by autodiff;
-    override them with closed forms for speed.
+    override them with closed forms for speed. An algebra describes the arithmetic only:
+    it holds no arrays (it is a static, hashable argument of the custom VJP).
     """
 
     @abc.abstractmethod
@@ -128,53 +130,83 @@ class Block2x2(AbstractAlgebra):
     `later @ earlier`, which does not commute in general. With the rotation-scaling
     blocks $|\lambda| R(\theta)$ this is the real Jordan form of a complex diagonal
     recurrence (paper §E.3).
+
+    **Arguments:**
+
+    - `planar`: where the pair axis is. `False` (default): last, `h[..., 2]` and
+        `a[..., 2, 2]` as above. `True`: before a last axis of M pairs, `h[..., 2, M]` and
+        `a[..., 2, 2, M]` — the same maths on the two contiguous halves `h[..., 0, :]`,
+        `h[..., 1, :]`, which vectorise better than interleaved pairs (`RealLRU` computes
+        in this layout).
     """
 
+    planar: bool = eqx.field(default=False, static=True)
+
+    def _pair(self, h: Array) -> tuple[Array, Array]:
+        return (h[..., 0, :], h[..., 1, :]) if self.planar else (h[..., 0], h[..., 1])
+
+    def _join(self, h0: Array, h1: Array) -> Array:
+        return jnp.stack([h0, h1], axis=-2 if self.planar else -1)
+
+    def _entries(self, a: Array) -> tuple[Array, Array, Array, Array]:
+        if self.planar:
+            return a[..., 0, 0, :], a[..., 0, 1, :], a[..., 1, 0, :], a[..., 1, 1, :]
+        return a[..., 0, 0], a[..., 0, 1], a[..., 1, 0], a[..., 1, 1]
+
+    def _block(self, a00: Array, a01: Array, a10: Array, a11: Array) -> Array:
+        rows = self._join(a00, a01), self._join(a10, a11)
+        return jnp.stack(rows, axis=-3) if self.planar else jnp.stack(rows, axis=-2)
+
     def transition_shape(self, state_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if self.planar:
+            return state_shape[:-1] + (2,) + state_shape[-1:]
         return state_shape + (2,)
 
     def compose(self, later: Array, earlier: Array) -> Array:
         # Written out rather than as a batched matmul: four multiply-adds per entry
         # vectorise well on every backend and never dispatch a tiny matmul.
-        l00, l01, l10, l11 = _entries(later)
-        e00, e01, e10, e11 = _entries(earlier)
-        row0 = jnp.stack([l00 * e00 + l01 * e10, l00 * e01 + l01 * e11], axis=-1)
-        row1 = jnp.stack([l10 * e00 + l11 * e10, l10 * e01 + l11 * e11], axis=-1)
-        return jnp.stack([row0, row1], axis=-2)
+        l00, l01, l10, l11 = self._entries(later)
+        e00, e01, e10, e11 = self._entries(earlier)
+        return self._block(
+            l00 * e00 + l01 * e10, l00 * e01 + l01 * e11, l10 * e00 + l11 * e10, l10 * e01 + l11 * e11
+        )
 
     def apply(self, a: Array, h: Array) -> Array:
-        a00, a01, a10, a11 = _entries(a)
-        h0, h1 = h[..., 0], h[..., 1]
-        return jnp.stack([a00 * h0 + a01 * h1, a10 * h0 + a11 * h1], axis=-1)
+        a00, a01, a10, a11 = self._entries(a)
+        h0, h1 = self._pair(h)
+        return self._join(a00 * h0 + a01 * h1, a10 * h0 + a11 * h1)
 
     def apply_transpose(self, a: Array, g: Array) -> Array:
-        a00, a01, a10, a11 = _entries(a)
-        g0, g1 = g[..., 0], g[..., 1]
-        return jnp.stack([a00 * g0 + a10 * g1, a01 * g0 + a11 * g1], axis=-1)
+        a00, a01, a10, a11 = self._entries(a)
+        g0, g1 = self._pair(g)
+        return self._join(a00 * g0 + a10 * g1, a01 * g0 + a11 * g1)
 
     def transition_cotangent(self, g: Array, h: Array) -> Array:
-        return g[..., :, None] * h[..., None, :]
+        (g0, g1), (h0, h1) = self._pair(g), self._pair(h)
+        return self._block(g0 * h0, g0 * h1, g1 * h0, g1 * h1)
 
     def transition_cotangent_sum(self, g: Array, h: Array) -> Array:
-        # Two sums of contiguous products, (g0 h0, g1 h1) and (g0 h1, g1 h0), rather than one
-        # sum over (..., 2, 2) outer products, which XLA on CPU vectorises 3x worse.
+        # Two sums of contiguous products, (g0 h0, g1 h1) and (g0 h1, g1 h0), rather than
+        # sums of the four products, which XLA on CPU vectorises 3x worse.
+        swapped_h = h[..., ::-1, :] if self.planar else h[..., ::-1]
         same = jnp.sum(g * h, axis=0)
-        swapped = jnp.sum(g * h[..., ::-1], axis=0)
-        row0 = jnp.stack([same[..., 0], swapped[..., 0]], axis=-1)
-        row1 = jnp.stack([swapped[..., 1], same[..., 1]], axis=-1)
-        return jnp.stack([row0, row1], axis=-2)
+        swapped = jnp.sum(g * swapped_h, axis=0)
+        (s00, s11), (s01, s10) = self._pair(same), self._pair(swapped)
+        return self._block(s00, s01, s10, s11)
 
     def check_state_shape(self, state_shape: tuple[int, ...]) -> None:
-        if len(state_shape) == 0 or state_shape[-1] != 2:
+        if self.planar and (len(state_shape) < 2 or state_shape[-2] != 2):
+            raise ValueError(
+                "Block2x2(planar=True) states must end in axes (2, M) (the pairs (h_0, h_1) "
+                "the 2x2 blocks act on), so `b` must have shape (length, ..., 2, M); got a "
+                f"state shape {state_shape}."
+            )
+        if not self.planar and (len(state_shape) == 0 or state_shape[-1] != 2):
             raise ValueError(
                 "Block2x2 states must end in an axis of size 2 (the pair (h_0, h_1) a 2x2 "
                 f"block acts on), so `b` must have shape (length, ..., 2); got a state shape "
                 f"{state_shape}."
             )
-
-
-def _entries(a: Array) -> tuple[Array, Array, Array, Array]:
-    return a[..., 0, 0], a[..., 0, 1], a[..., 1, 0], a[..., 1, 1]
 
 
 # --- how states are stored between the forward and the backward pass ---------------------
@@ -186,7 +218,8 @@ class Storage(eqx.Module):
     conversion pass over the whole sequence) or low-precision states with a float32 carry.
 
     `load` and `store` are mutually inverse linear maps (up to rounding);
-    `load_cotangent`/`store_cotangent` are their transposes (`store`'s and `load`'s).
+    `load_cotangent`/`store_cotangent` are their transposes (`store`'s and `load`'s). All act
+    on arrays with a leading length (or block) axis.
     """
 
     def load(self, x: Array) -> Array:
@@ -203,21 +236,23 @@ class Storage(eqx.Module):
 
 
 class ComplexPairs(Storage):
-    """Complex states stored as real pairs `[..., (Re, Im)]` of the real dtype."""
+    """Complex states stored as real pairs: a stored array `(length, 2, *state_shape)` holds
+    the real parts in `[:, 0]` and the imaginary parts in `[:, 1]` (planar, like
+    `Block2x2(planar=True)` states)."""
 
     def load(self, x: Array) -> Array:
-        return jax.lax.complex(x[..., 0], x[..., 1])
+        return jax.lax.complex(x[:, 0], x[:, 1])
 
     def store(self, h: Array) -> Array:
-        return jnp.stack([h.real, h.imag], axis=-1)
+        return jnp.stack([h.real, h.imag], axis=1)
 
     # JAX's transposes: of `complex(x, y)`, ct ↦ (Re ct, -Im ct); of `(Re h, Im h)`,
     # (g_re, g_im) ↦ g_re - i g_im.
     def load_cotangent(self, g: Array) -> Array:
-        return jax.lax.complex(g[..., 0], -g[..., 1])
+        return jax.lax.complex(g[:, 0], -g[:, 1])
 
     def store_cotangent(self, ct: Array) -> Array:
-        return jnp.stack([ct.real, -ct.imag], axis=-1)
+        return jnp.stack([ct.real, -ct.imag], axis=1)
 
 
 class Cast(Storage):
@@ -483,10 +518,12 @@ def recurrence(
     """
     if method == "auto":
         method = default_method()
-    state = jax.eval_shape(storage.load, jax.ShapeDtypeStruct(b.shape[1:], b.dtype))
-    shared = a.ndim == len(algebra.transition_shape(state.shape))
+    # Storage maps act on arrays with a leading length (or block) axis.
+    state = jax.eval_shape(storage.load, jax.ShapeDtypeStruct((1,) + b.shape[1:], b.dtype))
+    state_shape = state.shape[1:]
+    shared = a.ndim == len(algebra.transition_shape(state_shape))
     if initial_state is None:
-        initial_state = jnp.zeros(state.shape, state.dtype)
+        initial_state = jnp.zeros(state_shape, state.dtype)
     cfg = _Config(algebra, storage, method, shared, reverse, SEQUENTIAL_UNROLL)
     return _recurrence(a, b, initial_state, cfg)
 

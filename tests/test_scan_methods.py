@@ -42,6 +42,7 @@ ALGEBRAS = {
     "diag-real": (eqx_lru.Diagonal(), np.float64),
     "diag-complex": (eqx_lru.Diagonal(), np.complex128),
     "block": (eqx_lru.Block2x2(), np.float64),
+    "block-planar": (eqx_lru.Block2x2(planar=True), np.float64),
     "dense": (Dense(), np.float64),
 }
 
@@ -49,7 +50,7 @@ ALGEBRAS = {
 def _problem(name, shared, length=LENGTH, seed=0):
     algebra, dtype = ALGEBRAS[name]
     rng = np.random.default_rng(seed)
-    state = STATE + (2,) if name == "block" else STATE
+    state = {"block": STATE + (2,), "block-planar": STATE[:-1] + (2,) + STATE[-1:]}.get(name, STATE)
 
     def draw(shape, scale=1.0):
         x = rng.normal(size=shape) * scale
@@ -168,7 +169,7 @@ def _zeros_if_none(h0, b):
     return jnp.zeros_like(b[0]) if h0 is None else h0
 
 
-@pytest.mark.parametrize("name", ["diag-complex", "block"])
+@pytest.mark.parametrize("name", ["diag-complex", "block", "block-planar"])
 def test_closed_form_backward_equals_generic_default(name):
     """Diagonal/Block2x2 override the backward's methods with closed forms; they must equal
     the autodiff-derived defaults of `AbstractAlgebra`."""
@@ -195,7 +196,7 @@ def test_complex_pairs_storage_matches_complex_states():
     `complex(re, im)`."""
     with jax.enable_x64(True):
         algebra, a, b, h0 = _problem("diag-complex", shared=True)
-        pairs = jnp.stack([b.real, b.imag], axis=-1)
+        pairs = jnp.stack([b.real, b.imag], axis=1)
         w = _weights(pairs)
 
         def via_pairs(a, pairs, h0, method):
@@ -209,9 +210,9 @@ def test_complex_pairs_storage_matches_complex_states():
             )
 
         def via_complex(a, pairs, h0):
-            b = jax.lax.complex(pairs[..., 0], pairs[..., 1])
+            b = jax.lax.complex(pairs[:, 0], pairs[:, 1])
             h = _loop(algebra, a, b, h0, True, False)
-            return jnp.stack([h.real, h.imag], axis=-1)
+            return jnp.stack([h.real, h.imag], axis=1)
 
         @jax.jit
         def run(a, pairs, h0):
