@@ -1,0 +1,365 @@
+"""`python -m experiments.bench [--quick] [--out RESULTS.md] [--resume]`; see the package docstring."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+from . import report
+from .extras import DEFAULT_RING, PATHX_RING
+from .impls import IMPLS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+HUGETLB = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+
+FULL = {
+    "B": 16,
+    "N": 256,
+    "H": (128, 256),
+    "L": (1024, 4096, 16384),
+    "rounds": 5,
+    "key": (256, 256, 16384),
+    "key_rounds": 7,
+    "unroll": (1, 2, 4, 8, 16, 32),
+    "hugetlb": {
+        "cases": [
+            ("app_a", 4096),
+            ("real-sequential", 4096),
+            ("floor", 4096),
+            ("complex-sequential", 16384),
+            ("real-sequential", 16384),
+            ("floor", 16384),
+        ],
+        "pairs": 3,
+        "reps": 3,
+    },
+    # Paper Table 9: (H, N) of the LRA models (ListOps/Text/Retrieval, Image, Pathfinder, PathX).
+    "step": {"sizes": [(512, 384), (128, 256), (256, 192), (192, 256)], "tokens": 4096, "calls": 500},
+    "precision": {
+        "configs": [
+            (256, 256, 1024, DEFAULT_RING),
+            (256, 256, 16384, DEFAULT_RING),
+            (256, 256, 16384, PATHX_RING),
+        ],
+        "batch": 2,
+    },
+}
+QUICK = {
+    "B": 2,
+    "N": 16,
+    "H": (16,),
+    "L": (128,),
+    "rounds": 3,
+    "key": (16, 16, 128),
+    "key_rounds": 3,
+    "unroll": (1, 8),
+    "hugetlb": {"cases": [], "pairs": 0, "reps": 0},
+    "step": {"sizes": [(16, 16)], "tokens": 32, "calls": 20},
+    "precision": {"configs": [(16, 16, 128, DEFAULT_RING)], "batch": 2},
+}
+SECTIONS = ("memory", "grid", "unroll", "hugetlb", "step", "precision")
+
+
+def _log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _key(spec):
+    return json.dumps(spec, sort_keys=True)
+
+
+def _child(module, *argv, env_extra=None, timeout=3600):
+    """Run `python -m experiments.bench.<module> argv...` and return its last JSON line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", f"experiments.bench.{module}", *argv],
+        cwd=ROOT,
+        env=dict(os.environ, **(env_extra or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = [x for x in proc.stdout.splitlines() if x[:1] in "[{"]
+    if proc.returncode or not lines:
+        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-5:]}
+    return json.loads(lines[-1])
+
+
+class Runner:
+    """Runs measurements (in child processes, or in this one for `--quick`) and keeps them
+    in a JSON file, keyed by their spec, so that an interrupted run can `--resume`."""
+
+    def __init__(self, path, *, in_process, resume):
+        self.path, self.in_process = path, in_process
+        self.data = {section: {} for section in SECTIONS}
+        if resume and path and os.path.exists(path):
+            with open(path) as f:
+                saved = json.load(f)
+            for section in SECTIONS:
+                self.data[section].update(saved.get(section, {}))
+
+    def get(self, section, spec, compute):
+        key = _key(spec)
+        cached = self.data[section].get(key)
+        if cached is not None and "error" not in cached:
+            return cached
+        start = time.time()
+        result = compute()
+        self.data[section][key] = result
+        if self.path:
+            with open(self.path, "w") as f:
+                json.dump(self.data, f, indent=1)
+        _log(f"  {section} {spec} -> {_summary(result)} [{time.time() - start:.0f} s]")
+        return result
+
+    # --- the measurements ---------------------------------------------------------------
+
+    def memory(self, case):
+        """Peak RSS (and temp, one timed call) of one case in its own process."""
+        from .measure import run_case
+
+        return self.get(
+            "memory",
+            case,
+            lambda: run_case(case) if self.in_process else _child("measure", json.dumps(case)),
+        )
+
+    def interleaved(self, section, spec):
+        from . import interleave
+
+        return self.get(
+            section,
+            spec,
+            lambda: interleave.run(spec) if self.in_process else _child("interleave", json.dumps(spec)),
+        )
+
+    def hugetlb(self, case, pairs):
+        """`pairs` alternating child processes without and with glibc huge pages."""
+
+        def compute():
+            runs = []
+            for _ in range(pairs):
+                for tunable in (False, True):
+                    r = _child("measure", json.dumps(case), env_extra=HUGETLB if tunable else None)
+                    runs.append(dict(r, hugetlb=tunable))
+            return {"case": case, "runs": runs}
+
+        return self.get("hugetlb", case, compute)
+
+    def extra(self, section, args):
+        from . import extras
+
+        def compute():
+            if not self.in_process:
+                return _child("extras", section, json.dumps(args))
+            if section == "step":
+                return extras.step_cost(args["sizes"], tokens=args["tokens"], calls=args["calls"])
+            return extras.precision(args["configs"], batch=args["batch"])
+
+        return self.get(section, args, compute)
+
+
+def _summary(result):
+    if isinstance(result, dict) and "error" in result:
+        return f"ERROR {result['error']}"
+    if isinstance(result, dict) and "times_ms" in result and isinstance(result["times_ms"], dict):
+        return ", ".join(f"{n} {ms:,.0f} ms" for n, ms in result["ms"].items())
+    if isinstance(result, dict) and "ms" in result:
+        peak = f", peak {result['peak_mb']:,.0f} MB" if result.get("peak_mb") else ""
+        return f"{result['ms']:,.0f} ms, temp {result['temp_mb']:,.0f} MB{peak}"
+    return f"{len(result)} rows" if isinstance(result, list) else "done"
+
+
+def run(grid, runner, *, quick):
+    B, N = grid["B"], grid["N"]
+    kH, kN, kL = grid["key"]
+    largest = grid["L"][-1]
+
+    def config(mode, H, L, **extra):
+        return {"mode": mode, "H": H, "N": N, "L": L, "B": B, **extra}
+
+    # Peak RSS: one process per case, at the longest length (and a process that only
+    # imports JAX and makes the data).
+    for H in grid["H"]:
+        data_only = dict(config("-", H, largest), impl="data_only", reps=0)
+        if quick:  # no RSS in-process; one child still exercises the path
+            runner.get("memory", data_only, lambda: _child("measure", json.dumps(data_only)))
+            continue
+        runner.memory(data_only)
+        for mode in ("fwd", "grad"):
+            for impl in IMPLS:
+                runner.memory(dict(config(mode, H, largest), impl=impl, reps=1))
+    # Times: every implementation of one configuration in one process, interleaved.
+    variants = [{"impl": impl} for impl in IMPLS]
+    for L in grid["L"]:
+        for H in grid["H"]:
+            for mode in ("fwd", "grad"):
+                key = (mode, H, N, L) == ("grad", kH, kN, kL)
+                rounds = grid["key_rounds"] if key else grid["rounds"]
+                runner.interleaved("grid", config(mode, H, L, variants=variants, rounds=rounds))
+    for mode in ("fwd", "grad"):
+        unrolls = [{"impl": "real-sequential", "unroll": u} for u in grid["unroll"]]
+        runner.interleaved("unroll", config(mode, kH, kL, variants=unrolls, rounds=grid["rounds"]))
+    for impl, L in grid["hugetlb"]["cases"]:
+        case = dict(config("grad", kH, L), impl=impl, reps=grid["hugetlb"]["reps"])
+        runner.hugetlb(case, grid["hugetlb"]["pairs"])
+    runner.extra("step", grid["step"])
+    runner.extra("precision", grid["precision"])
+
+
+def _grid_entry(runner, mode, H, N, L):
+    for result in runner.data["grid"].values():
+        s = result.get("spec", {})
+        if (s.get("mode"), s.get("H"), s.get("N"), s.get("L")) == (mode, H, N, L):
+            return result
+    return None
+
+
+def _memory_entry(runner, impl, mode, H, N, L):
+    for result in runner.data["memory"].values():
+        c = result.get("case", {})
+        if (c.get("impl"), c.get("mode"), c.get("H"), c.get("N"), c.get("L")) == (impl, mode, H, N, L):
+            return result
+    return None
+
+
+def render(grid, runner, info, *, quick, end_load) -> str:
+    from eqx_lru import _scan, default_method
+
+    method = default_method()
+    B, N = grid["B"], grid["N"]
+    kH, kN, kL = grid["key"]
+    largest = grid["L"][-1]
+    key_entry = _grid_entry(runner, "grad", kH, kN, kL)
+    peaks = {
+        (impl, mode, H): (_memory_entry(runner, impl, mode, H, N, largest) or {}).get("peak_mb")
+        for impl in IMPLS for mode in ("fwd", "grad") for H in grid["H"]
+    }
+    lines = [
+        "# eqx_lru benchmark" + (" (quick grid)" if quick else ""),
+        "",
+        "Written by `python -m experiments.bench" + (" --quick" if quick else "") + "`. float32 unless",
+        f"said, batch {B} via `jax.vmap`, N = {N} complex modes, the parameters of one key in every",
+        "row. 'fwd+bwd' is the gradient of the mean output with respect to all parameters and the",
+        "input. Times are under `jax.jit` after a warm-up call; all implementations of one",
+        f"configuration run in ONE process, in {grid['rounds']} interleaved rounds of one call each",
+        f"({grid['key_rounds']} for the key configuration): 'ms' is the median over rounds, '×' the",
+        "median over rounds of the ratio within the round — robust to the load changing on a shared",
+        "machine. 'temp' is XLA's `compiled.memory_analysis().temp_size_in_bytes`; 'peak RSS' is the",
+        "peak resident memory of a separate process that ran only that case (at the longest length"
+        + ("; not measured in quick mode)." if quick else ")."),
+        "",
+        "## Machine",
+        "",
+        *report.machine_lines(info, end_load=end_load),
+        "",
+        "The machine is shared (other jobs were running), so absolute times are noisy: compare",
+        "the ratios.",
+        "",
+        f"## Key configuration: fwd+bwd, B={B}, H={kH}, N={kN}, L={kL}",
+        "",
+        f"Bold: the default method on this backend (`method=\"auto\"` → `\"{method}\"`).",
+        "",
+        *report.key_table(key_entry, peaks, mode="grad", H=kH, default_method=method),
+        "",
+        *report.target_checks(key_entry, default_method=method),
+        "",
+    ]
+    if quick:
+        lines += ["(Quick grid: tiny sizes, dominated by dispatch; the targets concern the full grid.)", ""]
+    for mode, title in (("grad", "fwd+bwd"), ("fwd", "fwd")):
+        for H in grid["H"]:
+            entries = {L: _grid_entry(runner, mode, H, N, L) for L in grid["L"]}
+            lines += [f"## {title}, H={H}, N={N}", ""]
+            lines += report.grid_table(entries, peaks, mode=mode, H=H) + [""]
+    data_rss = [
+        e for e in (_memory_entry(runner, "data_only", "-", H, N, largest) for H in grid["H"]) if e
+    ]
+    if any(e.get("peak_mb") for e in data_rss):
+        lines += [
+            "Peak RSS of a process that only imports JAX and makes the data: "
+            + ", ".join(
+                f"{e['peak_mb']:,.0f} MB (H={e['case']['H']}, L={e['case']['L']})"
+                for e in data_rss if e.get("peak_mb")
+            )
+            + ".",
+            "",
+        ]
+    unroll = {
+        r["spec"]["mode"]: r for r in runner.data["unroll"].values() if "spec" in r
+    }
+    lines += [
+        f"## Sequential block size, RealLRU, H={kH}, N={kN}, L={kL}",
+        "",
+        "Steps per iteration of the in-place `fori_loop` (`eqx_lru._scan.SEQUENTIAL_UNROLL`, default "
+        f"{_scan.SEQUENTIAL_UNROLL}); interleaved in one process, ratio to the default.",
+        "",
+        *report.unroll_table(unroll, default=_scan.SEQUENTIAL_UNROLL),
+        "",
+    ]
+    if runner.data["hugetlb"]:
+        lines += [
+            f"## glibc huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`), fwd+bwd, H={kH}, N={kN}",
+            "",
+            f"{grid['hugetlb']['pairs']} pairs of processes (default malloc, then huge pages), "
+            f"{grid['hugetlb']['reps']} timed calls each; 'ratio' is the median of the per-pair ratios.",
+            "",
+            *report.hugetlb_table(list(runner.data["hugetlb"].values())),
+            "",
+        ]
+    step = next(iter(runner.data["step"].values()), [])
+    precision = next(iter(runner.data["precision"].values()), [])
+    lines += [
+        "## Step (RNN) mode: per-token latency of `layer.step` under `jax.jit`, batch 1",
+        "",
+        "(H, N) of the paper's LRA models (Table 9). 'jitted call' is one Python call per token,",
+        "dispatch included; 'in-graph' is the step inside one jitted `lax.scan` over "
+        f"{grid['step']['tokens']} tokens.",
+        "",
+        *report.step_table(step if isinstance(step, list) else []),
+        "",
+        "## Precision: error against the same layer in float64",
+        "",
+        "Relative error (‖x − x₆₄‖ / ‖x₆₄‖) of the output and of the gradient of `mean(w ⊙ y)`",
+        f"(w random), batch {grid['precision']['batch']}. `real bf16` is",
+        "`RealLRU(..., compute_dtype=jnp.bfloat16)`: bfloat16 operands of the projections and",
+        "stored states, float32 accumulation and carry. The complex form has no bfloat16 variant",
+        "(there is no bfloat16 complex dtype).",
+        "",
+        *report.precision_table(precision if isinstance(precision, list) else []),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a tiny grid in seconds, in-process")
+    parser.add_argument("--out", help="Markdown to write (default: RESULTS.md here; quick: stdout)")
+    parser.add_argument("--json", help="raw results (default: results.json next to --out)")
+    parser.add_argument("--resume", action="store_true", help="reuse measurements in the JSON file")
+    args = parser.parse_args(argv)
+
+    grid = QUICK if args.quick else FULL
+    out = args.out or (None if args.quick else os.path.join(HERE, "RESULTS.md"))
+    json_path = args.json or (
+        os.path.join(os.path.dirname(os.path.abspath(out)), "results.json") if out else None
+    )
+    info = report.machine_info()
+    runner = Runner(json_path, in_process=args.quick, resume=args.resume)
+    _log(f"benchmark ({'quick' if args.quick else 'full'}) -> {out or 'stdout'}")
+    run(grid, runner, quick=args.quick)
+    text = render(grid, runner, info, quick=args.quick, end_load=os.getloadavg())
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+        _log(f"wrote {out}")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

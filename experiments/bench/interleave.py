@@ -1,0 +1,66 @@
+"""Time several implementations in ONE process, in interleaved rounds.
+
+On a shared machine the load changes from minute to minute, so times measured in separate
+processes at different moments can disagree by more than the differences being measured.
+Here every round runs each variant once, back to back, and ratios are taken within each
+round; their median over rounds is robust to load changes.
+
+A spec: `{"variants": [{"impl": ..., "unroll": optional}, ...], "mode", "H", "N", "L", "B",
+"rounds"}`. `python -m experiments.bench.interleave SPEC` prints one JSON line with, per
+variant name (`impl`, or `impl@unroll`), the times of every round and XLA's temp memory.
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def name(variant) -> str:
+    return variant["impl"] + (f"@{variant['unroll']}" if variant.get("unroll") else "")
+
+
+def run(spec) -> dict:
+    import jax
+
+    from eqx_lru import _scan
+
+    from .measure import compiled_function
+
+    default_unroll = _scan.SEQUENTIAL_UNROLL
+    compiled, temp, data = {}, {}, None
+    for variant in spec["variants"]:
+        # The block size is read when the function is traced, i.e. compiled here.
+        _scan.SEQUENTIAL_UNROLL = int(variant.get("unroll") or default_unroll)
+        case = {k: v for k, v in spec.items() if k not in ("variants", "rounds")}
+        fn, params, u, _ = compiled_function(dict(case, impl=variant["impl"]))
+        _scan.SEQUENTIAL_UNROLL = default_unroll
+        data = u if data is None else data  # one input array for all (the same values)
+        jax.block_until_ready(fn(params, data))  # warm-up
+        compiled[name(variant)] = (fn, params)
+        temp[name(variant)] = fn.memory_analysis().temp_size_in_bytes / 2**20
+    times = {n: [] for n in compiled}
+    for _ in range(spec["rounds"]):
+        for n, (fn, params) in compiled.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn(params, data))
+            times[n].append(1e3 * (time.perf_counter() - start))
+    return {
+        "spec": spec,
+        "ms": {n: float(np.median(t)) for n, t in times.items()},
+        "times_ms": times,
+        "temp_mb": temp,
+    }
+
+
+def ratio(result, name, ref) -> float | None:
+    """Median over rounds of the per-round time ratio `name / ref`."""
+    times = result["times_ms"] if result else {}
+    if name not in times or ref not in times:
+        return None
+    return float(np.median(np.asarray(times[name]) / np.asarray(times[ref])))
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(json.loads(sys.argv[1]))), flush=True)
