@@ -571,86 +571,51 @@ def make_linear_dense(
     return LinearDenseRNN(d_model, d_state, key=key, **options)
 
 
-def make_diag_realimag(
-    d_model: int,
-    d_state: int,
-    *,
-    key: PRNGKeyArray,
-    r_min: float = 0.0,
-    r_max: float = 1.0,
-    max_phase: float = 2 * math.pi,
-    **options,
-) -> DiagonalRealImag:
-    """Rung "diag_realimag": `DiagonalRealImag`, unit-disk init (Table 2, Λ Real + Im)."""
-    return DiagonalRealImag(
-        d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, key=key, **options
-    )
+_UNIT_DISK = dict(r_min=0.0, r_max=1.0, max_phase=2 * math.pi)
 
 
-def make_diag_exp(
-    d_model: int,
-    d_state: int,
-    *,
-    key: PRNGKeyArray,
-    r_min: float = 0.0,
-    r_max: float = 1.0,
-    max_phase: float = 2 * math.pi,
-    **options,
-) -> DiagonalExp:
-    """Rung "diag_exp": `DiagonalExp`, unit-disk init (Table 2, Λ Exp)."""
-    return DiagonalExp(
-        d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, key=key, **options
-    )
+def _ring_rung(cls: Callable[..., AblationCore], ring: dict, doc: str) -> Callable[..., AblationCore]:
+    """A rung's factory for a core initialised on a ring: `ring` gives the defaults."""
+
+    def make_core(
+        d_model: int,
+        d_state: int,
+        *,
+        key: PRNGKeyArray,
+        r_min: float = ring["r_min"],
+        r_max: float = ring["r_max"],
+        max_phase: float = ring["max_phase"],
+        **options,
+    ) -> AblationCore:
+        return cls(
+            d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, key=key, **options
+        )
+
+    make_core.__doc__ = doc
+    return make_core
 
 
-def make_diag_stable_exp(
-    d_model: int,
-    d_state: int,
-    *,
-    key: PRNGKeyArray,
-    r_min: float = 0.0,
-    r_max: float = 1.0,
-    max_phase: float = 2 * math.pi,
-    **options,
-) -> DiagonalStableExp:
-    """Rung "diag_stable_exp": `DiagonalStableExp`, unit-disk init (Table 2, Λ Stable Exp)."""
-    return DiagonalStableExp(
-        d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, key=key, **options
-    )
-
-
-def make_diag_stable_exp_ring(
-    d_model: int,
-    d_state: int,
-    *,
-    key: PRNGKeyArray,
-    r_min: float = DEFAULT_RING["r_min"],
-    r_max: float = DEFAULT_RING["r_max"],
-    max_phase: float = DEFAULT_RING["max_phase"],
-    **options,
-) -> DiagonalStableExp:
-    """Rung "diag_stable_exp_ring": `DiagonalStableExp` on a ring near the unit circle
-    (Table 2, + Ring Init; tuned rings in Table 8), default `DEFAULT_RING`."""
-    return DiagonalStableExp(
-        d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, key=key, **options
-    )
-
-
-def make_lru(
-    d_model: int,
-    d_state: int,
-    *,
-    key: PRNGKeyArray,
-    r_min: float = DEFAULT_RING["r_min"],
-    r_max: float = DEFAULT_RING["r_max"],
-    max_phase: float = DEFAULT_RING["max_phase"],
-    **options,
-) -> ComplexLRU:
-    """Rung "lru": `eqx_lru.ComplexLRU` (+ γ normalisation, §3.4; Tables 3, 8), default
-    `DEFAULT_RING` like the previous rung."""
-    return ComplexLRU(
-        d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, key=key, **options
-    )
+make_diag_realimag = _ring_rung(
+    DiagonalRealImag, _UNIT_DISK,
+    'Rung "diag_realimag": `DiagonalRealImag`, unit-disk init (Table 2, Λ Real + Im).',
+)
+make_diag_exp = _ring_rung(
+    DiagonalExp, _UNIT_DISK, 'Rung "diag_exp": `DiagonalExp`, unit-disk init (Table 2, Λ Exp).'
+)
+make_diag_stable_exp = _ring_rung(
+    DiagonalStableExp, _UNIT_DISK,
+    'Rung "diag_stable_exp": `DiagonalStableExp`, unit-disk init (Table 2, Λ Stable Exp).',
+)
+make_diag_stable_exp_ring = _ring_rung(
+    DiagonalStableExp, DEFAULT_RING,
+    'Rung "diag_stable_exp_ring": `DiagonalStableExp` on a ring near the unit circle '
+    "(Table 2, + Ring Init; tuned rings in Table 8), default `DEFAULT_RING`.",
+)
+make_lru = _ring_rung(
+    ComplexLRU, DEFAULT_RING,
+    'Rung "lru": `eqx_lru.ComplexLRU` (+ γ normalisation, §3.4; Tables 3, 8), default '
+    "`DEFAULT_RING` like the previous rung.",
+)
 
 
 ABLATION_CORES: dict[str, Callable[..., AblationCore]] = {
