@@ -315,11 +315,23 @@ class AbstractLRU(eqx.Module):
         """
         self._check_input(u_t, "u_t", (self.d_model,))
         self._check_state(state)
-        storage = self._storage()  # the same rounding as the parallel call
-        drive = storage.load(self._project_in(u_t[None]))[0]
+        storage = self._storage()
+        if self.compute_dtype is None:
+            # Matrix-vector products with the parameters themselves: building the stacked
+            # weights of the parallel call would cost more than the products, every token
+            # (XLA does not hoist it out of a `lax.scan` over `step`).
+            gamma = jnp.exp(self.gamma_log)
+            pairs = jnp.stack([gamma * (self.B_re @ u_t), gamma * (self.B_im @ u_t)])
+        else:  # the same weights and rounding as the parallel call
+            pairs = self._project_in(u_t[None])[0]
+        drive = storage.load(pairs[None])[0]
         h = self._algebra.apply(self._transition(), self._to_algebra(state)) + drive
-        y_t = self._project_out(storage.store(h[None]))[0] + self.D * u_t
-        return self._from_algebra(h), y_t
+        pairs = storage.store(h[None])[0]
+        if self.compute_dtype is None:
+            y_t = self.C_re @ pairs[0] - self.C_im @ pairs[1]
+        else:
+            y_t = self._project_out(pairs[None])[0]
+        return self._from_algebra(h), y_t + self.D * u_t
 
     @classmethod
     def _with_parameters_of(cls, layer: "AbstractLRU") -> "AbstractLRU":
