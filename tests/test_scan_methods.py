@@ -19,9 +19,9 @@ import eqx_lru
 from eqx_lru import _scan
 
 METHODS = ("sequential", "associative")
-# Blocks of 3 steps keep the compiled code small: LENGTH = two full blocks and a tail of 2.
-# `test_sequential_blocks_and_tails` covers other block sizes, the default among them.
-UNROLL, LENGTH, STATE = 3, 8, (3, 4)
+# The default sequential loop (one step per iteration); `test_sequential_blocks_and_tails`
+# covers blocks of several steps.
+LENGTH, STATE = 6, (3, 4)
 VARIANTS = list(itertools.product([False, True], repeat=2))  # (reverse, with_h0)
 
 
@@ -104,8 +104,7 @@ def _all_variants(fn, algebra, a, b, h0, weights, shared):
 @pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("name", list(ALGEBRAS))
 @pytest.mark.parametrize("method", METHODS)
-def test_forward_and_gradients_match_autodiff_of_loop(monkeypatch, method, name, shared):
-    monkeypatch.setattr(_scan, "SEQUENTIAL_UNROLL", UNROLL)
+def test_forward_and_gradients_match_autodiff_of_loop(method, name, shared):
     with jax.enable_x64(True):
         algebra, a, b, h0 = _problem(name, shared)
         weights = _weights(b)
@@ -137,12 +136,10 @@ def test_forward_and_gradients_match_autodiff_of_loop(monkeypatch, method, name,
                 assert float(jnp.abs(grads[2]).max()) > 0
 
 
-@pytest.mark.parametrize(
-    "unroll,length",
-    [(3, 2), (3, 7), (4, 8), (_scan.SEQUENTIAL_UNROLL, 2 * _scan.SEQUENTIAL_UNROLL + 3)],
-)
+@pytest.mark.parametrize("unroll,length", [(3, 2), (3, 7), (4, 8)])
 def test_sequential_blocks_and_tails(monkeypatch, unroll, length):
-    """Block sizes that exceed the length, leave a tail, divide it; and the default."""
+    """`SEQUENTIAL_UNROLL` steps per iteration: blocks that exceed the length, leave a tail,
+    divide it."""
     monkeypatch.setattr(_scan, "SEQUENTIAL_UNROLL", unroll)
     with jax.enable_x64(True):
         for shared in (True, False):
