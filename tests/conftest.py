@@ -1,16 +1,52 @@
 """Shared test set-up.
 
-Strict dtype promotion and key-reuse checking catch silent bugs early. eqx_lru is not
-imported here at module level, so jaxtyping's import hook (pyproject `addopts`) still
-instruments it.
+- Strict dtype promotion and key-reuse checking catch silent bugs early.
+- Every matmul runs at `"highest"` precision, so comparisons against float64 oracles are
+  exact on every backend: on NVIDIA GPUs JAX's default runs float32 matmuls as TF32
+  (relative error ~3e-4). The environment variable makes subprocesses (CLI tests) do the
+  same. Tests of the default precision opt out with `jax.default_matmul_precision`.
+- `@pytest.mark.gpu` tests are skipped, with the reason shown by `-rs`, unless JAX runs
+  on a CUDA GPU.
+
+eqx_lru is not imported here at module level, so jaxtyping's import hook (pyproject
+`addopts`) still instruments it.
 """
 
-import jax
-import jax.numpy as jnp
-import pytest
+import os
+
+os.environ["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # before JAX reads it; subprocesses
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_debug_key_reuse", True)
+jax.config.update("jax_default_matmul_precision", "highest")
+
+#: The precision every test runs under (checked by `test_gpu.py`).
+TEST_MATMUL_PRECISION = "highest"
+
+
+def cuda_skip_reason() -> str | None:
+    """Why a CUDA-only test cannot run here, or None on a CUDA GPU."""
+    backend = jax.default_backend()
+    if backend != "gpu":
+        return f"needs a CUDA GPU; backend is {backend}"
+    version = getattr(jax.devices()[0].client, "platform_version", "")
+    if "rocm" in str(version).lower():
+        return f"needs a CUDA GPU; backend is gpu ({version})"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    reason = cuda_skip_reason()
+    if reason is not None:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture
