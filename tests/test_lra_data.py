@@ -404,11 +404,12 @@ def test_pathx_cache_memmap_and_invalidation(tmp_path):
     assert_same_task(first, fresh)
     again = load_task("pathx", tmp_path / "data", cache_dir=cache)
     assert_same_task(first, again)
-    # changing a metadata file invalidates the cache
-    write(folder / "metadata" / "0.npy", "imgs/0 sample_0.png 0 1 1.0 14 4 2 0.5 1 1\n")
+    # changing a metadata file invalidates the cache: every label becomes 1
+    lines = "".join(f"imgs/0 sample_{k}.png {k} 1 1.0 14 4 2 0.5 1 1\n" for k in range(10))
+    write(folder / "metadata" / "0.npy", lines)
     changed = load_task("pathx", tmp_path / "data", cache_dir=cache)
-    assert len(changed.train) + len(changed.val) + len(changed.test) == 1
-    assert changed.dropped == {}
+    assert changed.sizes == first.sizes and sum(changed.sizes.values()) == 9
+    assert all((s.labels == 1).all() for s in (changed.train, changed.val, changed.test))
 
 
 # --------------------------------------------------------------------------- cache, vocab files

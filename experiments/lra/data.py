@@ -57,6 +57,14 @@ reopen them with `np.load(mmap_mode="r")` if the fingerprint still matches, and 
 otherwise. Pixel arrays are built straight into
 the memory-mapped files, so PathX never needs 3.3 GB of RAM. Without `cache_dir`
 everything is built in memory on every call.
+
+**Errors.** Every problem with the data itself raises `DataError` (a `ValueError`) naming
+the file, and the line where there is one: a malformed TSV line or label, a file that is
+not UTF-8 or cannot be read, a bad CIFAR pickle, a PNG of the wrong size, a `cache_dir`
+that is a file or cannot be written, and a split with no examples (`TaskData.sizes` gives
+the split sizes). A missing folder or file raises `MissingDataError`, which is both a
+`DataError` and a `FileNotFoundError`. The command-line tools print these as one
+`error: ...` line with exit status 2.
 """
 
 import concurrent.futures
@@ -75,6 +83,8 @@ from PIL import Image
 
 
 __all__ = [
+    "DataError",
+    "MissingDataError",
     "TASKS",
     "SPECIALS",
     "PAD_ID",
@@ -120,6 +130,19 @@ _READ_CHUNK = 2048
 # --------------------------------------------------------------------------- public types
 
 
+class DataError(ValueError):
+    """A problem with the data a user gave: a malformed, unreadable or missing file (named,
+    with its line where there is one), an empty split, or an unusable cache folder.
+
+    Command-line tools catch it and print one `error: ...` line with exit status 2.
+    """
+
+
+class MissingDataError(DataError, FileNotFoundError):
+    """A task folder or file that should exist does not (also a `FileNotFoundError`)."""
+
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Split:
     """One split of a task. Arrays may be read-only `np.memmap`s.
@@ -159,6 +182,11 @@ class TaskData:
     vocab: tuple[str, ...] | None
     in_channels: int | None
     dropped: dict[str, int]
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Examples per split, `{"train": n, "val": n, "test": n}` (all >= 1 once loaded)."""
+        return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
 
     def batch(self, split: Split, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Gather examples `indices` of `split` into model-ready arrays.
@@ -220,7 +248,7 @@ def find_task_dir(data_root: str | os.PathLike, relative: str | os.PathLike) -> 
     root = Path(data_root).expanduser()
     rel = Path(relative)
     if not root.is_dir():
-        raise FileNotFoundError(f"data_root {str(root)!r} is not a directory.")
+        raise MissingDataError(f"data_root {str(root)!r} is not a directory.")
     if len(root.parts) >= len(rel.parts) and Path(*root.parts[-len(rel.parts) :]) == rel:
         return root
     searched: list[Path] = []
@@ -233,7 +261,7 @@ def find_task_dir(data_root: str | os.PathLike, relative: str | os.PathLike) -> 
         if depth < SEARCH_DEPTH:
             level = sorted(child for folder in level for child in _subfolders(folder))
     shown = ", ".join(str(p) for p in searched[:12]) + (", ..." if len(searched) > 12 else "")
-    raise FileNotFoundError(
+    raise MissingDataError(
         f"Could not find the folder {str(rel)!r} under {str(root)!r} (searched "
         f"{len(searched)} folders up to {SEARCH_DEPTH} levels deep: {shown}). Extract "
         "lra_release.gz (ListOps, Retrieval, Pathfinder, PathX), aclImdb (Text) or "
@@ -258,8 +286,10 @@ def load_task(
     - `max_examples`: keep at most this many examples of each split (the first ones in
       split order); the vocabulary is then built from the kept train examples.
 
-    **Raises:** `ValueError` for an unknown task or a malformed file (naming the file and
-    line), `FileNotFoundError` for a missing folder or file.
+    **Raises:** `DataError` for a malformed or unreadable file (naming the file and line),
+    an empty split or an unusable `cache_dir`; `MissingDataError` (a `DataError` and a
+    `FileNotFoundError`) for a missing folder or file; `ValueError` for an unknown `task`
+    or a bad `max_examples`.
     """
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; expected one of {TASKS}.")
@@ -270,16 +300,16 @@ def load_task(
     cache = None
     if cache_dir is not None:
         name = task if max_examples is None else f"{task}-max{max_examples}"
-        cache = Path(cache_dir).expanduser() / name
+        cache = _cache_folder(Path(cache_dir).expanduser(), name)
         cached = _load_cache(cache, fingerprint)
         if cached is not None:
             return _assemble(task, *cached)
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / "meta.json").unlink(missing_ok=True)
+        _cache_io(cache, lambda: (cache / "meta.json").unlink(missing_ok=True))
         _LOG.info("Building the %s cache in %s", task, cache)
     store = _Store(cache)
     try:
         meta = _BUILDERS[task](task_dir, store, max_examples)
+        _check_nonempty(task, task_dir, store.arrays)
         arrays = store.commit()
     except BaseException:
         store.abort()
@@ -287,7 +317,7 @@ def load_task(
     meta = {"version": _CACHE_VERSION, "fingerprint": fingerprint, "arrays": sorted(arrays), **meta}
     if cache is not None:
         text = json.dumps(meta, indent=1, ensure_ascii=False)
-        _write_atomic(cache / "meta.json", text.encode("utf-8"))
+        _cache_io(cache, lambda: _write_atomic(cache / "meta.json", text.encode("utf-8")))
     if meta["dropped"]:
         _LOG.warning("%s: skipped items %s under %s", task, meta["dropped"], task_dir)
     return _assemble(task, arrays, meta)
@@ -328,22 +358,27 @@ def _parse_label(text: str, num_classes: int, where: str, *, via_float: bool = F
     try:
         value = int(float(text)) if via_float else int(text)
     except (ValueError, OverflowError):
-        raise ValueError(f"{where}: label {text!r} is not an integer.") from None
+        raise DataError(f"{where}: label {text!r} is not an integer.") from None
     if not 0 <= value < num_classes:
-        raise ValueError(f"{where}: label {value} is out of range [0, {num_classes}).")
+        raise DataError(f"{where}: label {value} is out of range [0, {num_classes}).")
     return value
 
 
 def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield `(line_number, line)` of a UTF-8 file, lines split on `\\n` only."""
     if not path.is_file():
-        raise FileNotFoundError(f"Missing file {str(path)!r}.")
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                yield lineno, raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid UTF-8 ({e}).") from None
+        raise MissingDataError(f"Missing file {str(path)!r}.")
+    lineno = 0
+    try:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    text = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as e:
+                    raise DataError(f"{path}:{lineno}: not valid UTF-8 ({e}).") from None
+                yield lineno, text
+    except OSError as e:
+        raise DataError(f"{path}:{lineno + 1}: cannot read the file ({e}).") from None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -362,6 +397,56 @@ def _split_permutation(n: int, val_fraction: float, test_fraction: float) -> dic
 
 
 # --------------------------------------------------------------------------- helpers: cache
+
+
+def _cache_folder(cache_dir: Path, name: str) -> Path:
+    """`cache_dir/name`, created; a `DataError` if either is a file or cannot be made."""
+    for folder in (cache_dir, cache_dir / name):
+        if folder.exists() and not folder.is_dir():
+            raise DataError(f"cache_dir: {str(folder)!r} is a file; expected a folder (or a "
+                            "path that does not exist yet).")
+    cache = cache_dir / name
+    _cache_io(cache, lambda: cache.mkdir(parents=True, exist_ok=True))
+    return cache
+
+
+def _cache_io(cache: Path, action: Callable[[], object]) -> object:
+    """Run a file operation on the cache, turning an `OSError` into a `DataError`."""
+    try:
+        return action()
+    except OSError as e:
+        raise DataError(f"cache_dir: cannot write the cache in {str(cache)!r} ({e}).") from e
+
+
+def _split_sources(task: str, task_dir: Path) -> dict[str, str]:
+    """Where each split comes from, for messages."""
+    if task == "listops":
+        return {s: str(task_dir / f"basic_{s}.tsv") for s in _SPLITS}
+    if task == "retrieval":
+        files = {"train": "train", "val": "eval", "test": "test"}
+        return {s: str(task_dir / f"new_aan_pairs.{f}.tsv") for s, f in files.items()}
+    if task == "text":
+        return {s: f"{task_dir / f}/{{neg,pos}}/*.txt" for s, f in
+                {"train": "train", "val": "test", "test": "test"}.items()}
+    if task == "image":
+        train = f"{task_dir}/data_batch_{{1..5}} (90/10 train/val split)"
+        return {"train": train, "val": train, "test": str(task_dir / "test_batch")}
+    usable = f"the usable images listed in {task_dir / 'metadata'} (80/10/10 split)"
+    return dict.fromkeys(_SPLITS, usable)
+
+
+def _check_nonempty(task: str, task_dir: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    sizes = {n.split(".")[0]: len(a) for n, a in arrays.items() if n.endswith(".labels")}
+    empty = [s for s in _SPLITS if sizes.get(s, 1) == 0]
+    if empty:
+        shown = "/".join(str(sizes.get(s, sizes.get("test"))) for s in _SPLITS)
+        sources = _split_sources(task, task_dir)
+        names = empty[0] if len(empty) == 1 else f"{', '.join(empty[:-1])} and {empty[-1]}"
+        raise DataError(
+            f"{task}: the {names} split{'s are' if len(empty) > 1 else ' is'} "
+            f"empty (train/val/test sizes {shown}; {empty[0]} comes from {sources[empty[0]]}). "
+            "Every split needs at least one example."
+        )
 
 
 def _fingerprint(task: str, task_dir: Path, max_examples: int | None) -> str:
@@ -423,17 +508,17 @@ class _Store:
         if self.folder is None:
             arr = np.zeros(shape, dtype)
         else:
-            self._tmp[name] = self._tmp_path(name)
-            arr = np.lib.format.open_memmap(self._tmp[name], mode="w+", dtype=dtype, shape=shape)
+            path = self._tmp[name] = self._tmp_path(name)
+            arr = _cache_io(self.folder, lambda: np.lib.format.open_memmap(
+                path, mode="w+", dtype=dtype, shape=shape))
         self.arrays[name] = arr
         return arr
 
     def put(self, name: str, arr: np.ndarray) -> None:
         """Store a finished array."""
         if self.folder is not None:
-            self._tmp[name] = self._tmp_path(name)
-            with open(self._tmp[name], "wb") as f:
-                np.save(f, arr)
+            path = self._tmp[name] = self._tmp_path(name)
+            _cache_io(self.folder, lambda: np.save(path, arr))
         self.arrays[name] = arr
 
     def truncate(self, name: str, n: int) -> None:
@@ -462,7 +547,8 @@ class _Store:
             arr = self.arrays[name]
             if isinstance(arr, np.memmap):
                 arr.flush()
-            os.replace(tmp, self.folder / f"{name}.npy")
+            final = self.folder / f"{name}.npy"
+            _cache_io(self.folder, lambda tmp=tmp, final=final: os.replace(tmp, final))
         self._tmp.clear()
         names = list(self.arrays)
         self.arrays.clear()
@@ -554,7 +640,7 @@ def _token_dtype(vocab_size: int) -> np.dtype:
     for dtype in (np.uint8, np.uint16, np.uint32):
         if vocab_size <= np.iinfo(dtype).max + 1:
             return np.dtype(dtype)
-    raise ValueError(f"vocabulary of {vocab_size} tokens is too large")
+    raise DataError(f"vocabulary of {vocab_size} tokens is too large")
 
 
 def _build_token_task(
@@ -579,7 +665,8 @@ def _build_token_task(
             for rows_k, doc in zip(rows, docs, strict=True):
                 rows_k.append(np.append(encode(doc), EOS_ID).astype(dtype))
         encoded[split] = labels, rows
-    width = max(len(r) for _, rows in encoded.values() for rows_k in rows for r in rows_k)
+    lengths = (len(r) for _, rows in encoded.values() for rows_k in rows for r in rows_k)
+    width = max(lengths, default=1)  # an all-empty task is refused by load_task
     suffixes = ("", "2")[:n_docs]
     for split, (labels, rows) in encoded.items():
         store.put(f"{split}.labels", np.asarray(labels, np.int32))
@@ -606,13 +693,13 @@ def _listops_examples(path: Path) -> Iterator[_Example]:
     first = next(lines, None)
     if first is None or first[1] != "Source\tTarget":
         got = "an empty file" if first is None else repr(first[1][:40])
-        raise ValueError(f"{path}:1: expected the header 'Source<TAB>Target', got {got}.")
+        raise DataError(f"{path}:1: expected the header 'Source<TAB>Target', got {got}.")
     for lineno, line in lines:
         if not line:
             continue
         fields = line.split("\t")
         if len(fields) != 2:
-            raise ValueError(
+            raise DataError(
                 f"{path}:{lineno}: expected 2 tab-separated columns (Source, Target), "
                 f"found {len(fields)}."
             )
@@ -634,7 +721,7 @@ def _aan_examples(path: Path) -> Iterator[_Example]:
             continue
         fields = line.split("\t")
         if len(fields) != 5:
-            raise ValueError(
+            raise DataError(
                 f"{path}:{lineno}: expected 5 tab-separated columns (label, id1, id2, text1, "
                 f"text2), found {len(fields)}."
             )
@@ -655,7 +742,7 @@ def _imdb_files(task_dir: Path, split: str) -> list[tuple[Path, int]]:
     for label, name in enumerate(("neg", "pos")):
         folder = task_dir / split / name
         if not folder.is_dir():
-            raise FileNotFoundError(
+            raise MissingDataError(
                 f"Missing folder {str(folder)!r}: expected aclImdb/{split}/{name}/*.txt."
             )
         ranked += [(rank, label, p) for rank, p in enumerate(sorted(folder.glob("*.txt")))]
@@ -668,7 +755,9 @@ def _imdb_examples(files: list[tuple[Path, int]]) -> Iterator[_Example]:
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not valid UTF-8 ({e}).") from None
+            raise DataError(f"{path}: not valid UTF-8 ({e}).") from None
+        except OSError as e:
+            raise DataError(f"{path}: cannot read the file ({e}).") from None
         yield label, (_code_points(text, limit),)
 
 
@@ -685,29 +774,29 @@ def _build_text(task_dir: Path, store: _Store, limit: int | None) -> dict:
 def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Read one CIFAR-10 pickle as uint8 `(n, 1024, 3)` row-major pixels and int32 labels."""
     if not path.is_file():
-        raise FileNotFoundError(f"Missing CIFAR-10 file {str(path)!r}.")
-    with open(path, "rb") as f:  # pickle is the official format of cifar-10-batches-py
-        try:
+        raise MissingDataError(f"Missing CIFAR-10 file {str(path)!r}.")
+    try:
+        with open(path, "rb") as f:  # pickle is the official format of cifar-10-batches-py
             d = pickle.load(f, encoding="bytes")
-        except Exception as e:
-            raise ValueError(f"{path}: not a readable CIFAR-10 pickle ({e}).") from None
+    except Exception as e:
+        raise DataError(f"{path}: not a readable CIFAR-10 pickle ({e!r}).") from None
     data = d.get(b"data", d.get("data")) if isinstance(d, dict) else None
     labels = d.get(b"labels", d.get("labels")) if isinstance(d, dict) else None
     if data is None or labels is None:
-        raise ValueError(f"{path}: expected a dict with keys b'data' and b'labels'.")
+        raise DataError(f"{path}: expected a dict with keys b'data' and b'labels'.")
     data = np.asarray(data)
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-        raise ValueError(
+        raise DataError(
             f"{path}: b'data' must be uint8 of shape (n, 3072), got {data.dtype} {data.shape}."
         )
     labels = np.asarray(labels)
     if labels.shape != (len(data),) or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(
+        raise DataError(
             f"{path}: b'labels' must hold {len(data)} integers, got {labels.dtype} {labels.shape}."
         )
     if labels.size and (labels.min() < 0 or labels.max() >= 10):
         bad = int(np.flatnonzero((labels < 0) | (labels >= 10))[0])
-        raise ValueError(f"{path}: label {labels[bad]} of image {bad} is out of range [0, 10).")
+        raise DataError(f"{path}: label {labels[bad]} of image {bad} is out of range [0, 10).")
     pixels = data.reshape(-1, 3, 1024).transpose(0, 2, 1)
     return np.ascontiguousarray(pixels), labels.astype(np.int32)
 
@@ -744,13 +833,13 @@ def _pathfinder_metadata(task_dir: Path) -> list[tuple[Path, int]]:
     """All `(png_path, label)` in metadata order (files sorted by integer stem)."""
     meta_dir = task_dir / "metadata"
     if not meta_dir.is_dir():
-        raise FileNotFoundError(
+        raise MissingDataError(
             f"Missing folder {str(meta_dir)!r} (expected metadata/<batch>.npy files)."
         )
     files = []
     for path in meta_dir.glob("*.npy"):
         if not path.stem.isdigit():
-            raise ValueError(
+            raise DataError(
                 f"{path}: metadata files must be named <integer>.npy; move other files away."
             )
         files.append((int(path.stem), path))
@@ -761,14 +850,14 @@ def _pathfinder_metadata(task_dir: Path) -> list[tuple[Path, int]]:
             if not fields:
                 continue
             if len(fields) < 4:
-                raise ValueError(
+                raise DataError(
                     f"{path}:{lineno}: expected at least 4 space-separated fields "
                     f"(imgs/<batch> sample_<k>.png index label ...), found {len(fields)}."
                 )
             label = _parse_label(fields[3], 2, f"{path}:{lineno}")
             items.append((task_dir / fields[0] / fields[1], label))
     if not items:
-        raise ValueError(f"{meta_dir}: no metadata lines found.")
+        raise DataError(f"{meta_dir}: no metadata lines found.")
     return items
 
 
@@ -786,7 +875,7 @@ def _read_png(path: Path, side: int) -> np.ndarray | str:
         return "unreadable_image"
     if pixels.shape != (side, side):
         height, width = pixels.shape
-        raise ValueError(f"{path}: expected a {side}x{side} image, got {width}x{height}.")
+        raise DataError(f"{path}: expected a {side}x{side} image, got {width}x{height}.")
     return pixels.reshape(-1)
 
 

@@ -42,7 +42,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -600,58 +600,99 @@ def write_pathfinder(
 # --------------------------------------------------------------------------- CLI
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reports a bad command line as one `error: ...` line, exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            what = "a positive integer" if low == 1 else f"an integer >= {low}"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    positive, natural = _int_at_least(1), _int_at_least(0)
+    parser = _Parser(
         prog="python -m experiments.lra.generate",
         description="Generate ListOps or Pathfinder data in the official LRA file formats.",
     )
     parser.add_argument("--task", required=True, choices=("listops", "pathfinder"))
     parser.add_argument("--out", required=True, type=Path, help="output folder (the data root)")
     parser.add_argument(
-        "--size", type=int, help="total examples (default: the official 100000 / 200000)"
+        "--size", type=positive, help="total examples (default: the official 100000 / 200000)"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=natural, default=0)
     listops = parser.add_argument_group("listops")
-    listops.add_argument("--min-length", type=int, default=500, help="keep length > this")
-    listops.add_argument("--max-length", type=int, default=2000, help="keep length < this")
-    listops.add_argument("--max-depth", type=int, default=10)
-    listops.add_argument("--max-args", type=int, default=10)
-    listops.add_argument("--split-sizes", type=int, nargs=3, metavar=("TRAIN", "VAL", "TEST"),
+    listops.add_argument("--min-length", type=natural, default=500, help="keep length > this")
+    listops.add_argument("--max-length", type=positive, default=2000, help="keep length < this")
+    listops.add_argument("--max-depth", type=positive, default=10)
+    listops.add_argument("--max-args", type=_int_at_least(2), default=10)
+    listops.add_argument("--split-sizes", type=positive, nargs=3, metavar=("TRAIN", "VAL", "TEST"),
                          help="explicit split sizes instead of --size split 96/2/2")
     pathfinder = parser.add_argument_group("pathfinder")
     pathfinder.add_argument(
-        "--resolution", type=int, default=32, help="32 (Pathfinder) or 128 (Path-X)"
+        "--resolution", type=_int_at_least(16), default=32, help="32 (Pathfinder) or 128 (Path-X)"
     )
-    pathfinder.add_argument("--images-per-batch", type=int, default=1000)
-    pathfinder.add_argument("--workers", type=int, default=1, help="processes (same output)")
+    pathfinder.add_argument("--images-per-batch", type=positive, default=1000)
+    pathfinder.add_argument("--workers", type=positive, default=1, help="processes (same output)")
     pathfinder.add_argument(
         "--overwrite", action="store_true", help="replace existing imgs/ and metadata/"
     )
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    began = time.perf_counter()
+def _listops_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[int, ...]:
+    if args.split_sizes is not None and args.size is not None:
+        parser.error("give either --size or --split-sizes, not both")
+    if args.split_sizes:
+        return tuple(args.split_sizes)
+    if args.size is not None and args.size < 3:
+        parser.error(f"argument --size: ListOps needs at least 3 examples (one per split), "
+                     f"got {args.size}")
+    return listops_split_sizes(args.size or 100_000)
+
+
+def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, Path]:
     if args.task == "listops":
-        if args.split_sizes is not None and args.size is not None:
-            raise SystemExit("error: give either --size or --split-sizes, not both.")
-        if args.split_sizes:
-            sizes = tuple(args.split_sizes)
-        else:
-            sizes = listops_split_sizes(args.size or 100_000)
+        sizes = _listops_sizes(parser, args)
         folder = write_listops(
             args.out, sizes, seed=args.seed, min_length=args.min_length, max_length=args.max_length,
             max_depth=args.max_depth, max_args=args.max_args,
         )
-        what = f"{sum(sizes)} ListOps examples (train/val/test {sizes[0]}/{sizes[1]}/{sizes[2]})"
-    else:
-        n = args.size or 200_000
-        folder = write_pathfinder(
-            args.out, n, seed=args.seed, resolution=args.resolution,
-            images_per_batch=args.images_per_batch, workers=args.workers, overwrite=args.overwrite,
-        )
-        what = f"{n} Pathfinder images ({args.resolution}x{args.resolution})"
+        return f"{sum(sizes)} ListOps examples (train/val/test {'/'.join(map(str, sizes))})", folder
+    n = args.size or 200_000
+    folder = write_pathfinder(
+        args.out, n, seed=args.seed, resolution=args.resolution,
+        images_per_batch=args.images_per_batch, workers=args.workers, overwrite=args.overwrite,
+    )
+    return f"{n} Pathfinder images ({args.resolution}x{args.resolution})", folder
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line. Bad flags, impossible settings and unwritable output give one
+    `error: ...` line on stderr and status 2."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    try:
+        what, folder = _generate(parser, args)
+    except (ValueError, RuntimeError, OSError) as e:
+        if isinstance(e, OSError) and e.filename is not None and e.strerror:
+            e = f"--out: cannot write {e.filename} ({e.strerror})"
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"Wrote {what} to {folder} in {time.perf_counter() - began:.1f}s.", file=sys.stderr)
     return 0
 
