@@ -1,0 +1,33 @@
+"""Baseline recurrent cores on the shared scan: the paper's deep-SSM baselines S4D and S5
+(Table 3, Table 4) and the SIMO linear dynamical systems of LDStack (NeurIPS 2020).
+
+`S4D` and `S5` follow the core contract of `eqx_lru.LRUBlock` (`core(u, *, reverse=False)`,
+`init_state()`, `step(state, u_t)`, `recurrent_fields`), so they plug in as
+`core=functools.partial(eqx_lru.baselines.S5, blocks=4)`.
+"""
+
+from ._lds import AbstractSIMOLDS as AbstractSIMOLDS
+from ._lds import StandardSIMOLDS as StandardSIMOLDS
+from ._lds import UnitSIMOLDS as UnitSIMOLDS
+from ._lds import companion_form as companion_form
+from ._lds import vandermonde as vandermonde
+from ._s4d import S4D as S4D
+from ._s4d import s4d_eigenvalues as s4d_eigenvalues
+from ._s5 import S5 as S5
+from ._s5 import hippo_n as hippo_n
+from ._s5 import hippo_n_modes as hippo_n_modes
+from ._s5 import s5_eigenbasis as s5_eigenbasis
+
+__all__ = [
+    "S4D",
+    "S5",
+    "AbstractSIMOLDS",
+    "StandardSIMOLDS",
+    "UnitSIMOLDS",
+    "companion_form",
+    "hippo_n",
+    "hippo_n_modes",
+    "s4d_eigenvalues",
+    "s5_eigenbasis",
+    "vandermonde",
+]

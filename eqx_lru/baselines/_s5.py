@@ -1,0 +1,219 @@
+r"""S5 (Smith, Warrington, Linderman 2023, "Simplified state space layers for sequence
+modeling"): one multiple-input multiple-output diagonal SSM with HiPPO-N eigenvalues."""
+
+import math
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from beartype import beartype
+from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
+
+from .. import Diagonal, linear_recurrence
+from ._common import (
+    check_even_state,
+    check_sequence,
+    check_size,
+    check_state,
+    check_steps,
+    complex_dtype,
+    float_dtype,
+    resolve_method,
+    zoh,
+)
+
+
+def hippo_n(size: int) -> np.ndarray:
+    r"""The normal part of HiPPO-LegS, float64 `(size, size)`: $S = -A_\text{LegS} + p p^\top$
+    with $(A_\text{LegS})_{nk} = \sqrt{(2n+1)(2k+1)}$ ($n > k$), $n + 1$ ($n = k$), 0 ($n < k$)
+    and $p_n = \sqrt{n + 1/2}$. $S = -\tfrac12 I + K$ with $K$ skew-symmetric."""
+    n = np.arange(size)
+    q = np.sqrt(2 * n + 1.0)
+    legs = np.where(n[:, None] > n[None, :], q[:, None] * q[None, :], 0.0) + np.diag(n + 1.0)
+    p = np.sqrt(n + 0.5)
+    return -legs + p[:, None] * p[None, :]
+
+
+def hippo_n_modes(size: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""The kept half of the eigendecomposition of `hippo_n(size)` (`size` even):
+    eigenvalues $\Lambda = -\tfrac12 + i\omega$ with $\omega > 0$, shape `(size/2,)`, and the
+    orthonormal eigenvectors $V$ `(size, size/2)`, so that
+    $S = V \Lambda V^* + \overline{V \Lambda V^*}$ (the other half are the conjugates)."""
+    skew = hippo_n(size) + 0.5 * np.eye(size)
+    omega, vectors = np.linalg.eigh(-1j * skew)  # K v = i ω v; ascending ω, pairs ±ω
+    keep = np.argsort(omega)[size // 2 :]
+    return -0.5 + 1j * omega[keep], vectors[:, keep]
+
+
+def s5_eigenbasis(d_state: int, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Block-diagonal HiPPO-N: `blocks` copies of `hippo_n_modes(d_state // blocks)`.
+    Returns the kept eigenvalues `(d_state/2,)` and eigenvectors `(d_state, d_state/2)`."""
+    size = d_state // blocks
+    lam, vec = hippo_n_modes(size)
+    vectors = np.zeros((d_state, d_state // 2), complex)
+    for j in range(blocks):
+        vectors[j * size : (j + 1) * size, j * (size // 2) : (j + 1) * (size // 2)] = vec
+    return np.tile(lam, blocks), vectors
+
+
+class S5(eqx.Module):
+    r"""The S5 core: one MIMO SSM over all $H$ channels,
+
+    $$\dot x = \Lambda x + \tilde B u, \qquad y = 2\operatorname{Re}(\tilde C x) + D \odot u,$$
+
+    $\Lambda$ diagonal complex ($P/2$ modes), discretised per mode by zero-order hold with
+    its own step $\Delta_j = e^{\log\Delta_j}$: $\bar\Lambda = e^{\Lambda\Delta}$,
+    $\bar B = (e^{\Lambda\Delta} - 1)\Lambda^{-1}\tilde B$, $x_k = \bar\Lambda x_{k-1} +
+    \bar B u_k$, $x_{-1} = 0$. Conjugate symmetry: the $P/2$ modes stand for the $P$ of a
+    real system, hence $2\operatorname{Re}$.
+
+    **`d_state`** is $P$, S5's state size: $P/2$ complex modes are stored. It must be a
+    multiple of `2 * blocks`.
+
+    **Initialisation (HiPPO-N, $J$ = `blocks`).** $\Lambda$ and the eigenvectors $V$ of
+    the block-diagonal matrix with $J$ copies of the $P/J$-sized normal part of HiPPO-LegS
+    (`hippo_n`, `s5_eigenbasis`); $\operatorname{Re}\Lambda = -\tfrac12$.
+    $B \sim \mathcal N(0, 1/H)$ `(P, H)` and $C \sim \mathcal N(0, 1/P)$ `(H, P)` are drawn
+    real and moved to the eigenbasis: $\tilde B = V^* B$, $\tilde C = C V$ (stored as real
+    and imaginary parts). $\log\Delta \sim U[\log\Delta_\min, \log\Delta_\max]$ per mode,
+    $D \sim \mathcal N(0, 1)$.
+
+    **Fields** (all real): `Lambda_re`, `Lambda_im`, `log_step` `(P/2,)`; `B_re`, `B_im`
+    `(P/2, H)`; `C_re`, `C_im` `(H, P/2)`; `D` `(H,)`. As in S5, $\operatorname{Re}\Lambda$
+    is trained freely (no clipping). `recurrent_fields`: $\Lambda$, $\tilde B$, $\Delta$
+    (paper §D.2).
+
+    **Bidirectional.** `LRUBlock(bidirectional=True)` adds a second S5 core run in
+    reverse and sums the outputs; S5's own bidirectional variant shares $\Lambda, \tilde B$
+    between directions, here each direction has its own parameters.
+
+    **Real form.** The states are complex; see `S4D` (same remark).
+
+    ??? cite
+        Smith, Warrington, Linderman (2023), "Simplified State Space Layers for Sequence
+        Modeling", ICLR.
+    """
+
+    Lambda_re: Float[Array, " modes"]
+    Lambda_im: Float[Array, " modes"]
+    log_step: Float[Array, " modes"]
+    B_re: Float[Array, "modes d_model"]
+    B_im: Float[Array, "modes d_model"]
+    C_re: Float[Array, "d_model modes"]
+    C_im: Float[Array, "d_model modes"]
+    D: Float[Array, " d_model"]
+    blocks: int = eqx.field(static=True)
+    method: Any = eqx.field(static=True)
+
+    recurrent_fields: ClassVar[tuple[str, ...]] = (
+        "Lambda_re", "Lambda_im", "log_step", "B_re", "B_im",
+    )
+
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int,
+        *,
+        blocks: int = 1,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        method: Any = "auto",
+        dtype=None,
+        key: PRNGKeyArray,
+    ):
+        """**Arguments:** `d_model` ($H$), `d_state` ($P$, a multiple of `2 * blocks`),
+        `blocks` ($J$, HiPPO-N blocks of size $P/J$), `dt_min`/`dt_max` (range of the
+        log-uniform initial steps), `method` (scan method of `eqx_lru.linear_recurrence`),
+        `dtype` (real floating; default JAX's float), `key`."""
+        check_size("d_model", d_model)
+        check_size("blocks", blocks)
+        check_even_state(d_state, blocks, f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)")
+        check_steps(dt_min, dt_max)
+        dtype = float_dtype(dtype)
+        lam, vectors = s5_eigenbasis(d_state, blocks)
+        b_key, c_key, dt_key, d_key = jax.random.split(key, 4)
+        b = np.asarray(jax.random.normal(b_key, (d_state, d_model), jnp.float32), np.float64)
+        c = np.asarray(jax.random.normal(c_key, (d_model, d_state), jnp.float32), np.float64)
+        b_tilde = vectors.conj().T @ b / math.sqrt(d_model)
+        c_tilde = c @ vectors / math.sqrt(d_state)
+        as_array = lambda x: jnp.asarray(x, dtype)  # noqa: E731
+        self.Lambda_re, self.Lambda_im = as_array(lam.real), as_array(lam.imag)
+        self.log_step = jax.random.uniform(
+            dt_key, lam.shape, dtype, math.log(dt_min), math.log(dt_max)
+        )
+        self.B_re, self.B_im = as_array(b_tilde.real), as_array(b_tilde.imag)
+        self.C_re, self.C_im = as_array(c_tilde.real), as_array(c_tilde.imag)
+        self.D = jax.random.normal(d_key, (d_model,), dtype)
+        self.blocks = blocks
+        self.method = resolve_method(method)
+
+    @property
+    def d_model(self) -> int:
+        return self.D.shape[0]
+
+    @property
+    def d_state(self) -> int:
+        return 2 * self.Lambda_re.shape[0]
+
+    def continuous(self) -> Complex[Array, " modes"]:
+        r"""The continuous-time eigenvalues $\Lambda$."""
+        return jax.lax.complex(self.Lambda_re, self.Lambda_im)
+
+    def discretise(self) -> tuple[Complex[Array, " modes"], Complex[Array, "modes d_model"]]:
+        r"""$(\bar\Lambda, \bar B)$ of the zero-order hold with per-mode steps."""
+        lam = self.continuous()
+        dt = jnp.exp(self.log_step)
+        lam_bar, factor = zoh(lam * jax.lax.complex(dt, jnp.zeros_like(dt)), lam)
+        return lam_bar, factor[:, None] * jax.lax.complex(self.B_re, self.B_im)
+
+    def init_state(self) -> Complex[Array, " modes"]:
+        """The zero state $x_{-1}$, complex `(d_state // 2,)`."""
+        return jnp.zeros(self.Lambda_re.shape, complex_dtype(self.D.dtype))
+
+    def _output(self, x: Array, u: Array) -> Array:
+        return 2 * (x.real @ self.C_re.T - x.imag @ self.C_im.T) + self.D * u
+
+    @jaxtyped(typechecker=beartype)
+    def __call__(
+        self,
+        u: Float[Array, "length d_model"],
+        *,
+        initial_state: Complex[Array, " modes"] | None = None,
+        reverse: bool = False,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "length d_model"]:
+        r"""**Arguments:** `u` `(length, d_model)`, one sequence (batch with `jax.vmap`);
+        `initial_state` (default zero); `reverse=True` runs from the last step; `key` ignored.
+
+        **Returns:** $y_k = 2\operatorname{Re}(\tilde C x_k) + D \odot u_k$, `(length, d_model)`.
+        """
+        del key
+        return self._output(self.hidden_states(u, initial_state, reverse), u)
+
+    def hidden_states(
+        self, u: Array, initial_state: Array | None = None, reverse: bool = False
+    ) -> Complex[Array, "length modes"]:
+        """All states $x_0, \\dots, x_{L-1}$, complex `(length, d_state // 2)`."""
+        check_sequence(u, self.d_model, self.D.dtype)
+        if initial_state is not None:
+            check_state(initial_state, self.init_state(), "initial_state")
+        lam, b = self.discretise()
+        drive = jax.lax.complex(u @ b.real.T, u @ b.imag.T)
+        return linear_recurrence(
+            lam, drive, algebra=Diagonal(), initial_state=initial_state, reverse=reverse,
+            method=self.method,
+        )
+
+    @jaxtyped(typechecker=beartype)
+    def step(
+        self, state: Complex[Array, " modes"], u_t: Float[Array, " d_model"]
+    ) -> tuple[Complex[Array, " modes"], Float[Array, " d_model"]]:
+        r"""One token in RNN mode: $x_t = \bar\Lambda x_{t-1} + \bar B u_t$; returns
+        `(x_t, y_t)`. Repeated from `init_state()` it equals the parallel call."""
+        check_sequence(u_t[None], self.d_model, self.D.dtype)
+        check_state(state, self.init_state())
+        lam, b = self.discretise()
+        state = lam * state + jax.lax.complex(b.real @ u_t, b.imag @ u_t)
+        return state, self._output(state, u_t)

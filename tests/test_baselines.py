@@ -1,0 +1,257 @@
+"""The baseline cores S4D and S5 (`eqx_lru.baselines`) against float64 NumPy loops of their
+continuous -> discrete formulas (zero-order hold computed independently with
+`scipy.linalg.expm`), RNN mode, reverse, gradients, optimiser labels, errors, and a short
+training run of each core inside `LRUModel`."""
+
+import functools
+import inspect
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import scipy.linalg
+
+import eqx_lru
+from eqx_lru.baselines import S4D, S5, hippo_n, hippo_n_modes, s4d_eigenvalues, s5_eigenbasis
+
+H, N, L = 3, 10, 13  # d_model, d_state (N/2 = 5 complex modes), length: all distinct
+CORES = {
+    "s4d_lin": functools.partial(S4D, init="lin"),
+    "s4d_inv": functools.partial(S4D, init="inv"),
+    "s5": functools.partial(S5, blocks=1),
+}
+
+
+def _perturbed(core, key):
+    """Move every parameter off its structured init, so no formula is tested at a special
+    point (B = 1, Re A = -1/2, ...)."""
+    leaves, tree = jax.tree_util.tree_flatten(core)
+    keys = jax.random.split(key, len(leaves))
+    leaves = [
+        x + 0.2 * jax.random.normal(k, x.shape, x.dtype) if eqx.is_inexact_array(x) else x
+        for x, k in zip(leaves, keys, strict=True)
+    ]
+    return jax.tree_util.tree_unflatten(tree, leaves)
+
+
+def _zoh_np(a: np.ndarray, b: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    """ZOH of dx/dt = A x + B u (A diagonal, given as a vector; B a matrix) by the
+    augmented matrix exponential expm([[A dt, B dt], [0, 0]]) = [[Abar, Bbar], [0, I]]."""
+    m, k = b.shape
+    aug = np.zeros((m + k, m + k), complex)
+    aug[:m, :m] = np.diag(a) * dt
+    aug[:m, m:] = b * dt
+    e = scipy.linalg.expm(aug)
+    return np.diag(e[:m, :m]), e[:m, m:]
+
+
+def _oracle(core, u, reverse=False, x0=None):
+    """Float64 NumPy loop of x_k = Abar x_{k-1} + Bbar u_k, y_k = 2 Re(C x_k) + D u_k."""
+    p = {k: np.asarray(v, np.float64) for k, v in vars(core).items() if eqx.is_array(v)}
+    u = np.asarray(u, np.float64)
+    if isinstance(core, S4D):
+        a = -np.exp(p["A_re_log"]) + 1j * p["A_im"]
+        b, c = p["B_re"] + 1j * p["B_im"], p["C_re"] + 1j * p["C_im"]
+        per_channel = [_zoh_np(a[h], b[h][:, None], np.exp(p["log_dt"][h])) for h in range(H)]
+        abar = np.stack([z[0] for z in per_channel])  # (H, M)
+        bbar = np.stack([z[1][:, 0] for z in per_channel])  # (H, M)
+        drive, readout = lambda ut: bbar * ut[:, None], lambda x: 2 * np.sum(c * x, -1).real
+    else:
+        a = p["Lambda_re"] + 1j * p["Lambda_im"]
+        b, c = p["B_re"] + 1j * p["B_im"], p["C_re"] + 1j * p["C_im"]
+        per_mode = [_zoh_np(a[j : j + 1], np.ones((1, 1)), np.exp(p["log_step"][j]))
+                    for j in range(a.shape[0])]
+        abar = np.array([z[0][0] for z in per_mode])
+        bbar = np.array([z[1][0, 0] for z in per_mode])[:, None] * b
+        drive, readout = lambda ut: bbar @ ut, lambda x: 2 * (c @ x).real
+    x = np.zeros(abar.shape, complex) if x0 is None else np.asarray(x0, np.complex128)
+    y = np.zeros_like(u)
+    for k in (range(L - 1, -1, -1) if reverse else range(L)):
+        x = abar * x + drive(u[k])
+        y[k] = readout(x) + p["D"] * u[k]
+    return y
+
+
+@pytest.mark.parametrize("name", list(CORES))
+def test_matches_float64_oracle(name):
+    with jax.enable_x64(True):
+        make = functools.partial(CORES[name], H, N, dtype=jnp.float64, key=jax.random.PRNGKey(1))
+        cores = [_perturbed(make(method=m), jax.random.PRNGKey(2))
+                 for m in ("sequential", "associative")]
+        u = jax.random.normal(jax.random.PRNGKey(3), (L, H), jnp.float64)
+        x0 = jax.random.normal(jax.random.PRNGKey(4), (2,) + cores[0].init_state().shape)
+        x0 = jax.lax.complex(x0[0], x0[1])
+        for core, reverse in ((cores[0], False), (cores[1], True), (cores[1], False)):
+            y = core(u, reverse=reverse)
+            assert y.shape == (L, H) and y.dtype == jnp.float64
+            np.testing.assert_allclose(y, _oracle(core, u, reverse), rtol=1e-10, atol=1e-10)
+        y = cores[0](u, initial_state=x0)
+        np.testing.assert_allclose(y, _oracle(cores[0], u, x0=x0), rtol=1e-10, atol=1e-10)
+
+
+def test_s4d_init():
+    for init in ("lin", "inv"):
+        core = S4D(H, N, init=init, dt_min=0.01, dt_max=0.05, key=jax.random.PRNGKey(0))
+        n = np.arange(N // 2)
+        expected = np.pi * n if init == "lin" else N / np.pi * (N / (2 * n + 1) - 1)
+        np.testing.assert_allclose(core.A_im, np.broadcast_to(expected, (H, N // 2)), rtol=1e-6)
+        np.testing.assert_allclose(-np.exp(core.A_re_log), -0.5, rtol=1e-6)
+        assert core.init_state().shape == (H, N // 2) and core.d_state == N
+        assert np.all(core.log_dt >= np.log(0.01)) and np.all(core.log_dt <= np.log(0.05))
+        np.testing.assert_array_equal(core.B_re, 1.0)
+    assert s4d_eigenvalues(4, "lin")[1] == pytest.approx([0.0, np.pi])
+
+
+def test_hippo_n_eigenbasis():
+    size = 8
+    s = hippo_n(size)
+    np.testing.assert_allclose(np.diag(s), -0.5)
+    np.testing.assert_allclose(s + 0.5 * np.eye(size), -(s + 0.5 * np.eye(size)).T, atol=1e-12)
+    # S = -A_LegS + p p^T, entry by entry from the HiPPO-LegS definition.
+    for n in range(size):
+        for k in range(size):
+            legs = np.sqrt((2 * n + 1) * (2 * k + 1)) if n > k else (n + 1 if n == k else 0)
+            assert s[n, k] == pytest.approx(-legs + np.sqrt((n + 0.5) * (k + 0.5)))
+    lam, v = hippo_n_modes(size)
+    half = v @ np.diag(lam) @ v.conj().T
+    np.testing.assert_allclose(half + half.conj(), s, atol=1e-10)
+    assert np.all(lam.imag > 0) and np.allclose(lam.real, -0.5)
+    lam2, v2 = s5_eigenbasis(2 * size, 2)  # two blocks: block-diagonal, eigenvalues repeated
+    np.testing.assert_allclose(lam2, np.tile(lam, 2))
+    full = v2 @ np.diag(lam2) @ v2.conj().T
+    np.testing.assert_allclose((full + full.conj()).real, scipy.linalg.block_diag(s, s), atol=1e-10)
+    core = S5(H, 2 * size, blocks=2, key=jax.random.PRNGKey(0))
+    np.testing.assert_allclose(core.Lambda_im, lam2.imag, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(CORES))
+def test_rnn_mode_equals_parallel(name):
+    core = _perturbed(CORES[name](H, N, key=jax.random.PRNGKey(0)), jax.random.PRNGKey(1))
+    u = jax.random.normal(jax.random.PRNGKey(2), (L, H))
+    y = core(u)
+
+    def body(state, u_t):
+        return core.step(state, u_t)
+
+    final, ys = jax.lax.scan(body, core.init_state(), u)
+    np.testing.assert_allclose(ys, y, rtol=2e-5, atol=2e-5)
+    # Continue from a state: the second half from the state after the first half.
+    split = 5
+    state, _ = jax.lax.scan(body, core.init_state(), u[:split])
+    np.testing.assert_allclose(core(u[split:], initial_state=state), y[split:], rtol=2e-5,
+                               atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["s4d_inv", "s5"])
+def test_gradient_matches_finite_differences(name):
+    with jax.enable_x64(True):
+        core = _perturbed(CORES[name](H, N, dtype=jnp.float64, key=jax.random.PRNGKey(0)),
+                          jax.random.PRNGKey(1))
+        u = jax.random.normal(jax.random.PRNGKey(2), (L, H), jnp.float64)
+        w = jax.random.normal(jax.random.PRNGKey(3), (L, H), jnp.float64)
+        field = "log_dt" if name.startswith("s4d") else "log_step"
+
+        @eqx.filter_jit
+        def loss(core):
+            return jnp.sum(w * core(u)) + jnp.sum(w * core(u, reverse=True))
+
+        grads = eqx.filter_grad(loss)(core)
+        assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree_util.tree_leaves(grads))
+        eps = 1e-6
+        for field_name in (field, "B_im", "C_re"):
+            value = getattr(core, field_name)
+            index = (1,) + (0,) * (value.ndim - 1)
+            bump = lambda d: eqx.tree_at(  # noqa: E731
+                lambda c: getattr(c, field_name), core, value.at[index].add(d)
+            )
+            numeric = (loss(bump(eps)) - loss(bump(-eps))) / (2 * eps)
+            assert float(getattr(grads, field_name)[index]) == pytest.approx(
+                float(numeric), rel=1e-5, abs=1e-8
+            )
+
+
+def test_optimizer_labels():
+    for make in CORES.values():
+        core = make(H, N, key=jax.random.PRNGKey(0))
+        labels = eqx_lru.lru_param_labels(core)
+        for name in type(core).recurrent_fields:
+            assert getattr(labels, name) == "recurrent", name
+        for name in ("C_re", "C_im", "D"):
+            assert getattr(labels, name) == "decay", name
+    assert set(S4D.recurrent_fields) == {"log_dt", "A_re_log", "A_im", "B_re", "B_im"}
+    assert set(S5.recurrent_fields) == {"Lambda_re", "Lambda_im", "log_step", "B_re", "B_im"}
+
+
+def test_bad_hyperparameters():
+    key = jax.random.PRNGKey(0)
+    with pytest.raises(ValueError, match="d_state"):
+        S4D(H, 7, key=key)
+    with pytest.raises(ValueError, match="init"):
+        S4D(H, N, init="legs", key=key)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="dt_min"):
+        S4D(H, N, dt_min=0.1, dt_max=0.01, key=key)
+    with pytest.raises(ValueError, match="dt_max"):
+        S5(H, N, dt_max=float("inf"), key=key)
+    with pytest.raises(ValueError, match="blocks"):
+        S5(H, N, blocks=2, key=key)  # 10 is not a multiple of 2 * 2
+    with pytest.raises(ValueError, match="d_model"):
+        S5(0, N, key=key)
+    with pytest.raises(ValueError, match="method"):
+        S4D(H, N, method="parallel", key=key)
+    core = S5(H, N, key=key)
+    with pytest.raises(ValueError, match="d_model"):
+        core(jnp.zeros((L, H + 1)))
+    with pytest.raises(ValueError, match="dtype"):
+        core(jnp.zeros((L, H), jnp.float16))
+    with pytest.raises(ValueError, match="state"):
+        core.step(jnp.zeros(N, jnp.complex64), jnp.zeros(H))
+
+
+# --- in the library's model and training loop --------------------------------------------
+
+SEQ, CLASSES, NOISE, STEPS, BATCH = 16, 3, 3, 60, 16
+
+
+def _model_kwargs(make_core):
+    params = inspect.signature(eqx_lru.LRUModel).parameters
+    return {"core" if "core" in params else "form": make_core}
+
+
+def _recall_batch(rng, n):
+    """The class of a cue in the last 4 positions, read at the last one (chance: ln 3)."""
+    x = rng.integers(CLASSES, CLASSES + NOISE, (n, SEQ))
+    y = rng.integers(0, CLASSES, n)
+    x[np.arange(n), rng.integers(SEQ - 4, SEQ, n)] = y
+    return jnp.asarray(x, jnp.int32), jnp.asarray(y, jnp.int32)
+
+
+def _cross_entropy(logits, labels):
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["s4d_lin", "s5"])
+def test_trains_in_lru_model(name):
+    make = functools.partial(CORES[name], dt_min=0.01, dt_max=0.1)
+    model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
+        CLASSES + NOISE, CLASSES, 12, 8, 1, encoder="embedding", pooling="last",
+        key=jax.random.PRNGKey(0), **_model_kwargs(make),
+    )
+    assert isinstance(model.blocks[0].core, type(make(2, 4, key=jax.random.PRNGKey(0))))
+    optim = eqx_lru.lru_optimizer(
+        learning_rate=2e-2, total_steps=STEPS, lr_factor=0.5, warmup_fraction=0.0
+    )
+    opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
+    rng, key, losses = np.random.default_rng(0), jax.random.PRNGKey(1), []
+    for _ in range(STEPS):
+        x, y = _recall_batch(rng, BATCH)
+        key, step_key = jax.random.split(key)
+        model, state, opt_state, loss = eqx_lru.train_step(
+            model, state, opt_state, x, y, key=step_key, optimizer=optim,
+            loss_fn=_cross_entropy,
+        )
+        losses.append(float(loss))
+    assert np.mean(losses[-8:]) < min(0.5, np.mean(losses[:8]) - 0.4), losses
