@@ -25,10 +25,15 @@ The defaults `chunk`, `block` have not been tuned on a GPU yet.
 import functools
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jaxtyping import Array
+
+from ._algebra import Diagonal, RotationScaling
+from ._methods import AbstractScanMethod
+from ._storage import Cast, ComplexPairs, Storage
 
 try:  # the Triton backend's parameters and masked memory ops (names vary across versions)
     from jax.experimental.pallas import triton as _pltriton
@@ -241,3 +246,85 @@ def rotation_scan(
         reverse=reverse, chunk=chunk, block=block, interpret=interpret,
     )
     return out.reshape(x.shape)
+
+
+# --- the scan method ---------------------------------------------------------------------
+
+
+def _pairs(z: Array, axis: int, conjugate: bool) -> Array:
+    """Complex `z` as planar real pairs (Re z, ±Im z) along a new `axis`."""
+    return jnp.stack([z.real, -z.imag if conjugate else z.imag], axis=axis)
+
+
+class PallasScan(AbstractScanMethod):
+    r"""The recurrence by a Pallas kernel (`eqx_lru._pallas`): one pass over memory per
+    direction, the running state in registers, programs tiled over (batch × channels),
+    the sequence walked in chunks of `chunk` steps.
+
+    Supports `Diagonal` (real; complex, either as `ComplexPairs` planar pairs — the
+    layout `ComplexLRU` uses — or as complex arrays, converted to pairs and back) and
+    `RotationScaling` (`RealLRU`), with the plain `Storage` or `Cast` (e.g. bfloat16
+    states and inputs with a float32 carry). The backward pass is the same kernel on the
+    adjoint recurrence (the custom VJP of `eqx_lru.linear_recurrence`).
+
+    Written for GPUs (Pallas' Triton backend). Elsewhere it runs in Pallas interpret mode:
+    exact, and tested there against a loop, but slow — for tests, not for training. On a
+    GPU it has been lowered (in tests, without a GPU) but not yet timed, so `"auto"` does
+    not choose it.
+
+    **Arguments:**
+
+    - `chunk`: steps per chunk (row loads each program has in flight). Untuned.
+    - `block`: channels per program, a power of two (one warp per 32). Untuned.
+    - `interpret`: force Pallas interpret mode on (`True`) or off (`False`); `None`
+        (default) interprets on every backend but GPUs.
+    """
+
+    chunk: int = eqx.field(default=DEFAULT_CHUNK, static=True)
+    block: int = eqx.field(default=DEFAULT_BLOCK, static=True)
+    interpret: bool | None = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        if not isinstance(self.chunk, int) or isinstance(self.chunk, bool) or self.chunk < 1:
+            raise ValueError(f"PallasScan: `chunk` must be a positive integer, got {self.chunk!r}.")
+        block = self.block
+        if not isinstance(block, int) or isinstance(block, bool) or block < 1 or block & (block - 1):
+            raise ValueError(f"PallasScan: `block` must be a power of two, got {block!r}.")
+        if self.interpret not in (None, True, False):
+            raise ValueError(
+                f"PallasScan: `interpret` must be None, True or False, got {self.interpret!r}."
+            )
+
+    def scan(self, algebra, storage, a, b, h_init, *, shared, reverse):
+        kw = dict(reverse=reverse, chunk=self.chunk, block=self.block, interpret=self.interpret)
+        kind, store = type(algebra), type(storage)
+        if kind is Diagonal and store is ComplexPairs:
+            return _complex_pairs_scan(a, b, h_init, storage.conjugate, kw)
+        if store in (Storage, Cast):
+            a = a.astype(h_init.dtype)
+            if kind is Diagonal and jnp.issubdtype(b.dtype, jnp.complexfloating):
+                pairs = ComplexPairs()
+                return pairs.load(_complex_pairs_scan(a, pairs.store(b), h_init, False, kw))
+            if kind is Diagonal and jnp.issubdtype(b.dtype, jnp.floating):
+                return diagonal_scan(a, b, h_init, **kw)
+            if kind is RotationScaling and jnp.issubdtype(b.dtype, jnp.floating):
+                return rotation_scan(a, b, h_init, **kw)
+        raise ValueError(
+            f"PallasScan supports the Diagonal (real or complex) and RotationScaling algebras "
+            f"with Storage, Cast or (Diagonal only) ComplexPairs storage; got algebra "
+            f"{algebra!r} with storage {storage!r} and inputs of dtype {b.dtype}. Use "
+            "method='sequential' or 'associative' for it."
+        )
+
+
+def _complex_pairs_scan(a: Array, b: Array, h_init: Array, conjugate: bool, kw: dict) -> Array:
+    """The complex diagonal recurrence on stored pairs `b[L, 2, *state]` holding
+    (Re h, ±Im h): the stored pairs obey the pair recurrence with the transition (a, ±Im a),
+    since conj(h_k) = conj(a) conj(h_{k-1}) + conj(x_k)."""
+    length = b.shape[0]
+    channels = b[0, 0].size
+    shape = (2, channels) if a.ndim == h_init.ndim else (length, 2, channels)
+    a_pairs = _pairs(a, 0 if a.ndim == h_init.ndim else 1, conjugate).reshape(shape)
+    h0 = _pairs(h_init, 0, conjugate).reshape(2, channels)
+    out = rotation_scan(a_pairs, b.reshape(length, 2, channels), h0, **kw)
+    return out.reshape(b.shape)

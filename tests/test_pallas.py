@@ -1,0 +1,210 @@
+"""The Pallas kernel method (`eqx_lru._pallas`) against a float64 NumPy loop.
+
+Off GPUs the kernel runs in Pallas interpret mode, so these tests check the kernel's
+arithmetic, chunking, tail handling, masking of partial channel tiles and batching on the
+CPU; `test_lowers_for_cuda` lowers the Triton kernel for CUDA without a GPU, and
+`test_compiled_kernel_on_gpu` runs the compiled kernel where a CUDA GPU is present. Sizes
+are tiny and distinct (length != chunk != channels != block): interpret mode compiles
+slowly.
+"""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqx_lru
+from eqx_lru._algebra import Block2x2, Diagonal, RotationScaling
+from eqx_lru._pallas import PallasScan, diagonal_scan, rotation_scan
+from eqx_lru._storage import Cast, ComplexPairs
+
+# length 11 = 2 chunks of 4 + a tail of 3; channel tiles of 4 over 5 (or 3) channels, the
+# last one partial (masked on GPUs).
+LENGTH, CHUNK, BLOCK = 11, 4, 4
+KW = dict(chunk=CHUNK, block=BLOCK)
+
+
+def loop(a, x, h0, *, reverse, pair):
+    """float64 oracle; pairs as complex numbers (planar axis -2)."""
+    a, x, h = (np.asarray(v, np.float64) for v in (a, x, h0))
+    if pair:
+        a, x, h = (v[..., 0, :] + 1j * v[..., 1, :] for v in (a, x, h))
+    shared = a.ndim == x.ndim - 1
+    out = np.zeros_like(x)
+    for k in reversed(range(len(x))) if reverse else range(len(x)):
+        h = (a if shared else a[k]) * h + x[k]
+        out[k] = h
+    return np.stack([out.real, out.imag], axis=-2) if pair else out
+
+
+def draw(seed, state, *, shared, dtype=np.float32, stored=np.float32):
+    """(a, x, h0): |a| < 1 transitions in `dtype`, the drive in `stored`."""
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-0.95, 0.95, state if shared else (LENGTH,) + state).astype(dtype)
+    x = rng.normal(size=(LENGTH,) + state).astype(stored)
+    h0 = rng.normal(size=state).astype(dtype)
+    return jnp.asarray(a), jnp.asarray(x), jnp.asarray(h0)
+
+
+def check(out, a, x, h0, *, reverse, pair, rtol=1e-5, atol=1e-5):
+    expected = loop(a, np.asarray(x.astype(jnp.float32)), h0, reverse=reverse, pair=pair)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    np.testing.assert_allclose(np.asarray(out.astype(jnp.float32)), expected, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize(
+    "pair, shared, reverse, state, stored",
+    [
+        (False, True, False, (5,), jnp.float32),  # shared, forward
+        (False, False, True, (3, 5), jnp.bfloat16),  # per-step, reverse, two state axes
+        (True, True, True, (3, 2, 5), jnp.float32),  # pairs with a leading axis
+        (True, False, False, (2, 3), jnp.bfloat16),  # pairs, per-step
+    ],
+)
+def test_kernel_matches_loop(pair, shared, reverse, state, stored):
+    a, x, h0 = draw(0, state, shared=shared, stored=stored)
+    scan = rotation_scan if pair else diagonal_scan
+    out = scan(a, x, h0, reverse=reverse, **KW)
+    if stored == jnp.float32:
+        check(out, a, x, h0, reverse=reverse, pair=pair)
+    else:
+        check_rounded(out, a, x, h0, reverse=reverse, pair=pair)
+
+
+def check_rounded(out, a, x, h0, *, reverse, pair):
+    """bfloat16 drive and states with a float32 carry: every stored state is the exact
+    state rounded once to bfloat16, up to one ulp (float32 carry errors can flip a
+    rounding), not the drifting result of a bfloat16 recurrence."""
+    assert out.dtype == jnp.bfloat16
+    exact = loop(a, np.asarray(x.astype(jnp.float32)), h0, reverse=reverse, pair=pair)
+    rounded = jnp.asarray(exact, jnp.float32).astype(jnp.bfloat16).astype(jnp.float32)
+    np.testing.assert_allclose(out.astype(jnp.float32), rounded, rtol=2**-7, atol=1e-6)
+
+
+def test_vmap_and_chunk_longer_than_sequence():
+    # Under jax.vmap the batch is one more grid axis; chunk > length is one tail chunk.
+    state = (2, 3)
+    a, _, h0 = draw(2, state, shared=True)
+    x = jnp.asarray(np.random.default_rng(3).normal(size=(3, LENGTH) + state), jnp.float32)
+    f = jax.vmap(functools.partial(rotation_scan, chunk=16, block=2), in_axes=(None, 0, None))
+    out = f(a, x, h0)
+    for i in range(3):
+        check(out[i], a, x[i], h0, reverse=False, pair=True)
+
+
+def test_argument_errors():
+    a, x, h0 = draw(0, (5,), shared=True)
+    with pytest.raises(ValueError, match="`a` must have shape"):
+        diagonal_scan(a[:3], x, h0)
+    with pytest.raises(ValueError, match="planar pairs"):
+        rotation_scan(jnp.zeros((3, 5)), jnp.zeros((LENGTH, 3, 5)))
+    with pytest.raises(ValueError, match="`block` must be a power of two"):
+        diagonal_scan(a, x, h0, block=3)
+    with pytest.raises(ValueError, match="`block` must be a power of two"):
+        PallasScan(block=6)
+    with pytest.raises(ValueError, match="`chunk` must be a positive integer"):
+        PallasScan(chunk=0)
+
+
+def test_lowers_for_cuda():
+    # The Triton lowering runs without a GPU: masked partial tiles, per-step transitions,
+    # bfloat16 storage and the batch grid axis of vmap all lower. (Compiling it to PTX and
+    # timing it need a GPU.)
+    kernels = [(diagonal_scan, (20,)), (rotation_scan, (2, 48))]
+    for scan, state in kernels:
+        a = jnp.ones((LENGTH,) + state, jnp.float32)
+        x = jnp.ones((4, LENGTH) + state, jnp.bfloat16)
+        f = jax.vmap(functools.partial(scan, reverse=True, interpret=False), in_axes=(None, 0))
+        text = jax.jit(f).trace(a, x).lower(lowering_platforms=("cuda",)).as_text()
+        assert "__gpu$xla.gpu.triton" in text
+
+
+# --- through the scan method interface ------------------------------------------------
+
+
+def test_method_objects_and_shortcut():
+    assert isinstance(eqx_lru.scan_method("pallas"), PallasScan)
+    assert eqx_lru.PallasScan is PallasScan
+    assert hash(PallasScan(chunk=8)) == hash(PallasScan(chunk=8))
+    a, x, h0 = draw(0, (2, 5), shared=True)
+    with pytest.raises(ValueError, match="PallasScan supports.*Block2x2"):
+        eqx_lru.linear_recurrence(
+            jnp.zeros((2, 2, 5)), x, algebra=Block2x2(planar=True), method=PallasScan()
+        )
+
+
+def _values_and_grads(method, a, b, h0, algebra, reverse):
+    def loss(a, b, h0):
+        hs = eqx_lru.linear_recurrence(
+            a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method
+        )
+        weights = jnp.cos(jnp.arange(hs.size, dtype=jnp.float32)).reshape(hs.shape)
+        return jnp.sum(weights * (hs.real if jnp.iscomplexobj(hs) else hs)), hs
+
+    return jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(a, b, h0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "algebra, shared, reverse, complex_",
+    [
+        (Diagonal(), False, True, True),  # complex arrays, per-step, reverse
+        (RotationScaling(), True, False, False),  # planar pairs, shared
+    ],
+)
+def test_linear_recurrence_values_and_gradients(algebra, shared, reverse, complex_):
+    state = (2, 5) if isinstance(algebra, RotationScaling) else (5,)
+    a, b, h0 = draw(4, state, shared=shared)
+    if complex_:
+        a2, b2, h2 = draw(5, state, shared=shared)
+        a, b, h0 = (jax.lax.complex(u, 0.5 * v) for u, v in ((a, a2), (b, b2), (h0, h2)))
+    (_, hs), grads = _values_and_grads(PallasScan(**KW), a, b, h0, algebra, reverse)
+    (_, hs_ref), grads_ref = _values_and_grads("sequential", a, b, h0, algebra, reverse)
+    np.testing.assert_allclose(hs, hs_ref, rtol=1e-5, atol=1e-5)
+    for g, g_ref in zip(grads, grads_ref):
+        np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_cast_storage_and_unsupported_storage():
+    # Real Diagonal with a float32 carry over bfloat16 storage, by the method object. (The
+    # complex planar pairs, `ComplexPairs` and its conjugated cotangent storage, are
+    # exercised by the ComplexLRU layer test, forward and backward.)
+    method = PallasScan(**KW)
+    a, b, h0 = draw(6, (5,), shared=False, stored=jnp.bfloat16)
+    storage = Cast(compute="float32", stored="bfloat16")
+    out = method.scan(Diagonal(), storage, a, b, h0, shared=False, reverse=True)
+    check_rounded(out, a, b, h0, reverse=True, pair=False)
+    with pytest.raises(ValueError, match="PallasScan supports.*RotationScaling.*ComplexPairs"):
+        method.scan(RotationScaling(), ComplexPairs(), a, b, h0, shared=True, reverse=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", ["complex", "real"])
+def test_layer_with_pallas_equals_default(layer, getkey):
+    cls = eqx_lru.ComplexLRU if layer == "complex" else eqx_lru.RealLRU
+    key = getkey()
+    default = cls(3, 5, key=key)
+    pallas = cls(3, 5, method="pallas", key=key)
+    u = jax.random.normal(getkey(), (LENGTH, 3))
+
+    def loss(model, u):
+        return jnp.sum(jnp.sin(model(u, reverse=True)))
+
+    grad = eqx.filter_grad(loss)
+    np.testing.assert_allclose(pallas(u), default(u), rtol=1e-5, atol=1e-6)
+    for g, g_ref in zip(jax.tree.leaves(grad(pallas, u)), jax.tree.leaves(grad(default, u))):
+        np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_compiled_kernel_on_gpu():
+    # Only on a CUDA GPU: the Triton-compiled kernel (not the interpreter) against the loop.
+    for pair, state in ((False, (37,)), (True, (2, 40))):
+        for shared, reverse in ((True, False), (False, True)):
+            a, x, h0 = draw(7, state, shared=shared)
+            scan = rotation_scan if pair else diagonal_scan
+            out = scan(a, x, h0, reverse=reverse, interpret=False, chunk=4, block=32)
+            check(out, a, x, h0, reverse=reverse, pair=pair, rtol=1e-5, atol=1e-5)
