@@ -115,7 +115,7 @@ def _kernel(a_ref, x_ref, h0_ref, o_ref, *, length, chunk, shared, reverse, widt
         rows = [start + t for t in (reversed(range(size)) if reverse else range(size))]
         xs = [row(x_ref, k) for k in rows]
         as_ = [a_shared] * size if shared else [row(a_ref, k) for k in rows]
-        for k, a, x in zip(rows, as_, xs):
+        for k, a, x in zip(rows, as_, xs, strict=True):
             h = _step(a, h, x)
             for p in range(parts):
                 _store(o_ref, (k, p, slice(None)), h[p].astype(o_ref.dtype), mask)
@@ -140,7 +140,7 @@ def _pallas_scan(a, x, h0, *, shared, reverse, chunk, block, interpret):
     """The kernel on `x[L, K, P, M]` (P = 1 real part or 2 planar pair parts), transitions
     `a[K, P, M]` (shared) or `a[L, K, P, M]`, `h0[K, P, M]` in the compute dtype."""
     length, lead, parts, width = x.shape
-    block = min(block, pl.next_power_of_2(width))
+    block = min(block, 1 << (width - 1).bit_length())  # a power of two, at most ~width
     long_spec = pl.BlockSpec((length, None, parts, block), lambda i, j: (0, i, 0, j))
     state_spec = pl.BlockSpec((None, parts, block), lambda i, j: (i, 0, j))
     kernel = functools.partial(
@@ -166,7 +166,9 @@ def _check(a, x, h0, *, pair: bool, chunk: int, block: int, name: str) -> tuple[
         want = "(length, ..., 2, M)" if pair else "(length, ...)"
         raise ValueError(f"{name}: `x` must have shape {want} with length > 0; got {x.shape}.")
     if pair and x.shape[-2] != 2:
-        raise ValueError(f"{name}: `x` must hold planar pairs, shape (length, ..., 2, M); got {x.shape}.")
+        raise ValueError(
+            f"{name}: `x` must hold planar pairs, shape (length, ..., 2, M); got {x.shape}."
+        )
     state = x.shape[1:]
     if a.shape not in (state, x.shape):
         raise ValueError(
@@ -288,7 +290,7 @@ class PallasScan(AbstractScanMethod):
         if not isinstance(self.chunk, int) or isinstance(self.chunk, bool) or self.chunk < 1:
             raise ValueError(f"PallasScan: `chunk` must be a positive integer, got {self.chunk!r}.")
         block = self.block
-        if not isinstance(block, int) or isinstance(block, bool) or block < 1 or block & (block - 1):
+        if not isinstance(block, int) or isinstance(block, bool) or block < 1 or block & block - 1:
             raise ValueError(f"PallasScan: `block` must be a power of two, got {block!r}.")
         if self.interpret not in (None, True, False):
             raise ValueError(

@@ -164,7 +164,7 @@ def test_linear_recurrence_values_and_gradients(algebra, shared, reverse, comple
     (_, hs), grads = _values_and_grads(PallasScan(**KW), a, b, h0, algebra, reverse)
     (_, hs_ref), grads_ref = _values_and_grads("sequential", a, b, h0, algebra, reverse)
     np.testing.assert_allclose(hs, hs_ref, rtol=1e-5, atol=1e-5)
-    for g, g_ref in zip(grads, grads_ref):
+    for g, g_ref in zip(grads, grads_ref, strict=True):
         np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)
 
 
@@ -195,7 +195,8 @@ def test_layer_with_pallas_equals_default(layer, getkey):
 
     grad = eqx.filter_grad(loss)
     np.testing.assert_allclose(pallas(u), default(u), rtol=1e-5, atol=1e-6)
-    for g, g_ref in zip(jax.tree.leaves(grad(pallas, u)), jax.tree.leaves(grad(default, u))):
+    leaves = jax.tree.leaves(grad(pallas, u)), jax.tree.leaves(grad(default, u))
+    for g, g_ref in zip(*leaves, strict=True):
         np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)
 
 
