@@ -5,17 +5,24 @@
 #   ./dev.sh demo   the main job: a short offline demo (no download)
 #   ./dev.sh test   the test suite
 #   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
+#   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
+#                   Markdown report (experiments/gpu_check.py); exits 2 without a GPU.
+#                   Where nvidia-smi exists it installs the `cuda` extra (JAX for CUDA).
 set -eu
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
+extras=experiments,test
+if [ "${1:-}" = gpu-check ] && command -v nvidia-smi >/dev/null 2>&1; then
+    extras=$extras,cuda
+fi
 stamp=.venv/.install-stamp
-want=$(cat pyproject.toml | cksum)
+want="$(cat pyproject.toml | cksum) $extras"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[experiments,test]"
+    .venv/bin/python -m pip install --quiet -e ".[$extras]"
     echo "$want" > "$stamp"
 fi
 job=${1:-}
@@ -24,5 +31,6 @@ case "$job" in
     demo) exec .venv/bin/python -m experiments.demo "$@" ;;
     test) exec .venv/bin/python -m pytest "$@" ;;
     bench) exec .venv/bin/python -m experiments.bench "$@" ;;
-    *) echo "usage: ./dev.sh {demo|test|bench} [args...]" >&2; exit 2 ;;
+    gpu-check) exec .venv/bin/python -m experiments.gpu_check "$@" ;;
+    *) echo "usage: ./dev.sh {demo|test|bench|gpu-check} [args...]" >&2; exit 2 ;;
 esac

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 import eqx_lru
+from experiments import gpu_check
 from conftest import TEST_MATMUL_PRECISION, cuda_skip_reason, max_rel_err
 from reference import lru_loop, lru_params_np
 
@@ -184,3 +185,105 @@ def test_grad_is_bit_exact_with_deterministic_ops():
     assert outcome["backend"] == "gpu"
     assert "--xla_gpu_deterministic_ops=true" in outcome["xla_flags"]
     assert outcome["equal"], "two runs of the same jitted grad differ"
+
+
+# --------------------------------------------------------------------------- gpu_check (CPU)
+
+
+def test_gpu_check_without_a_gpu_says_so_in_one_line_and_exits_2():
+    if cuda_skip_reason() is None:
+        pytest.skip("this machine has a CUDA GPU")
+    cmd = [sys.executable, "-m", "experiments.gpu_check", "--work", "/nonexistent/never-made"]
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("gpu-check: no CUDA GPU") and result.stderr.count("\n") == 1
+    assert f"backend is {jax.default_backend()}" in result.stderr
+    assert not Path("/nonexistent/never-made").exists()
+
+
+def test_gpu_check_no_cuda_reason():
+    assert gpu_check.no_cuda_reason({"backend": "gpu", "platform_version": "cuda 12030"}) is None
+    assert "backend is cpu" in gpu_check.no_cuda_reason({"backend": "cpu"})
+    assert gpu_check.no_cuda_reason({"backend": "gpu", "platform_version": "rocm 6"}) is not None
+    smi = {"backend": "cpu", "nvidia_smi": ["NVIDIA H100, 570.1, 80 GiB"]}
+    hint = gpu_check.no_cuda_reason(smi)
+    assert "nvidia-smi sees NVIDIA H100" in hint and "jax[cuda12]" in hint
+
+
+def test_gpu_check_prepares_all_six_tasks_at_full_length(tmp_path):
+    counts = {"listops": (3, 1, 1), "text": (2, 0, 2), "retrieval": (2, 1, 1),
+              "image": (10, 0, 2), "pathfinder": (10, 0, 0), "pathx": (10, 0, 0)}
+    gpu_check.prepare_data(tmp_path, counts)
+    lengths = {"text": 4096, "retrieval": 4000, "image": 1024, "pathfinder": 1024, "pathx": 16384}
+    from experiments.lra.data import load_task
+
+    for task in gpu_check.TASKS:
+        data = load_task(task, tmp_path)
+        assert min(data.sizes.values()) >= 1, (task, data.sizes)
+        if task == "listops":  # the official generator: 500 < length < 2000, plus <eos>
+            assert 500 < data.seq_len <= 2000 and data.sizes == {"train": 3, "val": 1, "test": 1}
+        else:
+            assert data.seq_len == lengths[task], task
+    assert data.sizes == {"train": 8, "val": 1, "test": 1}  # pathx: 80/10/10 of 10
+
+
+def test_gpu_check_commands(tmp_path):
+    from experiments.lra import train
+
+    cmd = gpu_check.pytest_command(4, tmp_path / "t.xml")
+    assert cmd[1:6] == ["-m", "pytest", "-p", "no:benchmark", "-q"]
+    assert f"--junitxml={tmp_path / 't.xml'}" in cmd and "-rs" in cmd
+    assert gpu_check.gpu_env()["XLA_PYTHON_CLIENT_PREALLOCATE"] in ("false", os.environ.get(
+        "XLA_PYTHON_CLIENT_PREALLOCATE"))
+    for task in gpu_check.TASKS:
+        args = train.parse_args(gpu_check.train_args(task, tmp_path / "d", tmp_path / task, 7))
+        assert (args.task, args.steps, args.eval_every, args.batch_size) == (task, 7, 7, None)
+    full = gpu_check.train_command(tmp_path / "s.json", ["--task", "listops"])
+    assert full[1:5] == ["-m", "experiments.gpu_check", "_train-one", str(tmp_path / "s.json")]
+    bench = gpu_check.bench_command(tmp_path)
+    if bench is not None:
+        assert bench[1:3] == ["-m", "experiments.bench"] and "--quick" in bench
+        assert str(tmp_path / "bench.md") in bench  # never overwrites the committed results
+        assert "--quick" not in gpu_check.bench_command(tmp_path, full=True)
+
+
+def test_gpu_check_reads_junit_and_trainer_outputs(tmp_path):
+    junit = tmp_path / "t.xml"
+    junit.write_text(
+        '<testsuites><testsuite tests="4" failures="1" errors="0" skipped="1">'
+        '<testcase classname="tests.test_a" name="test_ok"/>'
+        '<testcase classname="tests.test_a" name="test_x[1]"><failure message="boom"/></testcase>'
+        '<testcase classname="tests.test_b" name="test_g">'
+        '<skipped message="needs a CUDA GPU; backend is cpu"/></testcase>'
+        '<testcase classname="tests.test_b" name="test_ok2"/></testsuite></testsuites>')
+    parsed = gpu_check.parse_junit(junit)
+    assert (parsed["passed"], parsed["failures"], parsed["skipped"]) == (2, 1, 1)
+    assert parsed["failed"] == ["tests.test_a::test_x[1]"]
+    assert parsed["skip_reasons"] == {"needs a CUDA GPU; backend is cpu": 1}
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"status": "finished", "step": 20,
+                                                  "steps_per_sec": 12.5}))
+    (out / "config.json").write_text(json.dumps({"batch_size": 32, "depth": 6, "d_model": 128,
+                                                 "d_state": 256}))
+    (tmp_path / "s.json").write_text(json.dumps({"rc": 0, "peak_bytes": 3 * 2**30}))
+    row = gpu_check._train_row("pathx", out, tmp_path / "s.json", 0)
+    assert row["ok"] and row["model"] == "6/128/256" and row["peak_gb"] == 3.0
+    assert not gpu_check._train_row("pathx", tmp_path / "none", tmp_path / "none.json", 1)["ok"]
+
+
+def test_gpu_check_report():
+    info = {"backend": "gpu", "jax": "0.11.2", "jaxlib": "0.11.2", "python": "3.12.1",
+            "platform_version": "cuda 13000", "devices": ["NVIDIA H100 80GB HBM3"],
+            "nvidia_smi": ["NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB"]}
+    parts = [gpu_check.PartResult("tests", "pass", 95.2, "300 passed, 0 failed, 2 skipped"),
+             gpu_check.PartResult("train", "fail", 300.0, "5/6 tasks trained 20 steps",
+                                  "| task | steps/s |\n|---|---|\n| pathx | 6.00 |")]
+    text = gpu_check.render_report(info, parts, when="2026-01-01 00:00 UTC")
+    assert text.startswith("# GPU check: FAIL\n")
+    for needle in ("1 x NVIDIA H100 80GB HBM3", "driver: 580.65.06", "JAX 0.11.2",
+                   "| tests | PASS | 95 s | 300 passed", "| train | FAIL | 300 s |",
+                   "## train", "| pathx | 6.00 |"):
+        assert needle in text, needle
+    assert gpu_check.render_report(info, parts[:1]).startswith("# GPU check: PASS")
