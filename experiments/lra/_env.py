@@ -1,0 +1,103 @@
+"""The process environment a training run needs, set before JAX initialises its backend.
+
+JAX reads `XLA_FLAGS` and `XLA_PYTHON_CLIENT_*` once, when the first device is touched
+(`jax.devices()`, the first array, `jax.process_index()`...). `configure_backend` must
+therefore run before any of those; importing `jax` is harmless.
+
+- **Determinism.** GPU reductions (e.g. the scatter-adds of gradients, cuBLAS/cuDNN
+  algorithm choice) are not deterministic by default, so two runs, or a run and its
+  resumed copy, drift apart in the last bits. `--xla_gpu_deterministic_ops=true` makes
+  XLA pick deterministic implementations. It is appended to the user's `XLA_FLAGS`
+  (never replacing them, never twice, and never overriding an explicit
+  `--xla_gpu_deterministic_ops=...` of the user). CPU programs are deterministic
+  anyway; the flag is ignored there.
+- **Allocator.** JAX preallocates 75% of a GPU's memory by default; on an 80 GB card the
+  PathX step then failed with `RESOURCE_EXHAUSTED` on a 35.67 GiB allocation, and ran
+  with `XLA_PYTHON_CLIENT_PREALLOCATE=false` (allocate on demand). For the big tasks
+  (`ON_DEMAND_TASKS`) that is the default, unless the user set
+  `XLA_PYTHON_CLIENT_PREALLOCATE` or `XLA_PYTHON_CLIENT_MEM_FRACTION` themselves.
+"""
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+
+__all__ = [
+    "DETERMINISTIC_FLAG",
+    "ON_DEMAND_TASKS",
+    "backend_env",
+    "configure_backend",
+    "is_out_of_memory",
+    "out_of_memory_message",
+]
+
+DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
+#: Tasks whose training step needs the most memory (experiments/lra/MEMORY.md): the
+#: allocator allocates on demand for them unless the user chose otherwise.
+ON_DEMAND_TASKS = ("text", "retrieval", "pathx")
+_ALLOCATOR_VARS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
+
+
+def backend_env(environ: Mapping[str, str], *, deterministic: bool, task: str) -> dict[str, Any]:
+    """The variables to set on top of `environ`, and a record of the choices.
+
+    **Returns:** `{"set": {name: value}, "record": {...}}`; `record` goes to config.json:
+    `deterministic` (whether XLA's deterministic GPU ops are on), `xla_flags` (the flags
+    JAX will see), `allocator` (`"on demand"`, `"preallocate"` or `"user"`).
+    """
+    updates: dict[str, str] = {}
+    flags = environ.get("XLA_FLAGS", "")
+    user_choice = next((f for f in flags.split() if f.split("=")[0] == DETERMINISTIC_FLAG), None)
+    if user_choice is not None:  # the user's explicit setting wins
+        deterministic = user_choice.split("=", 1)[-1].lower() in ("true", "1", DETERMINISTIC_FLAG)
+    elif deterministic:
+        flags = f"{flags} {DETERMINISTIC_FLAG}=true".strip()
+        updates["XLA_FLAGS"] = flags
+    if any(name in environ for name in _ALLOCATOR_VARS):
+        allocator = "user"
+    elif task in ON_DEMAND_TASKS:
+        updates["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        allocator = "on demand"
+    else:
+        allocator = "preallocate"
+    record = {"deterministic": deterministic, "xla_flags": flags, "allocator": allocator}
+    return {"set": updates, "record": record}
+
+
+def configure_backend(*, deterministic: bool, task: str) -> dict[str, Any]:
+    """Apply `backend_env` to `os.environ`; returns its record for config.json."""
+    env = backend_env(os.environ, deterministic=deterministic, task=task)
+    os.environ.update(env["set"])
+    return env["record"]
+
+
+_OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM when allocating")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is an accelerator (or host) allocation failure raised through XLA."""
+    if isinstance(error, MemoryError):
+        return True
+    name = type(error).__name__
+    if name not in ("XlaRuntimeError", "JaxRuntimeError") and not isinstance(error, RuntimeError):
+        return False
+    text = str(error)
+    return any(marker in text for marker in _OOM_MARKERS)
+
+
+def out_of_memory_message(error: BaseException, cfg: Mapping[str, Any], *, devices: int | None) -> str:
+    """One paragraph: what ran out, and what to change."""
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    if len(first) > 300:
+        first = first[:300] + "..."
+    batch = cfg.get("batch_size")
+    half = f"--batch-size {batch // 2}" if isinstance(batch, int) and batch > 1 else "a smaller --batch-size"
+    remat = "" if cfg.get("remat") else "--remat (recompute each block in the backward pass), "
+    return (
+        f"out of memory while training {cfg.get('task')} (batch {batch}, "
+        f"{'?' if devices is None else devices} device(s)): {first}. To fit, use {remat}"
+        f"{half} (changes the recipe), or more devices (the global batch is split over them); "
+        "with JAX's default preallocation also try XLA_PYTHON_CLIENT_PREALLOCATE=false. "
+        "experiments/lra/MEMORY.md lists each task's memory."
+    )

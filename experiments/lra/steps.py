@@ -1,0 +1,284 @@
+"""The model and the jitted train/eval steps of an LRA run, from its settings.
+
+Public, so that other tools (the benchmark, `experiments/lra/memory.py`) time or compile
+exactly the program the trainer runs:
+
+- `build_model(cfg, data, key)`: the model of a run's settings `cfg` (see
+  `train.resolve_config`) for a task, and its BatchNorm state.
+- `make_steps(cfg, static, mesh)`: the jitted `train_step` and `eval_step`.
+- `compile_train_step(cfg, data)`: one training step at the sizes of `cfg`, compiled,
+  with example arguments: `compiled(*args)` runs one step and
+  `compiled.memory_analysis()` reports XLA's buffers.
+
+`data` is a loaded `TaskData` or a `TaskSpec` (`task_spec(task)`: the sizes alone, so
+nothing has to be on disk).
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import eqx_lru
+
+from . import _parallel as par
+from .data import IMAGE_SIDE, IN_CHANNELS, L_MAX, NUM_CLASSES, TaskData
+
+
+__all__ = [
+    "AXIS_NAME",
+    "CORES",
+    "PROGRAM_KEYS",
+    "TaskSpec",
+    "task_spec",
+    "make_core",
+    "build_model",
+    "make_optimizer",
+    "Steps",
+    "make_steps",
+    "host_batch",
+    "example_batch",
+    "compile_train_step",
+]
+
+AXIS_NAME = "batch"  # the jax.vmap axis batch norm reduces over
+#: `--core` choices: the LRU (in `--form` complex or real) and the paper's baselines.
+CORES = ("lru", "s4d", "s5")
+#: The settings the traced programs depend on (not the seed, nor the data size).
+PROGRAM_KEYS = (
+    "task", "core", "form", "depth", "d_model", "d_state", "steps", "batch_size", "lr",
+    "lr_factor", "weight_decay", "dropout", "warmup_fraction", "bidirectional", "r_min",
+    "r_max", "max_phase", "glu", "norm", "pooling", "method", "remat",
+)
+#: Vocabulary sizes of the official data (specials included), for `task_spec`.
+_VOCAB_SIZES = {"listops": 18, "text": 135, "retrieval": 98}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """What a model needs to know about a task's data: its sizes."""
+
+    task: str
+    num_classes: int
+    seq_len: int
+    vocab_size: int | None  # token tasks
+    in_channels: int | None  # pixel tasks
+
+
+def task_spec(task: str | TaskData | TaskSpec, seq_len: int | None = None) -> TaskSpec:
+    """The `TaskSpec` of loaded data, or of the official data of `task` (full length)."""
+    if isinstance(task, TaskSpec):
+        return task if seq_len is None else dataclasses.replace(task, seq_len=seq_len)
+    if isinstance(task, TaskData):
+        vocab = None if task.vocab is None else len(task.vocab)
+        return TaskSpec(task.task, task.num_classes, seq_len or task.seq_len, vocab, task.in_channels)
+    if task not in NUM_CLASSES:
+        raise ValueError(f"Unknown task {task!r}; expected one of {tuple(NUM_CLASSES)}.")
+    length = L_MAX[task] if task in L_MAX else IMAGE_SIDE[task] ** 2
+    return TaskSpec(task, NUM_CLASSES[task], seq_len or length, _VOCAB_SIZES.get(task), IN_CHANNELS.get(task))
+
+
+def make_core(cfg: dict[str, Any]) -> Callable:
+    """The recurrent-core factory `(d_model, d_state, *, key) -> core` of `cfg["core"]`."""
+    if cfg["core"] == "lru":
+        layer = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}[cfg["form"]]
+        return functools.partial(
+            layer, r_min=cfg["r_min"], r_max=cfg["r_max"], max_phase=cfg["max_phase"], method=cfg["method"]
+        )
+    try:
+        from eqx_lru import baselines
+        cls = {"s4d": baselines.S4D, "s5": baselines.S5}[cfg["core"]]
+    except (ImportError, AttributeError):
+        raise ValueError(f"--core {cfg['core']}: this eqx_lru has no eqx_lru.baselines.{cfg['core'].upper()}.") from None
+    except KeyError:
+        raise ValueError(f"--core must be one of {CORES}, got {cfg['core']!r}.") from None
+    return functools.partial(cls, method=cfg["method"])
+
+
+def build_model(cfg: dict[str, Any], data: TaskData | TaskSpec, key) -> tuple[eqx.Module, eqx.nn.State]:
+    """The model of `cfg` for `data`, and its BatchNorm state.
+
+    Token tasks embed tokens, pixel tasks encode pixels linearly, Retrieval uses the
+    two-tower `eqx_lru.LRURetrievalModel` around an `LRUModel` encoder; every block is an
+    `eqx_lru.LRUBlock` around the core of `make_core(cfg)`.
+    """
+    return eqx.nn.make_with_state(_build)(cfg, task_spec(data), key)
+
+
+def _build(cfg, spec: TaskSpec, key):
+    tokens = spec.vocab_size is not None
+    in_size = spec.vocab_size if tokens else int(spec.in_channels)
+    sizes = (cfg["d_model"], cfg["d_state"], cfg["depth"])
+    block = dict(norm=cfg["norm"], bidirectional=cfg["bidirectional"], dropout=cfg["dropout"], glu=cfg["glu"])
+    model = dict(encoder="embedding" if tokens else "linear", pooling=cfg["pooling"])
+    if not _BLOCK_ARG:  # the library before `block=`: options went through the model
+        model.update(block, form=make_core(cfg), axis_name=AXIS_NAME)
+        cls = eqx_lru.LRURetrievalModel if spec.task == "retrieval" else eqx_lru.LRUModel
+        return cls(in_size, spec.num_classes, *sizes, key=key, **model)
+    block = functools.partial(eqx_lru.LRUBlock, core=make_core(cfg), axis_name=AXIS_NAME, **block)
+    model.update(block=block, remat=bool(cfg["remat"]))
+    if spec.task != "retrieval":
+        return eqx_lru.LRUModel(in_size, spec.num_classes, *sizes, key=key, **model)
+    enc_key, head_key = jax.random.split(key)
+    encoder = eqx_lru.LRUModel(in_size, None, *sizes, key=enc_key, **model)
+    return eqx_lru.LRURetrievalModel(encoder, spec.num_classes, key=head_key)
+
+
+def _has_block_arg() -> bool:
+    import inspect
+
+    return "block" in inspect.signature(eqx_lru.LRUModel.__init__).parameters
+
+
+_BLOCK_ARG = _has_block_arg()
+
+
+def make_optimizer(cfg: dict[str, Any]):
+    """`(optimiser, schedule)` of §D.2 for `cfg`."""
+    optim = eqx_lru.lru_optimizer(
+        learning_rate=cfg["lr"], total_steps=cfg["steps"], lr_factor=cfg["lr_factor"],
+        weight_decay=cfg["weight_decay"], warmup_fraction=cfg["warmup_fraction"],
+    )
+    schedule = eqx_lru.lru_schedule(cfg["lr"], cfg["steps"], warmup_fraction=cfg["warmup_fraction"])
+    return optim, schedule
+
+
+class Steps(NamedTuple):
+    """`train(params, bn_state, opt_state, batch, run_key, step) -> (params, bn_state,
+    opt_state, [loss, accuracy, lr])` and `eval(params, bn_state, batch) -> [sum of nll,
+    number correct, count]` (weighted by `batch["weight"]`), both jitted over `mesh`."""
+
+    train: Callable
+    eval: Callable
+
+
+#: Jitted steps per configuration, so that several runs in one process (the demo, the
+#: tests, a sweep) compile each program once.
+_CACHE: dict[tuple, Steps] = {}
+
+
+def make_steps(cfg: dict[str, Any], static, mesh: Mesh, spec: TaskSpec | None = None) -> Steps:
+    """The jitted train and eval steps of `cfg`, closed over the model's static part."""
+    key = (tuple(cfg.get(k) for k in PROGRAM_KEYS), spec, tuple(d.id for d in mesh.devices.flat))
+    if spec is None or key not in _CACHE:
+        if len(_CACHE) >= 8:
+            _CACHE.pop(next(iter(_CACHE)))
+        optim, schedule = make_optimizer(cfg)
+        _CACHE[key] = _jit_steps(static, optim, schedule, mesh)
+    return _CACHE[key]
+
+
+def _forward(params, static, bn_state, batch, keys, inference):
+    model = eqx.combine(params, static)
+
+    def one(x, length, key):
+        return model(x, bn_state, length=length, key=key, inference=inference)
+
+    length = batch.get("length")
+    in_axes = (0, None if length is None else 0, None if keys is None else 0)
+    return jax.vmap(one, axis_name=AXIS_NAME, in_axes=in_axes, out_axes=(0, None))(batch["x"], length, keys)
+
+
+def _losses(logits, labels):
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    nll = -jnp.take_along_axis(logp, labels[:, None], axis=-1)[:, 0]
+    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    return nll, correct
+
+
+def _jit_steps(static, optim, schedule, mesh: Mesh) -> Steps:
+    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P(par.AXIS))
+
+    def train_step(params, bn_state, opt_state, batch, run_key, step):
+        keys = jax.random.split(jax.random.fold_in(run_key, step), batch["label"].shape[0])
+
+        def loss_fn(params):
+            logits, new_state = _forward(params, static, bn_state, batch, keys, False)
+            nll, correct = _losses(logits, batch["label"])
+            return jnp.mean(nll), (new_state, jnp.mean(correct))
+
+        (loss, (new_state, acc)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        # optax mixes Python floats with int32 step counts, which JAX's opt-in strict dtype
+        # promotion rejects; trace it with standard promotion so either setting works.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optim.update(grads, opt_state, params)
+            lr = jnp.asarray(schedule(step), jnp.float32)
+        params = eqx.apply_updates(params, updates)
+        return params, new_state, opt_state, jnp.stack([loss, acc, lr])
+
+    def eval_step(params, bn_state, batch):
+        logits, _ = _forward(params, static, bn_state, batch, None, True)
+        nll, correct = _losses(logits, batch["label"])
+        w = batch["weight"]
+        return jnp.stack([jnp.sum(w * nll), jnp.sum(w * correct), jnp.sum(w)])
+
+    train = jax.jit(
+        train_step,
+        in_shardings=(replicated, replicated, replicated, sharded, replicated, replicated),
+        out_shardings=replicated,
+    )
+    evaluate = jax.jit(eval_step, in_shardings=(replicated, replicated, sharded), out_shardings=replicated)
+    return Steps(train, evaluate)
+
+
+def host_batch(data: TaskData, split, indices: np.ndarray, *, padded: bool) -> dict[str, np.ndarray]:
+    """Model-ready host arrays: `x`, `label`, `length` (token tasks), `weight` (eval)."""
+    raw = data.batch(split, indices)
+    if data.task == "retrieval":
+        out = {
+            "x": np.stack([raw["inputs"], raw["inputs2"]], axis=1),
+            "length": np.stack([raw["lengths"], raw["lengths2"]], axis=1),
+        }
+    else:
+        out = {"x": raw["inputs"]}
+        if data.vocab is not None:  # pixel tasks have no padding
+            out["length"] = raw["lengths"]
+    out["label"] = raw["labels"]
+    if padded:
+        out["weight"] = np.ones(len(indices), np.float32)
+    return out
+
+
+def example_batch(spec: TaskSpec, batch_size: int) -> dict[str, np.ndarray]:
+    """A training batch of the shapes and dtypes of `host_batch` for `spec` (full-length
+    documents, label 0)."""
+    b, length = batch_size, spec.seq_len
+    if spec.vocab_size is None:
+        out = {"x": np.zeros((b, length, spec.in_channels), np.float32)}
+    elif spec.task == "retrieval":
+        out = {"x": np.full((b, 2, length), 3, np.int32), "length": np.full((b, 2), length, np.int32)}
+    else:
+        out = {"x": np.full((b, length), 3, np.int32), "length": np.full((b,), length, np.int32)}
+    out["label"] = np.zeros((b,), np.int32)
+    return out
+
+
+def compile_train_step(
+    cfg: dict[str, Any], data: TaskData | TaskSpec | str, *, mesh: Mesh | None = None, seed: int = 0
+) -> tuple[Any, tuple]:
+    """One training step of `cfg` compiled for `mesh` (default: every device), and example
+    arguments `(params, bn_state, opt_state, batch, run_key, step)`.
+
+    `compiled(*args)` runs the step (returns new params, BN state, optimiser state and
+    `[loss, accuracy, lr]`); `compiled.memory_analysis()` gives XLA's buffer sizes
+    (`temp_size_in_bytes`: the intermediates, the backward pass's stored activations).
+    """
+    spec = task_spec(data)
+    mesh = par.make_mesh() if mesh is None else mesh
+    model, bn_state = build_model(cfg, spec, jax.random.PRNGKey(seed))
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    steps = make_steps(cfg, static, mesh, spec)
+    optim, _ = make_optimizer(cfg)
+    args = (
+        par.replicate(params, mesh), par.replicate(bn_state, mesh), par.replicate(optim.init(params), mesh),
+        par.shard_batch(example_batch(spec, cfg["batch_size"]), mesh, cfg["batch_size"]),
+        par.replicate(jax.random.PRNGKey(seed + 1), mesh), jnp.asarray(0, jnp.int32),
+    )
+    return steps.train.lower(*args).compile(), args
