@@ -154,6 +154,10 @@ def _pallas_scan(a, x, h0, *, shared, reverse, chunk, block, interpret):
         grid=(lead, pl.cdiv(width, block)),
         in_specs=[state_spec if shared else long_spec, long_spec, state_spec],
         out_specs=long_spec,
+        # States written over the drive, as the sequential method does: each row is read
+        # before it is written, by the one program that owns its channels. XLA copies the
+        # drive first where it is still needed.
+        input_output_aliases={1: 0},
         interpret=interpret,
         compiler_params=None if interpret else _compiler_params(block),
         name="eqx_lru_scan",

@@ -90,7 +90,10 @@ def test_vmap_and_chunk_longer_than_sequence():
     a, _, h0 = draw(2, state, shared=True)
     x = jnp.asarray(np.random.default_rng(3).normal(size=(3, LENGTH) + state), jnp.float32)
     f = jax.vmap(functools.partial(rotation_scan, chunk=16, block=2), in_axes=(None, 0, None))
-    out = f(a, x, h0)
+    # The states are written over the drive (input_output_aliases): a drive still used
+    # afterwards must come through intact.
+    out, x_after = jax.jit(lambda x: (f(a, x, h0), 2 * x))(x)
+    np.testing.assert_array_equal(x_after, 2 * x)
     for i in range(3):
         check(out[i], a, x[i], h0, reverse=False, pair=True)
 
