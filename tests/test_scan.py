@@ -102,12 +102,35 @@ def test_gradients_agree_across_methods(alg, dtype, shared):
             assert all(float(jnp.abs(g).max()) > 0 for g in grads[0])
 
 
-def test_auto_method_and_vmap():
+# What `"auto"` resolves to per backend, as measured (see `eqx_lru.Auto`).
+AUTO_CHOICE = {"cpu": eqx_lru.Sequential(), "gpu": eqx_lru.Associative(), "tpu": eqx_lru.Associative()}
+
+
+def test_auto_method_and_vmap(monkeypatch):
     a, b = (jnp.asarray(x) for x in _problem("diag", True, np.float32)[:2])
     batched = jax.vmap(lambda b: eqx_lru.linear_recurrence(a, b, algebra=eqx_lru.Diagonal()))
     out = batched(jnp.stack([b, 2 * b]))
     np.testing.assert_allclose(out[1], 2 * out[0], rtol=1e-5)
-    assert eqx_lru.default_method() == "sequential"  # measured fastest on CPU
+    assert eqx_lru.default_method() == AUTO_CHOICE[jax.default_backend()]
+    for backend, choice in AUTO_CHOICE.items():
+        monkeypatch.setattr(jax, "default_backend", lambda backend=backend: backend)
+        assert eqx_lru.Auto().resolve() == choice, backend
+
+
+def test_scan_method_shortcuts_and_errors():
+    assert eqx_lru.scan_method("sequential") == eqx_lru.Sequential(unroll=1)
+    assert eqx_lru.scan_method("associative") == eqx_lru.Associative()
+    assert eqx_lru.scan_method("auto") == eqx_lru.Auto()
+    method = eqx_lru.Sequential(unroll=4)
+    assert eqx_lru.scan_method(method) is method
+    assert hash(method) == hash(eqx_lru.Sequential(unroll=4))  # a static argument of jit
+    with pytest.raises(ValueError, match="`method` must be one of"):
+        eqx_lru.scan_method("fast")
+    # A TypeError naming `method` (under the test suite's beartype hook: its own error).
+    with pytest.raises(Exception, match="method"):
+        eqx_lru.scan_method(4)
+    with pytest.raises(ValueError, match="`unroll`"):
+        eqx_lru.Sequential(unroll=0)
 
 
 @pytest.mark.parametrize(

@@ -137,10 +137,10 @@ def test_forward_and_gradients_match_autodiff_of_loop(method, name, shared):
 
 
 @pytest.mark.parametrize("unroll,length", [(3, 2), (3, 7), (4, 8)])
-def test_sequential_blocks_and_tails(monkeypatch, unroll, length):
-    """`SEQUENTIAL_UNROLL` steps per iteration: blocks that exceed the length, leave a tail,
+def test_sequential_blocks_and_tails(unroll, length):
+    """`Sequential(unroll)` steps per iteration: blocks that exceed the length, leave a tail,
     divide it."""
-    monkeypatch.setattr(_scan, "SEQUENTIAL_UNROLL", unroll)
+    method = eqx_lru.Sequential(unroll=unroll)
     with jax.enable_x64(True):
         for shared in (True, False):
             algebra, a, b, h0 = _problem("block", shared, length=length)
@@ -148,7 +148,7 @@ def test_sequential_blocks_and_tails(monkeypatch, unroll, length):
 
             def ours(algebra, a, b, h0, shared, reverse):
                 return eqx_lru.linear_recurrence(
-                    a, b, algebra=algebra, initial_state=h0, reverse=reverse, method="sequential"
+                    a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method
                 )
 
             def both(a, b, h0, shared=shared):

@@ -227,9 +227,10 @@ def _memory_entry(runner, impl, mode, H, N, L):
 
 
 def render(grid, runner, info, *, quick, end_load) -> str:
-    from eqx_lru import _scan, default_method
+    import eqx_lru
 
-    method = default_method()
+    method = type(eqx_lru.default_method()).__name__.lower()
+    default_unroll = eqx_lru.Sequential().unroll
     B, N = grid["B"], grid["N"]
     kH, kN, kL = grid["key"]
     largest = grid["L"][-1]
@@ -294,10 +295,10 @@ def render(grid, runner, info, *, quick, end_load) -> str:
     lines += [
         f"## Sequential block size, RealLRU, H={kH}, N={kN}, L={kL}",
         "",
-        "Steps per iteration of the in-place `fori_loop` (`eqx_lru._scan.SEQUENTIAL_UNROLL`, default "
-        f"{_scan.SEQUENTIAL_UNROLL}); interleaved in one process, ratio to the default.",
+        "Steps per iteration of the in-place `fori_loop` (`eqx_lru.Sequential(unroll=k)`, default "
+        f"{default_unroll}); interleaved in one process, ratio to the default.",
         "",
-        *report.unroll_table(unroll, default=_scan.SEQUENTIAL_UNROLL),
+        *report.unroll_table(unroll, default=default_unroll),
         "",
     ]
     if runner.data["hugetlb"]:

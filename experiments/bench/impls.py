@@ -99,8 +99,9 @@ def layer(form: str, d_model: int, d_state: int, *, key, **kwargs):
     return cls(d_model, d_state, r_min=0.0, r_max=1.0, max_phase=2 * math.pi, key=key, **kwargs)
 
 
-def make(name: str, d_model: int, d_state: int, *, key):
-    """`(fn, params)` for implementation `name`; all share the parameters of `key`."""
+def make(name: str, d_model: int, d_state: int, *, key, unroll: int | None = None):
+    """`(fn, params)` for implementation `name`; all share the parameters of `key`.
+    `unroll`: steps per iteration of the sequential method (`eqx_lru.Sequential(unroll)`)."""
     base = layer("complex", d_model, d_state, key=key)
     params = tuple(getattr(base, n) for n in PARAM_NAMES)
     if name == "app_a":
@@ -110,7 +111,7 @@ def make(name: str, d_model: int, d_state: int, *, key):
     if name == "scan_autodiff":
         return scan_autodiff, params
     form, method, *rest = name.split("-")
-    kwargs = {"method": method}
+    kwargs = {"method": eqx_lru.Sequential(unroll=unroll) if unroll else method}
     if rest == ["bf16"]:
         kwargs["compute_dtype"] = jnp.bfloat16
     return (lambda lru, u: lru(u)), layer(form, d_model, d_state, key=key, **kwargs)

@@ -24,18 +24,13 @@ def name(variant) -> str:
 def run(spec) -> dict:
     import jax
 
-    from eqx_lru import _scan
-
     from .measure import compiled_function
 
-    default_unroll = _scan.SEQUENTIAL_UNROLL
     compiled, temp, data = {}, {}, None
     for variant in spec["variants"]:
-        # The block size is read when the function is traced, i.e. compiled here.
-        _scan.SEQUENTIAL_UNROLL = int(variant.get("unroll") or default_unroll)
         case = {k: v for k, v in spec.items() if k not in ("variants", "rounds")}
-        fn, params, u, _ = compiled_function(dict(case, impl=variant["impl"]))
-        _scan.SEQUENTIAL_UNROLL = default_unroll
+        case = dict(case, impl=variant["impl"], unroll=variant.get("unroll"))
+        fn, params, u, _ = compiled_function(case)
         data = u if data is None else data  # one input array for all (the same values)
         jax.block_until_ready(fn(params, data))  # warm-up
         compiled[name(variant)] = (fn, params)

@@ -44,7 +44,9 @@ def compiled_function(case):
 
     from . import impls
 
-    fn, params = impls.make(case["impl"], case["H"], case["N"], key=jax.random.PRNGKey(0))
+    fn, params = impls.make(
+        case["impl"], case["H"], case["N"], key=jax.random.PRNGKey(0), unroll=case.get("unroll")
+    )
     batched = jax.vmap(fn, in_axes=(None, 0))
     if case["mode"] == "fwd":
         f = batched
@@ -63,10 +65,6 @@ def run_case(case) -> dict:
     if case.get("impl") == "data_only":
         jax.block_until_ready(data(case))
         return {"case": case}
-    if case.get("unroll"):
-        from eqx_lru import _scan
-
-        _scan.SEQUENTIAL_UNROLL = int(case["unroll"])
     compiled, params, u, compile_s = compiled_function(case)
     temp = compiled.memory_analysis().temp_size_in_bytes
     jax.block_until_ready(compiled(params, u))  # warm-up

@@ -1,0 +1,238 @@
+r"""Scan methods: how the recurrence $h_k = a_k \otimes h_{k-1} + b_k$ is computed.
+
+Small objects in the lineax style (`AutoLinearSolver` resolving to a concrete solver):
+`Sequential`, `Associative`, `eqx_lru.PallasScan` (a GPU kernel) and `Auto`, which resolves
+per backend. Each method owns its forward; the custom VJP of `eqx_lru.linear_recurrence`
+runs the *same* method on the adjoint recurrence (the transposed transitions, from the
+end), so a method never writes a backward pass of its own. Strings are shortcuts, see
+`scan_method`.
+"""
+
+import abc
+import importlib
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from ._algebra import AbstractAlgebra
+from ._storage import Storage
+
+
+class AbstractScanMethod(eqx.Module):
+    """A way of computing all states of a linear recurrence.
+
+    A method is an `eqx.Module` with static fields only (hashable: it is a static argument
+    of `jax.jit` and of the custom VJP). Subclasses implement `scan`; `resolve` lets a
+    method choose a concrete one when the computation is traced (see `Auto`).
+    """
+
+    def resolve(self) -> "AbstractScanMethod":
+        """The concrete method to run (itself, except for methods such as `Auto`)."""
+        return self
+
+    @abc.abstractmethod
+    def scan(
+        self,
+        algebra: AbstractAlgebra,
+        storage: Storage,
+        a: Array,
+        b: Array,
+        h_init: Array,
+        *,
+        shared: bool,
+        reverse: bool,
+    ) -> Array:
+        r"""All stored states $h_k = a_k \otimes h_{k-1} + \text{load}(b)_k$, written with
+        `storage.store`.
+
+        **Arguments:**
+
+        - `algebra`: how transitions act on states.
+        - `storage`: `b` and the result are in its stored form (`storage.load` gives the
+            algebra's form, with a leading length axis).
+        - `a`: one transition (`shared=True`) or one per step (leading length axis), in the
+            algebra's form.
+        - `b`: the stored inputs, leading length axis.
+        - `h_init`: $h_{-1}$ in the algebra's form (zeros for no initial state).
+        - `reverse`: run from the last step to the first.
+
+        **Returns:** the stored states, shape and dtype of `b`.
+        """
+
+
+class Sequential(AbstractScanMethod):
+    """One step after the other: a `jax.lax.fori_loop` over blocks of `unroll` steps that
+    reads a block of inputs and writes the block of states back *into the same buffer*, in
+    place: no second length-long array, and under `jax.vmap` the batch axis stays in front
+    (`lax.scan` would move it behind the length axis, which costs a transpose of the whole
+    input and output). $O(L)$ depth; the fastest and lightest method on CPUs.
+
+    **Arguments:**
+
+    - `unroll`: steps per loop iteration. The loop is memory-bound, not overhead-bound, so
+        the default 1 writes each state straight back; larger blocks stack their states
+        first, were no faster on CPU and compile more slowly (experiments/bench).
+    """
+
+    unroll: int = eqx.field(default=1, static=True)
+
+    def __check_init__(self):
+        if not isinstance(self.unroll, int) or self.unroll < 1:
+            raise ValueError(f"`unroll` must be a positive integer, got {self.unroll!r}.")
+
+    def scan(self, algebra, storage, a, b, h_init, *, shared, reverse):
+        def step(a_k, h, x):
+            return algebra.apply(a_k, h) + x
+
+        hs, _ = _sequential(
+            step, storage.load, storage.store, a, b, h_init, shared, reverse, self.unroll
+        )
+        return hs
+
+
+class Associative(AbstractScanMethod):
+    r"""The parallel scan `jax.lax.associative_scan` over the pairs $(a, b)$ under
+    $(a_j, b_j) \bullet (a_i, b_i) = (a_j \circ a_i,\ a_j \otimes b_i + b_j)$: $O(\log L)$
+    depth, the scan the paper trains with on accelerators (App. A)."""
+
+    def scan(self, algebra, storage, a, b, h_init, *, shared, reverse):
+        def combine(earlier, later):
+            a_i, b_i = earlier
+            a_j, b_j = later
+            return algebra.compose(a_j, a_i), algebra.apply(a_j, b_i) + b_j
+
+        x = storage.load(b)
+        # Fold h_init into the first input: h_0 = a_0 ⊗ h_init + b_0.
+        first = -1 if reverse else 0
+        x = x.at[first].add(algebra.apply(a if shared else a[first], h_init))
+        if shared:
+            a = jnp.broadcast_to(a, (x.shape[0],) + a.shape)
+        _, hs = jax.lax.associative_scan(combine, (a, x), reverse=reverse)
+        return storage.store(hs)
+
+
+class Auto(AbstractScanMethod):
+    """The method measured fastest on the backend in use, chosen when the computation is
+    traced (`jax.default_backend()`).
+
+    CPU: `Sequential()`, measured (experiments/bench/RESULTS-cpu.md): the fastest and
+    lightest method at every size of the grid, forward and forward+backward — at batch 16,
+    H = N = 256, L = 16384 forward+backward of the layer takes 0.17-0.21× the time of the
+    paper's App. A and 0.29× its XLA temp memory, against 0.31-0.34× and 0.58-0.71× with
+    `Associative()`. GPUs and TPUs: `Associative()`; measured on one H100 (JAX 0.11.2,
+    batch 16, H = N = 256), the sequential loop was 16-25× slower there (one kernel launch
+    per step) and the associative layer's forward+backward ran at 0.64× App. A.
+    """
+
+    def resolve(self) -> AbstractScanMethod:
+        return Sequential() if jax.default_backend() == "cpu" else Associative()
+
+    def scan(self, algebra, storage, a, b, h_init, *, shared, reverse):
+        return self.resolve().scan(algebra, storage, a, b, h_init, shared=shared, reverse=reverse)
+
+
+def _pallas() -> AbstractScanMethod:
+    try:
+        module = importlib.import_module("eqx_lru._pallas")
+    except ModuleNotFoundError as e:
+        if e.name != "eqx_lru._pallas":
+            raise
+        raise ValueError(
+            "`method='pallas'` needs the Pallas kernel (eqx_lru.PallasScan), which this "
+            "installation does not have."
+        ) from e
+    return module.PallasScan()
+
+
+_SHORTCUTS: dict[str, Callable[[], AbstractScanMethod]] = {
+    "auto": Auto,
+    "sequential": Sequential,
+    "associative": Associative,
+    "pallas": _pallas,
+}
+
+
+def scan_method(method: "str | AbstractScanMethod") -> AbstractScanMethod:
+    """The scan method object for `method`: an `AbstractScanMethod` is returned as it is;
+    the shortcuts `"auto"`, `"sequential"`, `"associative"` and `"pallas"` give `Auto()`,
+    `Sequential()`, `Associative()` and `PallasScan()`.
+
+    Raises a `ValueError` for an unknown string and a `TypeError` for anything else.
+    """
+    if isinstance(method, AbstractScanMethod):
+        return method
+    if isinstance(method, str):
+        if method not in _SHORTCUTS:
+            raise ValueError(
+                f"`method` must be one of {tuple(_SHORTCUTS)} or an "
+                f"eqx_lru.AbstractScanMethod such as eqx_lru.Sequential(unroll=4); got "
+                f"{method!r}."
+            )
+        return _SHORTCUTS[method]()
+    raise TypeError(
+        "`method` must be a string shortcut or an eqx_lru.AbstractScanMethod such as "
+        f"eqx_lru.Associative(); got {type(method).__name__} {method!r}."
+    )
+
+
+def _sequential(
+    step: Callable[[Array, Array, Array], Array],
+    load: Callable[[Array], Array],
+    store: Callable[[Array], Array],
+    a: Array,
+    xs: Array,
+    h: Array,
+    shared: bool,
+    reverse: bool,
+    unroll: int,
+) -> tuple[Array, Array]:
+    """`h ← step(a_k, h, load(xs[k]))` for every k (from the end if `reverse`), writing
+    `store(h)` over `xs[k]` in place. Returns (all stored states, the last carry)."""
+    dtype = xs.dtype
+    if dtype.itemsize == 2 and jnp.issubdtype(dtype, jnp.floating):
+        # Loop over the bit patterns of 16-bit floats: XLA on CPU upcasts a bfloat16
+        # dynamic-update-slice to float32 over the whole buffer (a full copy per iteration).
+        def load_bits(x, load=load):
+            return load(jax.lax.bitcast_convert_type(x, dtype))
+
+        def store_bits(h, store=store):
+            return jax.lax.bitcast_convert_type(store(h), jnp.uint16)
+
+        hs, h = _sequential(
+            step, load_bits, store_bits, a, jax.lax.bitcast_convert_type(xs, jnp.uint16),
+            h, shared, reverse, unroll,
+        )
+        return jax.lax.bitcast_convert_type(hs, dtype), h
+
+    length = xs.shape[0]
+    block = max(1, min(unroll, length))
+    n_blocks, tail = divmod(length, block)
+    # Forward: full blocks from 0, the tail at the end. Reverse: the tail at the start,
+    # so that the full blocks are processed first.
+    offset = tail if reverse else 0
+
+    def run(h, buffer, start, size, a_block):
+        x = load(jax.lax.dynamic_slice_in_dim(buffer, start, size, axis=0))
+        out = [None] * size
+        for t in reversed(range(size)) if reverse else range(size):
+            h = step(a if shared else a_block[t], h, x[t])
+            out[t] = h
+        # The carry is the last state written, so the write depends on every read of
+        # `buffer` in this block and XLA updates it in place.
+        return h, jax.lax.dynamic_update_slice_in_dim(buffer, store(jnp.stack(out)), start, 0)
+
+    def body(i, carry):
+        h, buffer = carry
+        start = offset + ((n_blocks - 1 - i) if reverse else i) * block
+        a_block = None if shared else jax.lax.dynamic_slice_in_dim(a, start, block, axis=0)
+        return run(h, buffer, start, block, a_block)
+
+    if n_blocks:
+        h, xs = jax.lax.fori_loop(0, n_blocks, body, (h, xs))
+    if tail:
+        start = 0 if reverse else n_blocks * block
+        h, xs = run(h, xs, start, tail, None if shared else a[start : start + tail])
+    return xs, h
