@@ -17,7 +17,8 @@ from test_lra_data import write, write_aan, write_cifar, write_listops, write_pa
 
 def test_error_classes():
     assert issubclass(DataError, ValueError)
-    assert issubclass(MissingDataError, DataError) and issubclass(MissingDataError, FileNotFoundError)
+    assert issubclass(MissingDataError, DataError)
+    assert issubclass(MissingDataError, FileNotFoundError)
 
 
 # --------------------------------------------------------------------------- malformed files
@@ -150,7 +151,8 @@ def test_split_sizes_are_reported(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--task", "listops", "--size", "0"], "argument --size: must be a positive integer, got 0"),
+        (["--task", "listops", "--size", "0"],
+         "argument --size: must be a positive integer, got 0"),
         (["--task", "pathfinder", "--size", "0"], "argument --size: must be a positive integer"),
         (["--task", "listops", "--size", "-5"], "argument --size: must be a positive integer"),
         (["--task", "listops", "--split-sizes", "40", "0", "2"],
@@ -160,7 +162,8 @@ def test_split_sizes_are_reported(tmp_path):
         (["--task", "listops", "--size", "9", "--split-sizes", "3", "3", "3"],
          "either --size or --split-sizes"),
         (["--task", "pathfinder", "--workers", "0"], "argument --workers: must be a positive"),
-        (["--task", "pathfinder", "--resolution", "8"], "argument --resolution: must be an integer >= 16"),
+        (["--task", "pathfinder", "--resolution", "8"],
+         "argument --resolution: must be an integer >= 16"),
         (["--task", "listops", "--seed", "-1"], "argument --seed: must be an integer >= 0"),
     ],
 )
