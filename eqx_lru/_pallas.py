@@ -19,7 +19,9 @@ against the $O(\log L)$ passes of the associative scan. The backward pass of the
 is this same kernel on the reverse adjoint recurrence.
 
 On backends other than GPUs the kernel runs in Pallas interpret mode (slow; for tests).
-The defaults `chunk`, `block` have not been tuned on a GPU yet.
+The defaults `chunk`, `block` have not been tuned on a GPU yet. Pallas' Triton lowering
+computes offsets in int32: one call's arrays (batch included) must hold fewer than 2**31
+elements.
 """
 
 import functools

@@ -191,13 +191,17 @@ def test_layer_with_pallas_equals_default(layer, getkey):
     key = getkey()
     default = cls(3, 5, key=key)
     pallas = cls(3, 5, method="pallas", key=key)
-    u = jax.random.normal(getkey(), (LENGTH, 3))
+    assert pallas.method == PallasScan()
+    u = jax.random.normal(getkey(), (2, LENGTH, 3))  # a batch of 2, by jax.vmap
+
+    def run(model, u):
+        return jax.vmap(lambda v: model(v, reverse=True))(u)
 
     def loss(model, u):
-        return jnp.sum(jnp.sin(model(u, reverse=True)))
+        return jnp.sum(jnp.sin(run(model, u)))
 
     grad = eqx.filter_grad(loss)
-    np.testing.assert_allclose(pallas(u), default(u), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(run(pallas, u), run(default, u), rtol=1e-5, atol=1e-6)
     leaves = jax.tree.leaves(grad(pallas, u)), jax.tree.leaves(grad(default, u))
     for g, g_ref in zip(*leaves, strict=True):
         np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)
