@@ -36,6 +36,7 @@ from ._methods import Associative as Associative
 from ._methods import Auto as Auto
 from ._methods import Sequential as Sequential
 from ._methods import scan_method as scan_method
+from ._pallas import PallasScan as PallasScan
 from ._scan import default_method as default_method
 from ._scan import linear_recurrence as linear_recurrence
 from ._train import predict as predict
