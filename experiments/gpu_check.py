@@ -204,12 +204,12 @@ def prepare_data(root: Path, counts: Mapping[str, tuple[int, int, int]] | None =
 # --------------------------------------------------------------------------- commands
 
 
-def pytest_command(workers: int, junit: Path) -> list[str]:
-    """The test suite as a user with a GPU runs it."""
+def pytest_command(workers: int, junit: Path, targets: Sequence[str] = ()) -> list[str]:
+    """The test suite (or `targets`) as a user with a GPU runs it."""
     cmd = [sys.executable, "-m", "pytest", "-p", "no:benchmark", "-q", "-rs", f"--junitxml={junit}"]
     if workers > 0 and importlib.util.find_spec("xdist") is not None:
         cmd += ["-n", str(workers)]
-    return cmd
+    return cmd + list(targets)
 
 
 def bench_command(out_dir: Path, *, full: bool = False) -> list[str] | None:
@@ -308,10 +308,10 @@ def parse_junit(path: Path) -> dict:
     return {**counts, "failed": failed, "skip_reasons": skipped}
 
 
-def run_tests(work: Path, workers: int, timeout: float) -> PartResult:
+def run_tests(work: Path, workers: int, timeout: float, targets: Sequence[str] = ()) -> PartResult:
     junit, log = work / "tests.xml", work / "logs" / "tests.log"
     junit.unlink(missing_ok=True)
-    rc, seconds = _run_logged(pytest_command(workers, junit), log, timeout)
+    rc, seconds = _run_logged(pytest_command(workers, junit, targets), log, timeout)
     if not junit.is_file():
         return PartResult("tests", "fail", seconds, f"pytest exited with {rc} and wrote no "
                           "results (crash or timeout)", f"```\n{_tail(log)}\n```")

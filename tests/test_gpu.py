@@ -287,3 +287,48 @@ def test_gpu_check_report():
                    "## train", "| pathx | 6.00 |"):
         assert needle in text, needle
     assert gpu_check.render_report(info, parts[:1]).startswith("# GPU check: PASS")
+
+
+def test_gpu_check_tests_part_reads_a_real_pytest_run(tmp_path):
+    target = tmp_path / "test_sample.py"
+    target.write_text(textwrap.dedent("""
+        import pytest
+
+        def test_ok():
+            pass
+
+        def test_broken():
+            assert 1 == 2
+
+        @pytest.mark.skip(reason="needs a CUDA GPU; backend is cpu")
+        def test_gpu_only():
+            pass
+        """))
+    part = gpu_check.run_tests(tmp_path, workers=0, timeout=300, targets=[str(target)])
+    assert part.status == "fail"
+    assert part.summary == "1 passed, 1 failed, 1 skipped (exit status 1)"
+    assert "FAILED `test_sample::test_broken`" in part.details
+    assert "skipped 1: needs a CUDA GPU; backend is cpu" in part.details
+    assert "$ " in (tmp_path / "logs" / "tests.log").read_text()
+
+
+def test_gpu_check_main_writes_one_report_and_fails_on_any_failure(tmp_path, monkeypatch):
+    info = {"backend": "gpu", "platform_version": "cuda 13000", "devices": ["H100"]}
+    monkeypatch.setattr(gpu_check, "probe", lambda: info)
+    monkeypatch.setattr(gpu_check, "run_tests", lambda *a: gpu_check.PartResult(
+        "tests", "pass", 1.0, "9 passed"))
+
+    def broken(*args):
+        raise RuntimeError("the bench blew up")
+
+    monkeypatch.setattr(gpu_check, "run_bench", broken)
+    report = tmp_path / "r.md"
+    argv = ["--work", str(tmp_path / "w"), "--report", str(report), "--parts", "tests,bench"]
+    assert gpu_check.main(argv) == 1
+    text = report.read_text()
+    assert text.startswith("# GPU check: FAIL") and "| tests | PASS |" in text
+    assert "| bench | FAIL |" in text and "RuntimeError: the bench blew up" in text
+    assert gpu_check.main([*argv[:4], "--parts", "tests"]) == 0
+    assert report.read_text().startswith("# GPU check: PASS")
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--parts", "tests,nope"])
