@@ -1,15 +1,19 @@
 """eqx_lru: Linear Recurrent Units in Equinox, in complex-diagonal and real-Jordan form."""
 
-from ._ablation import ABLATION_CORES as ABLATION_CORES
-from ._ablation import AbstractDenseRNN as AbstractDenseRNN
-from ._ablation import AbstractDiagonalRNN as AbstractDiagonalRNN
-from ._ablation import DenseAlgebra as DenseAlgebra
-from ._ablation import DenseRNN as DenseRNN
-from ._ablation import DiagonalExp as DiagonalExp
-from ._ablation import DiagonalRealImag as DiagonalRealImag
-from ._ablation import DiagonalStableExp as DiagonalStableExp
-from ._ablation import LinearDenseRNN as LinearDenseRNN
-from ._ablation import to_diagonal as to_diagonal
+from . import ablation as ablation
+from ._algebra import DenseAlgebra as DenseAlgebra
+
+# The ablation ladder moved to `eqx_lru.ablation`; these names stay for one version.
+from .ablation import ABLATION_CORES as ABLATION_CORES
+from .ablation import AbstractDenseRNN as AbstractDenseRNN
+from .ablation import DenseRNN as DenseRNN
+from .ablation import DiagonalRNN as DiagonalRNN
+from .ablation import LinearDenseRNN as LinearDenseRNN
+from .ablation import to_diagonal as to_diagonal
+from .ablation._moved import AbstractDiagonalRNN as AbstractDiagonalRNN
+from .ablation._moved import DiagonalExp as DiagonalExp
+from .ablation._moved import DiagonalRealImag as DiagonalRealImag
+from .ablation._moved import DiagonalStableExp as DiagonalStableExp
 from ._block import GLU as GLU
 from ._block import LRUBlock as LRUBlock
 from ._block import MaskedBatchNorm as MaskedBatchNorm

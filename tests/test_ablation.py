@@ -1,8 +1,10 @@
-"""The ablation ladder (`eqx_lru._ablation`): every rung against a float64 NumPy loop of its
-defining equation, the exact dense → diagonal conversion (§3.2.1), reverse, vmap/jit/grad,
-the registry contract and its errors."""
+"""The ablation ladder (`eqx_lru.ablation`): every rung against a float64 NumPy loop of its
+defining equation, the exact dense → diagonal conversion (§3.2.1), the parameterisations of
+`DiagonalRNN`, reverse, vmap/jit/grad, the registry contract and its errors, a rung inside
+an `LRUBlock`, and the names kept at `eqx_lru.*` for one version."""
 
 import functools
+import inspect
 import math
 
 import equinox as eqx
@@ -13,10 +15,22 @@ import pytest
 from reference import lru_loop, lru_params_np
 
 import eqx_lru
-from eqx_lru import ABLATION_CORES
+from eqx_lru import ablation
+from eqx_lru.ablation import (
+    ABLATION_CORES,
+    DEFAULT_RING,
+    DenseRNN,
+    DiagonalRNN,
+    Exp,
+    LinearDenseRNN,
+    RealImag,
+    StableExp,
+    to_diagonal,
+)
 
 H, N, L = 3, 5, 7  # d_model != d_state != length: a swapped axis cannot hide
 NAMES = tuple(ABLATION_CORES)
+PARAMETERISATIONS = {"real_imag": RealImag, "exp": Exp, "stable_exp": StableExp}
 
 
 def _np(x):
@@ -44,6 +58,16 @@ def _diagonal_loop(lam, core, u, *, reverse):
     return y
 
 
+def _lambda(p) -> np.ndarray:
+    """λ from a parameterisation's fields, by the paper's formulas (§3.2-§3.3)."""
+    if isinstance(p, RealImag):
+        return _np(p.re) + 1j * _np(p.im)
+    if isinstance(p, Exp):
+        return np.exp(-_np(p.nu) + 1j * _np(p.theta))
+    assert isinstance(p, StableExp)
+    return np.exp(-np.exp(_np(p.nu_log)) + 1j * np.exp(_np(p.theta_log)))
+
+
 def _oracle(name, core, u, reverse):
     """y from the rung's definition in the paper, written out independently of the core."""
     if name == "rnn_tanh":
@@ -52,15 +76,21 @@ def _oracle(name, core, u, reverse):
         return _dense_loop(core, u, sigma=lambda z: np.maximum(z, 0), reverse=reverse)
     if name == "linear_dense":
         return _dense_loop(core, u, sigma=lambda z: z, reverse=reverse)
-    if name == "diag_realimag":
-        lam = _np(core.lambda_re) + 1j * _np(core.lambda_im)
-    elif name == "diag_exp":
-        lam = np.exp(-_np(core.nu) + 1j * _np(core.theta))
-    elif name in ("diag_stable_exp", "diag_stable_exp_ring"):
-        lam = np.exp(-np.exp(_np(core.nu_log)) + 1j * np.exp(_np(core.theta_log)))
-    else:
+    if name == "lru":
         return lru_loop(lru_params_np(core), u, reverse=reverse)[0]
-    return _diagonal_loop(lam, core, u, reverse=reverse)
+    return _diagonal_loop(_lambda(core.lambda_), core, u, reverse=reverse)
+
+
+RUNG_TYPES = {
+    "rnn_tanh": (DenseRNN, "tanh"),
+    "rnn_relu": (DenseRNN, "relu"),
+    "linear_dense": (LinearDenseRNN, None),
+    "diag_realimag": (DiagonalRNN, "real_imag"),
+    "diag_exp": (DiagonalRNN, "exp"),
+    "diag_stable_exp": (DiagonalRNN, "stable_exp"),
+    "diag_stable_exp_ring": (DiagonalRNN, "stable_exp"),
+    "lru": (eqx_lru.ComplexLRU, None),
+}
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -68,6 +98,13 @@ def _oracle(name, core, u, reverse):
 def test_forward_matches_definition(name, reverse, getkey):
     with jax.enable_x64(True):
         core = ABLATION_CORES[name](H, N, key=getkey(), dtype=jnp.float64)
+        cls, variant = RUNG_TYPES[name]
+        assert type(core) is cls
+        if cls is DenseRNN:
+            assert core.nonlinearity == variant
+        if cls is DiagonalRNN:
+            assert core.parameterisation == variant
+            assert type(core.lambda_) is PARAMETERISATIONS[variant]
         u = np.random.default_rng(0).normal(size=(L, H))
         y = core(jnp.asarray(u), reverse=reverse)
         assert y.shape == (L, H) and y.dtype == jnp.float64
@@ -76,13 +113,53 @@ def test_forward_matches_definition(name, reverse, getkey):
         )
 
 
+@pytest.mark.parametrize("cls", [RealImag, Exp, StableExp])
+def test_parameterisation_from_ring(cls, getkey):
+    """Every parameterisation starts from the ring sample's λ = exp(-e^ν_log + i e^θ_log),
+    and `eigenvalues()` is the paper's formula for its fields."""
+    with jax.enable_x64(True):
+        nu_log, theta_log = eqx_lru.ring_init(N, dtype=jnp.float64, key=getkey())
+        p = cls.from_ring(nu_log, theta_log)
+        expected = np.exp(-np.exp(_np(nu_log)) + 1j * np.exp(_np(theta_log)))
+        np.testing.assert_allclose(np.asarray(p.eigenvalues()), expected, rtol=1e-13)
+        np.testing.assert_allclose(_lambda(p), expected, rtol=1e-13)
+        leaves = jax.tree_util.tree_leaves(p)
+        assert len(leaves) == 2 and all(leaf.dtype == jnp.float64 for leaf in leaves)
+
+
+def test_rungs_differ_only_in_the_parameterisation(getkey):
+    """The same key gives the same λ, B, C, D under every parameterisation (and the LRU's
+    parameters): each step of the ladder changes one thing."""
+    key = getkey()
+    cores = [DiagonalRNN(H, N, parameterisation=p, key=key) for p in PARAMETERISATIONS]
+    lru = eqx_lru.ComplexLRU(H, N, key=key)
+    for core in cores:
+        assert jnp.allclose(core.eigenvalues(), lru.eigenvalues(), rtol=1e-6, atol=1e-7)
+        for name in ("B_re", "B_im", "C_re", "C_im", "D"):
+            assert jnp.array_equal(getattr(core, name), getattr(lru, name))
+
+
+def test_hidden_states(getkey):
+    with jax.enable_x64(True):
+        core = DiagonalRNN(H, N, parameterisation="exp", dtype=jnp.float64, key=getkey())
+        u = np.random.default_rng(2).normal(size=(L, H))
+        states = core.hidden_states(jnp.asarray(u), reverse=True)
+        assert states.shape == (L, N) and states.dtype == jnp.complex128
+        lam, B = _lambda(core.lambda_), _np(core.B_re) + 1j * _np(core.B_im)
+        x, expected = np.zeros(N, np.complex128), np.zeros((L, N), np.complex128)
+        for k in range(L - 1, -1, -1):
+            x = expected[k] = lam * x + B @ u[k]
+        np.testing.assert_allclose(np.asarray(states), expected, rtol=1e-12, atol=1e-13)
+
+
 def test_to_diagonal_is_exact(getkey):
     """§3.2.1: A = P Λ P⁻¹, B̄ = P⁻¹ B, C̄ = C P give the same outputs."""
     with jax.enable_x64(True):
-        dense = eqx_lru.LinearDenseRNN(H, N, dtype=jnp.float64, key=getkey())
-        diagonal = eqx_lru.to_diagonal(dense)
-        assert isinstance(diagonal, eqx_lru.DiagonalRealImag)
+        dense = LinearDenseRNN(H, N, dtype=jnp.float64, key=getkey())
+        diagonal = to_diagonal(dense)
+        assert isinstance(diagonal, DiagonalRNN) and diagonal.parameterisation == "real_imag"
         assert diagonal.d_model == H and diagonal.d_state == N
+        assert diagonal.method == dense.method
         np.testing.assert_allclose(
             np.sort_complex(np.asarray(diagonal.eigenvalues())),
             np.sort_complex(np.linalg.eigvals(np.asarray(dense.A))),
@@ -100,7 +177,7 @@ def test_to_diagonal_is_exact(getkey):
 
 def test_to_diagonal_rejects_nonlinear(getkey):
     with pytest.raises(TypeError, match="nonlinear RNN has no diagonal"):
-        eqx_lru.to_diagonal(eqx_lru.DenseRNN(H, N, key=getkey()))
+        to_diagonal(DenseRNN(H, N, key=getkey()))
 
 
 def test_stable_exp_plus_gamma_is_the_lru(getkey):
@@ -109,7 +186,9 @@ def test_stable_exp_plus_gamma_is_the_lru(getkey):
     ring = ABLATION_CORES["diag_stable_exp_ring"](H, N, key=key)
     lru = ABLATION_CORES["lru"](H, N, key=key)
     lru = eqx.tree_at(lambda m: m.gamma_log, lru, jnp.zeros(N))
-    for name in ("nu_log", "theta_log", "B_re", "B_im", "C_re", "C_im", "D"):
+    assert jnp.array_equal(ring.lambda_.nu_log, lru.nu_log)
+    assert jnp.array_equal(ring.lambda_.theta_log, lru.theta_log)
+    for name in ("B_re", "B_im", "C_re", "C_im", "D"):
         assert jnp.array_equal(getattr(ring, name), getattr(lru, name))
     u = jax.random.normal(getkey(), (L, H))
     assert jnp.allclose(ring(u), lru(u), rtol=1e-5, atol=1e-6)
@@ -123,8 +202,8 @@ def test_reverse_is_flip(name, getkey):
     assert jnp.allclose(core(u, reverse=True), flipped, rtol=1e-5, atol=1e-5)
 
 
-# One rung per core class ("rnn_relu" and "diag_stable_exp_ring" share theirs; the LRU's own
-# tests cover "lru"), to keep compilation time down.
+# One rung per core class and parameterisation ("rnn_relu" and "diag_stable_exp_ring" share
+# theirs; the LRU's own tests cover "lru"), to keep compilation time down.
 @pytest.mark.parametrize(
     "name", ["rnn_tanh", "linear_dense", "diag_realimag", "diag_exp", "diag_stable_exp"]
 )
@@ -164,7 +243,7 @@ def test_ring_options_are_used(name, getkey):
 def test_ring_rungs_default_to_a_ring(getkey):
     for name in ("diag_stable_exp_ring", "lru"):
         modulus = jnp.abs(ABLATION_CORES[name](H, 64, key=getkey()).eigenvalues())
-        assert jnp.all(modulus >= 0.9 - 1e-6)
+        assert jnp.all(modulus >= DEFAULT_RING["r_min"] - 1e-6)
     modulus = jnp.abs(ABLATION_CORES["diag_stable_exp"](H, 64, key=getkey()).eigenvalues())
     assert jnp.min(modulus) < 0.5  # the unit disk
 
@@ -176,23 +255,27 @@ def test_dense_rungs_refuse_ring_options(name, getkey):
 
 
 def test_errors(getkey):
-    core = eqx_lru.DiagonalExp(H, N, key=getkey())
+    core = DiagonalRNN(H, N, parameterisation="exp", key=getkey())
     with pytest.raises(ValueError, match="shape \\(length, d_model\\)"):
         core(jnp.zeros((L, H + 1)))
     with pytest.raises(ValueError, match="d_state"):
-        eqx_lru.DiagonalRealImag(H, 0, key=getkey())
+        DiagonalRNN(H, 0, key=getkey())
     with pytest.raises(ValueError, match="r_min"):
-        eqx_lru.DiagonalStableExp(H, N, r_min=0.9, r_max=0.5, key=getkey())
+        DiagonalRNN(H, N, r_min=0.9, r_max=0.5, key=getkey())
+    with pytest.raises(ValueError, match="precision"):
+        DiagonalRNN(H, N, precision="ultra", key=getkey())
     # Under the test suite's jaxtyping hook a Literal mismatch is caught first (TypeError).
+    with pytest.raises((ValueError, TypeError), match="parameterisation"):
+        DiagonalRNN(H, N, parameterisation="polar", key=getkey())
     with pytest.raises((ValueError, TypeError), match="nonlinearity"):
-        eqx_lru.DenseRNN(H, N, nonlinearity="sigmoid", key=getkey())
+        DenseRNN(H, N, nonlinearity="sigmoid", key=getkey())
     with pytest.raises((ValueError, TypeError), match="method"):
-        eqx_lru.LinearDenseRNN(H, N, method="fast", key=getkey())
+        LinearDenseRNN(H, N, method="fast", key=getkey())
 
 
 def test_dense_algebra_parallel_scan_matches_sequential(getkey):
-    core = eqx_lru.LinearDenseRNN(H, N, key=getkey())
-    parallel = eqx_lru.LinearDenseRNN(H, N, method="associative", key=getkey())
+    core = LinearDenseRNN(H, N, key=getkey())
+    parallel = LinearDenseRNN(H, N, method="associative", key=getkey())
     parallel = eqx.tree_at(
         lambda c: (c.A, c.B, c.C, c.D), parallel, (core.A, core.B, core.C, core.D)
     )
@@ -211,11 +294,58 @@ def test_registry_order_and_signature():
         "diag_stable_exp_ring",
         "lru",
     )
-    import inspect
-
     for make in ABLATION_CORES.values():
         params = inspect.signature(make).parameters
         assert list(params)[:2] == ["d_model", "d_state"]
         for option in ("key", "r_min", "r_max", "max_phase"):
             assert params[option].kind is inspect.Parameter.KEYWORD_ONLY
-    assert math.isclose(eqx_lru._ablation.DEFAULT_RING["r_max"], 0.999)
+        assert make.__doc__
+    assert math.isclose(DEFAULT_RING["r_max"], 0.999)
+    assert inspect.signature(ABLATION_CORES["lru"]).parameters["r_min"].default == 0.9
+
+
+def test_recurrent_fields_label_lambda_and_B(getkey):
+    """§D.2: λ's parameters (whichever parameterisation) and B get the recurrent group."""
+    for parameterisation in PARAMETERISATIONS:
+        core = DiagonalRNN(H, N, parameterisation=parameterisation, key=getkey())
+        labels = eqx_lru.lru_param_labels(core)
+        assert set(jax.tree_util.tree_leaves(labels.lambda_)) == {"recurrent"}
+        assert labels.B_re == labels.B_im == "recurrent"
+        assert labels.C_re == labels.C_im == labels.D == "decay"
+    labels = eqx_lru.lru_param_labels(LinearDenseRNN(H, N, key=getkey()))
+    assert (labels.A, labels.B, labels.C, labels.D) == ("recurrent",) * 2 + ("decay",) * 2
+
+
+def test_rung_plugs_into_a_block(getkey):
+    """A registry factory is a `core=` of `LRUBlock`, both directions; the block runs it."""
+    make = functools.partial(ABLATION_CORES["diag_exp"], r_min=0.5, r_max=0.6)
+    block, state = eqx.nn.make_with_state(eqx_lru.LRUBlock)(
+        H, N, core=make, norm="layer", bidirectional=True, key=getkey()
+    )
+    for core in (block.core, block.reverse_core):
+        assert isinstance(core, DiagonalRNN) and core.parameterisation == "exp"
+        assert jnp.all(jnp.abs(core.eigenvalues()) <= 0.6 + 1e-6)
+    x = jax.random.normal(getkey(), (L, H))
+    y, _ = block(x, state)
+    # The core is what the block runs: a different λ gives a different output.
+    other = eqx.tree_at(lambda b: b.core.lambda_.nu, block, block.core.lambda_.nu + 1)
+    y_other, _ = other(x, state)
+    assert y.shape == (L, H) and jnp.all(jnp.isfinite(y))
+    assert not jnp.allclose(y, y_other)
+
+
+def test_namespace_and_moved_names(getkey):
+    assert all(hasattr(ablation, name) for name in ablation.__all__)
+    # Kept at the top level for one version:
+    assert eqx_lru.ABLATION_CORES is ABLATION_CORES
+    assert eqx_lru.AbstractDiagonalRNN is DiagonalRNN
+    assert isinstance(eqx_lru.DenseAlgebra(), eqx_lru.AbstractAlgebra)
+    assert eqx_lru.to_diagonal is to_diagonal and eqx_lru.DiagonalRNN is DiagonalRNN
+    for old, parameterisation in (
+        ("DiagonalRealImag", "real_imag"),
+        ("DiagonalExp", "exp"),
+        ("DiagonalStableExp", "stable_exp"),
+    ):
+        with pytest.warns(DeprecationWarning, match="parameterisation"):
+            core = getattr(eqx_lru, old)(H, N, key=getkey())
+        assert isinstance(core, DiagonalRNN) and core.parameterisation == parameterisation

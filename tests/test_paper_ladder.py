@@ -66,7 +66,7 @@ def test_every_rung_gets_the_recurrent_learning_rate(getkey):
         recurrent = {name for name, label in named.items() if label == "recurrent"}
         assert {"C", "C_re", "C_im", "D"}.isdisjoint(recurrent), rung
         assert recurrent & {"B", "B_re"}, rung
-        assert recurrent & {"A", "lambda_re", "nu", "nu_log"}, rung
+        assert recurrent & {"A", "lambda_", "nu_log"}, rung  # A / λ's parameters
         assert set(named.values()) <= {"recurrent", "decay"}, rung
 
 

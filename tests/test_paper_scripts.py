@@ -122,11 +122,12 @@ def test_spectrum(tmp_path, getkey):
         layers: list
 
     ring = demo["Text [0.5, 0.9]"]
-    report = spectrum_report(Wrapper([ring, eqx_lru.LinearDenseRNN(3, 5, key=getkey())]))
+    report = spectrum_report(Wrapper([ring, eqx_lru.ablation.LinearDenseRNN(3, 5, key=getkey())]))
     assert [layer["name"] for layer in report["layers"]] == ["layers/0", "layers/1"]
     modulus = report["layers"][0]["modulus"]
     assert 0.5 - 1e-6 <= modulus["q0"] <= modulus["q100"] <= 0.9 + 1e-6
     assert report["layers"][1]["type"] == "LinearDenseRNN" and report["layers"][1]["d_state"] == 5
     stacked = demo["stacked diag_exp"]
-    unstable = eqx.tree_at(lambda m: m.nu, stacked, -jnp.ones_like(stacked.nu))  # |λ| = e
+    nu = stacked.lambda_.nu
+    unstable = eqx.tree_at(lambda m: m.lambda_.nu, stacked, -jnp.ones_like(nu))  # |λ| = e
     assert [layer["unstable"] for layer in spectrum_report(unstable)["layers"]] == [4, 4]

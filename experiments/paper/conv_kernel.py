@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from eqx_lru import DenseRNN, LinearDenseRNN
+from eqx_lru.ablation import DenseRNN, LinearDenseRNN
 
 from ._common import parse_args, plt, save_figure, save_json
 

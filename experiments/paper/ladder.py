@@ -1,12 +1,12 @@
 r"""§3, Tables 1, 2, 3, 7, 8 in miniature: every rung of the ablation ladder on one CPU-sized task.
 
-Each rung of `eqx_lru.ABLATION_CORES` (dense tanh / ReLU / linear RNN, complex diagonal with
-$\lambda = a + ib$, $e^{-\nu + i\theta}$, $\exp(-e^{\nu_{\log}} + ie^{\theta_{\log}})$,
+Each rung of `eqx_lru.ablation.ABLATION_CORES` (dense tanh / ReLU / linear RNN, complex diagonal
+with $\lambda = a + ib$, $e^{-\nu + i\theta}$, $\exp(-e^{\nu_{\log}} + ie^{\theta_{\log}})$,
 the same on a ring near the unit circle, and + $\gamma$ = the LRU) is the recurrent core of
 the same deep model (`eqx_lru.LRUModel`: encoder, pre-norm residual blocks with batch norm,
 GELU and GLU, pooling, linear head), trained by the same loop and optimiser (AdamW, 10%
 warmup then cosine, lr × `lr_factor` and no weight decay on every rung's recurrent
-parameters, §D.2), several seeds per rung. Only the `form=` argument changes between rungs.
+parameters, §D.2), several seeds per rung. Only the blocks' `core=` changes between rungs.
 
 Two tasks (`--task`):
 
@@ -33,6 +33,7 @@ dropout keys; the data set is the same for every rung and seed (`--data-seed`).
 import argparse
 import csv
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ import numpy as np
 import optax
 
 import eqx_lru
-from eqx_lru import ABLATION_CORES
+from eqx_lru.ablation import ABLATION_CORES, AbstractDenseRNN
 
 from ..lra.generate import generate_listops
 from ._common import DEFAULT_OUT, plt, save_figure, save_json
@@ -218,7 +219,7 @@ def spectral_radii(static, params) -> np.ndarray:
         per_layer = []
         for block in model.blocks:
             core = block.core
-            if isinstance(core, eqx_lru.AbstractDenseRNN):
+            if isinstance(core, AbstractDenseRNN):
                 A = np.asarray(core.A, np.float64)
                 modulus = np.abs(np.linalg.eigvals(A)) if np.isfinite(A).all() else [np.nan]
             else:
@@ -240,11 +241,15 @@ def build_models(rung: str, settings: Settings, keys: jax.Array):
     else:
         task_options = dict(in_size=len(LISTOPS_VOCAB), encoder="embedding", pooling="mean")
 
+    block = functools.partial(
+        eqx_lru.LRUBlock, core=ABLATION_CORES[rung], norm="batch", dropout=0.0, glu="full",
+        axis_name=AXIS_NAME,
+    )  # fmt: skip
+
     def build(key):
         return eqx.nn.make_with_state(eqx_lru.LRUModel)(
             out_size=NUM_CLASSES, d_model=settings.d_model, d_state=settings.d_state,
-            depth=settings.depth, form=ABLATION_CORES[rung], norm="batch", dropout=0.0,
-            glu="full", axis_name=AXIS_NAME, key=key, **task_options,
+            depth=settings.depth, block=block, key=key, **task_options,
         )  # fmt: skip
 
     return eqx.filter_vmap(build)(keys)
@@ -550,7 +555,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--task", choices=TASKS, default="recall")
     p.add_argument("--seeds", type=int, help="seeds per rung [3; --fast: 1]")
     p.add_argument("--seed", type=int, default=0, help="first seed (seeds are seed, seed+1, …)")
-    p.add_argument("--rungs", help="comma-separated rungs of eqx_lru.ABLATION_CORES "
+    p.add_argument("--rungs", help="comma-separated rungs of eqx_lru.ablation.ABLATION_CORES "
                    "[all; --fast: rnn_tanh,lru]")  # fmt: skip
     p.add_argument("--data-seed", type=int, default=0, help="seed of the generated data")
     full, fast = DEFAULTS["recall", False], DEFAULTS["recall", True]

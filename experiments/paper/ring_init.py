@@ -16,7 +16,8 @@ import jax
 import numpy as np
 import scipy.stats
 
-from eqx_lru import LinearDenseRNN, ring_init
+from eqx_lru import ring_init
+from eqx_lru.ablation import LinearDenseRNN
 
 from ._common import parse_args, plt, save_figure, save_json
 

@@ -25,19 +25,13 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from eqx_lru import (
-    AbstractDenseRNN,
-    AbstractDiagonalRNN,
-    AbstractLRU,
-    ComplexLRU,
-    DiagonalExp,
-    RealLRU,
-)
+from eqx_lru import AbstractLRU, ComplexLRU, RealLRU
+from eqx_lru.ablation import AbstractAblationCore, AbstractDenseRNN, DiagonalRNN
 
 from ._common import parse_args, plt, save_figure, save_json
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
-_LAYER_TYPES = (AbstractLRU, AbstractDiagonalRNN, AbstractDenseRNN)
+_LAYER_TYPES = (AbstractLRU, AbstractAblationCore)
 
 
 def _is_layer(node) -> bool:
@@ -187,7 +181,7 @@ def demo_model(d_model: int, d_state: int, key) -> dict:
         d_model, d_state, r_min=0.9, r_max=0.999, key=next(keys)
     )
     model["stacked diag_exp"] = eqx.filter_vmap(
-        lambda k: DiagonalExp(d_model, d_state // 4, key=k)
+        lambda k: DiagonalRNN(d_model, d_state // 4, parameterisation="exp", key=k)
     )(jax.random.split(next(keys), 2))
     return model
 
