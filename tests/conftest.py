@@ -5,6 +5,10 @@
   exact on every backend: on NVIDIA GPUs JAX's default runs float32 matmuls as TF32
   (relative error ~3e-4). The environment variable makes subprocesses (CLI tests) do the
   same. Tests of the default precision opt out with `jax.default_matmul_precision`.
+- XLA's deterministic GPU ops are on (appended to `XLA_FLAGS` before JAX starts, unless
+  the user chose `--xla_gpu_deterministic_ops` themselves): GPU reductions are otherwise
+  not bit-reproducible, and the trainer's resume tests run in this process, whose backend
+  is up before the trainer could set the flag itself. No effect on the CPU.
 - `@pytest.mark.gpu` tests are skipped, with the reason shown by `-rs`, unless JAX runs
   on a CUDA GPU.
 
@@ -15,6 +19,9 @@ eqx_lru is not imported here at module level, so jaxtyping's import hook (pyproj
 import os
 
 os.environ["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # before JAX reads it; subprocesses
+if "--xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+    _flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"{_flags} --xla_gpu_deterministic_ops=true".strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -63,6 +63,7 @@ def test_conftest_sets_highest_matmul_precision():
     assert TEST_MATMUL_PRECISION == "highest"
     assert jax.config.jax_default_matmul_precision == "highest"
     assert os.environ["JAX_DEFAULT_MATMUL_PRECISION"] == "highest"  # for subprocesses
+    assert "--xla_gpu_deterministic_ops" in os.environ["XLA_FLAGS"]  # bit-exact resume tests
     layer = eqx_lru.ComplexLRU(5, 7, key=jax.random.PRNGKey(0))
     u = jnp.ones((3, 5), jnp.float32)
     lowered = _dot_precisions(lambda m, x: m(x), layer, u)
