@@ -168,6 +168,10 @@ def load(
             "--d-state, --depth)? Use the same flags as the original run or a fresh --out."
         ) from e
     if step_of is not None and int(step_of(tree)) != int(meta["step"]):
+        if not intact:
+            raise _corrupt(eqx_path, json_path, data, f"; it holds step {int(step_of(tree))}, the JSON "
+                           f"says {meta['step']}: a damaged file, or the run was killed between "
+                           "writing the two files")
         raise CheckpointError(
             f"{eqx_path} holds step {int(step_of(tree))} but {json_path} says step "
             f"{meta['step']}: the run was killed between writing the two files. Delete "
@@ -187,9 +191,9 @@ def load(
     return tree, meta
 
 
-def _corrupt(eqx_path: Path, json_path: Path, data: bytes) -> CheckpointError:
+def _corrupt(eqx_path: Path, json_path: Path, data: bytes, detail: str = "") -> CheckpointError:
     return CheckpointError(
         f"{eqx_path} is corrupt or truncated: its SHA-256 does not match the one recorded in "
-        f"{json_path.name} ({len(data)} bytes on disk). Restore it from a backup, or start "
-        "again with a fresh --out."
+        f"{json_path.name} ({len(data)} bytes on disk{detail}). Restore it from a backup, or "
+        "start again with a fresh --out."
     )

@@ -1,0 +1,97 @@
+"""Memory of one training step per LRA task at Table 9 sizes, with and without remat.
+
+    python -m experiments.lra.memory [--tasks pathx ...] [--out experiments/lra/MEMORY.md]
+    python -m experiments.lra.memory --time   # step time with/without remat, reduced size
+
+**Memory** is measured compile-only: the trainer's jitted step (`steps.compile_train_step`,
+the very program `train.py` runs) is lowered and compiled for the default backend at the
+paper's sizes and `compiled.memory_analysis()` read; nothing of that size is allocated,
+so a laptop CPU reports what the step needs. `temp` is XLA's scratch (the activations the
+backward pass keeps, the scan's intermediates); `arguments` are the parameters, optimiser
+state and batch. On the CPU this is a proxy for a GPU: GPU.md §4 measured PathX at 38.7 GB
+peak on an H100 where the CPU compile reported 29.0 GB of temp.
+
+**Time** (`--time`): the same step at a reduced size (Table 9 settings but `--time-length`,
+`--time-batch`), median of `--repeats` calls after one warm-up, remat off and on.
+"""
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+
+import jax
+
+from . import train
+from .steps import task_spec
+
+
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+
+
+def table9(task: str, *, remat: bool, method: str = "auto", **overrides) -> dict:
+    """The trainer's settings of `task` (Table 9 defaults) with `remat` and overrides."""
+    cfg = train._task_defaults(task)
+    cfg.update(remat=remat, method=method, eval_batch_size=cfg["batch_size"], **overrides)
+    return cfg
+
+
+def measure_memory(task: str, *, remat: bool, method: str = "auto") -> dict:
+    cfg = table9(task, remat=remat, method=method)
+    t0 = time.perf_counter()
+    compiled, _ = train.compile_train_step(cfg, task_spec(task))
+    mem = compiled.memory_analysis()
+    return {
+        "task": task, "remat": remat, "batch": cfg["batch_size"], "length": task_spec(task).seq_len,
+        "temp_gb": mem.temp_size_in_bytes / 1e9, "args_gb": mem.argument_size_in_bytes / 1e9,
+        "compile_s": time.perf_counter() - t0,
+    }
+
+
+def measure_time(task: str, *, remat: bool, length: int, batch: int, repeats: int) -> float:
+    cfg = table9(task, remat=remat, batch_size=batch)
+    compiled, args = train.compile_train_step(cfg, task_spec(task, seq_len=length))
+    jax.block_until_ready(compiled(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def machine() -> str:
+    dev = jax.devices()[0]
+    return (f"{platform.processor() or platform.machine()}, {jax.device_count()} {dev.platform} device(s) "
+            f"({dev.device_kind}), JAX {jax.__version__}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.lra.memory", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    p.add_argument("--method", default="auto", choices=("auto", "sequential", "associative"))
+    p.add_argument("--time", action="store_true", help="time the step with/without remat instead")
+    p.add_argument("--time-length", type=int, default=1024)
+    p.add_argument("--time-batch", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
+    print(f"# {machine()}", flush=True)
+    if args.time:
+        print("| task | batch | L | step, no remat (s) | step, remat (s) | ratio |\n|---|---|---|---|---|---|", flush=True)
+        for task in args.tasks:
+            off, on = (measure_time(task, remat=r, length=args.time_length, batch=args.time_batch,
+                                    repeats=args.repeats) for r in (False, True))
+            print(f"| {task} | {args.time_batch} | {args.time_length} | {off:.3f} | {on:.3f} | {on / off:.2f}x |", flush=True)
+        return 0
+    print(f"| task | batch | L | temp GB, no remat | temp GB, remat | arguments GB |\n|---|---|---|---|---|---|", flush=True)
+    for task in args.tasks:
+        off, on = (measure_memory(task, remat=r, method=args.method) for r in (False, True))
+        print(f"| {task} | {off['batch']} | {off['length']} | {off['temp_gb']:.2f} | {on['temp_gb']:.2f} | "
+              f"{off['args_gb']:.3f} |", flush=True)
+        print(f"<!-- compile {off['compile_s']:.0f}s / {on['compile_s']:.0f}s -->", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
