@@ -14,11 +14,13 @@ from .ablation._moved import AbstractDiagonalRNN as AbstractDiagonalRNN
 from .ablation._moved import DiagonalExp as DiagonalExp
 from .ablation._moved import DiagonalRealImag as DiagonalRealImag
 from .ablation._moved import DiagonalStableExp as DiagonalStableExp
-from ._block import GLU as GLU
 from ._block import LRUBlock as LRUBlock
-from ._block import MaskedBatchNorm as MaskedBatchNorm
-from ._block import to_complex as to_complex
-from ._block import to_real as to_real
+from ._convert import to_complex as to_complex
+from ._convert import to_real as to_real
+from ._glu import GLU as GLU
+from ._norm import MaskedBatchNorm as MaskedBatchNorm
+from ._padding import valid_mask as valid_mask
+from ._padding import where_valid as where_valid
 from ._init import gamma_log_init as gamma_log_init
 from ._init import lru_init as lru_init
 from ._init import projection_init as projection_init

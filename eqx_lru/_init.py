@@ -8,6 +8,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 
@@ -43,14 +44,35 @@ def float_dtype(dtype) -> jnp.dtype:
     return dtype
 
 
-def check_size(name: str, value: int) -> None:
-    """Raise a `ValueError` unless `value` is a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+#: A size argument: a Python or NumPy integer.
+Size = int | np.integer
+
+
+def check_size(name: str, value: object) -> int:
+    """`value` as an `int`; a `ValueError` naming `name` unless it is a positive integer
+    (Python or NumPy; `bool` is not a size)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    if value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def check_key(key) -> None:
+    """A `TypeError` naming `key` unless it is a JAX PRNG key (typed, or raw `uint32`)."""
+    if isinstance(key, jax.Array):
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            return
+        if key.dtype == jnp.uint32 and key.ndim >= 1 and key.shape[-1] in (2, 4):
+            return
+    raise TypeError(
+        "`key` must be a JAX PRNG key such as `jax.random.key(0)` or "
+        f"`jax.random.PRNGKey(0)`; got {key!r}."
+    )
 
 
 def ring_init(
-    d_state: int,
+    d_state: Size,
     *,
     r_min: float = 0.0,
     r_max: float = 1.0,
@@ -67,7 +89,8 @@ def ring_init(
     **Returns:** `(nu_log, theta_log)` $= (\log\nu, \log\theta)$, so that
     $\lambda = \exp(-e^{\nu_{\log}} + i e^{\theta_{\log}})$.
     """
-    check_size("d_state", d_state)
+    d_state = check_size("d_state", d_state)
+    check_key(key)
     check_ring(r_min, r_max, max_phase)
     dtype = float_dtype(dtype)
     # Sample in (0, 1): u = 0 would put λ at the origin (nu_log = +inf) or the phase at
@@ -94,7 +117,7 @@ def gamma_log_init(nu_log: Float[Array, " d_state"]) -> Float[Array, " d_state"]
 
 
 def projection_init(
-    d_model: int, d_state: int, *, dtype=None, key: PRNGKeyArray
+    d_model: Size, d_state: Size, *, dtype=None, key: PRNGKeyArray
 ) -> dict[str, Array]:
     r"""Glorot-style projections of App. A.
 
@@ -102,8 +125,8 @@ def projection_init(
     $C_\text{re}, C_\text{im} \sim \mathcal N(0, \tfrac1N)$ of shape `(d_model, d_state)`,
     $D \sim \mathcal N(0, 1)$ of shape `(d_model,)`.
     """
-    check_size("d_model", d_model)
-    check_size("d_state", d_state)
+    d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+    check_key(key)
     dtype = float_dtype(dtype)
     b_re, b_im, c_re, c_im, d = jax.random.split(key, 5)
     b_scale = 1 / math.sqrt(2 * d_model)
@@ -118,8 +141,8 @@ def projection_init(
 
 
 def lru_init(
-    d_model: int,
-    d_state: int,
+    d_model: Size,
+    d_state: Size,
     *,
     r_min: float = 0.0,
     r_max: float = 1.0,

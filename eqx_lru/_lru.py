@@ -10,12 +10,14 @@ y_k = \operatorname{Re}(C x_k) + D \odot u_k .$$
 `ComplexLRU` keeps a complex diagonal state. `RealLRU` keeps the real state
 $(\operatorname{Re} x, \operatorname{Im} x)$ per mode and multiplies it by the 2×2
 rotation-scaling block $|\lambda| R(\theta)$ — the real Jordan form of §E.3 — so no complex
-number appears anywhere in its computation. Both project with real matmuls only:
-$[\operatorname{Re}; \operatorname{Im}](\gamma B u) = [\gamma B_\text{re}; \gamma B_\text{im}]\, u$
-and $\operatorname{Re}(C x) = C_\text{re} \operatorname{Re} x - C_\text{im} \operatorname{Im} x$.
+number appears anywhere in its computation. Both project with real matmuls only
+(`eqx_lru._projection`): $[\operatorname{Re}; \operatorname{Im}](\gamma B u) =
+[\gamma B_\text{re}; \gamma B_\text{im}]\, u$ and
+$\operatorname{Re}(C x) = C_\text{re} \operatorname{Re} x - C_\text{im} \operatorname{Im} x$.
 """
 
 import abc
+import dataclasses
 import math
 from typing import ClassVar
 
@@ -23,21 +25,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
 
-from ._init import check_size, lru_init
-from ._scan import (
-    AbstractAlgebra,
-    Block2x2,
-    Cast,
-    ComplexPairs,
-    Diagonal,
-    ScanMethod,
-    Storage,
-    recurrence,
-)
-
-_METHODS = ("auto", "associative", "sequential")
+from . import _projection as projection
+from ._init import Size, check_key, check_size, lru_init
+from ._projection import Precision, check_precision
+from ._algebra import AbstractAlgebra, Diagonal, RotationScaling
+from ._methods import AbstractScanMethod, scan_method
+from ._scan import ScanMethod, recurrence
+from ._storage import Cast, ComplexPairs, Storage
 
 
 class AbstractLRU(eqx.Module):
@@ -50,9 +46,11 @@ class AbstractLRU(eqx.Module):
         $\gamma = e^{\gamma_{\log}}$.
     - `B_re`, `B_im`: shape `(d_state, d_model)`; `C_re`, `C_im`: `(d_model, d_state)`;
         `D`: `(d_model,)`.
-    - `method`: the scan method (static), see `eqx_lru.linear_recurrence`.
-    - `compute_dtype`: the dtype of the projections and stored states (static; `None`: the
-        parameters' dtype), see `__init__`.
+    - `method`, `precision`, `compute_dtype`: static options, see `__init__`.
+
+    **Class attributes:** `recurrent_fields`, the fields that get the optimiser's recurrent
+    group ($\nu$, $\theta$, $\gamma$, $B$: smaller learning rate, no weight decay, §D.2;
+    see `eqx_lru.lru_param_labels`); `algebra`, the scan algebra of the form.
 
     ??? cite
 
@@ -75,20 +73,29 @@ class AbstractLRU(eqx.Module):
     C_re: Float[Array, "d_model d_state"]
     C_im: Float[Array, "d_model d_state"]
     D: Float[Array, " d_model"]
-    method: ScanMethod = eqx.field(static=True)
+    method: AbstractScanMethod = eqx.field(static=True)
+    precision: jax.lax.Precision | None = eqx.field(static=True)
     compute_dtype: str | None = eqx.field(static=True)
 
-    _algebra: ClassVar[AbstractAlgebra]
+    recurrent_fields: ClassVar[tuple[str, ...]] = (
+        "nu_log",
+        "theta_log",
+        "gamma_log",
+        "B_re",
+        "B_im",
+    )
+    algebra: eqx.AbstractClassVar[AbstractAlgebra]
 
     def __init__(
         self,
-        d_model: int,
-        d_state: int,
+        d_model: Size,
+        d_state: Size,
         *,
         r_min: float = 0.0,
         r_max: float = 1.0,
         max_phase: float = 2 * math.pi,
         method: ScanMethod = "auto",
+        precision: Precision = None,
         dtype=None,
         compute_dtype=None,
         key: PRNGKeyArray,
@@ -99,7 +106,14 @@ class AbstractLRU(eqx.Module):
         - `d_state`: $N$, the number of complex modes (`RealLRU` stores $2N$ reals).
         - `r_min`, `r_max`: the ring $r_\min \le |\lambda| \le r_\max \le 1$ of Lemma 3.2.
         - `max_phase`: phases are initialised uniform on $[0, \text{max\_phase}]$ (§3.4).
-        - `method`: `"auto"`, `"sequential"` or `"associative"` (`linear_recurrence`).
+        - `method`: the scan method, an `eqx_lru.AbstractScanMethod` (`Sequential(unroll=…)`,
+            `Associative()`, `Auto()`, …) or a string shortcut `"auto"`, `"sequential"`,
+            `"associative"`, `"pallas"` (see `eqx_lru.scan_method`); stored as the object.
+        - `precision`: of every projection matmul (parallel call and `step`): `None`
+            (default) is JAX's default — on NVIDIA GPUs float32 matmuls then run in TF32,
+            3.0e-4 relative error against float64 (measured on an H100); `"highest"` (or
+            `jax.lax.Precision.HIGHEST`) gives float32-exact products there, at a speed
+            cost. On the CPU both are float32-exact. See `jax.lax.dot_general`.
         - `dtype`: real floating dtype of the parameters (default: JAX's default float).
         - `compute_dtype`: `RealLRU` only: a lower-precision floating dtype such as
             `jnp.bfloat16` for the projections' operands and the stored states, with
@@ -111,22 +125,22 @@ class AbstractLRU(eqx.Module):
             compute in the parameters' dtype.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters in both forms.
         """
-        check_size("d_model", d_model)
-        check_size("d_state", d_state)
-        if method not in _METHODS:
-            raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}.")
+        d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+        check_key(key)
+        method = scan_method(method)
         params = lru_init(
-            d_model,
-            d_state,
-            r_min=r_min,
-            r_max=r_max,
-            max_phase=max_phase,
-            dtype=dtype,
-            key=key,
+            d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, dtype=dtype, key=key
         )
-        for name, value in params.items():
-            setattr(self, name, value)
+        self.nu_log = params["nu_log"]
+        self.theta_log = params["theta_log"]
+        self.gamma_log = params["gamma_log"]
+        self.B_re = params["B_re"]
+        self.B_im = params["B_im"]
+        self.C_re = params["C_re"]
+        self.C_im = params["C_im"]
+        self.D = params["D"]
         self.method = method
+        self.precision = check_precision(precision)
         self.compute_dtype = self._check_compute_dtype(compute_dtype, self.nu_log.dtype)
 
     @property
@@ -153,17 +167,6 @@ class AbstractLRU(eqx.Module):
             self.modulus() * jnp.cos(self.phase()), self.modulus() * jnp.sin(self.phase())
         )
 
-    def _input_weight(self) -> Float[Array, "2 d_state d_model"]:
-        r"""$[\gamma B_\text{re}; \gamma B_\text{im}]$: row $(0, n)$ gives
-        $\operatorname{Re}(\gamma B u)_n$ and row $(1, n)$ the imaginary part."""
-        gamma = jnp.exp(self.gamma_log)[:, None]
-        return jnp.stack([gamma * self.B_re, gamma * self.B_im], axis=0)
-
-    def _output_weight(self) -> Float[Array, "d_model 2 d_state"]:
-        r"""$[C_\text{re}, -C_\text{im}]$, so $\operatorname{Re}(Cx)$ is one real contraction
-        with the planar pairs $[\operatorname{Re} x; \operatorname{Im} x]$."""
-        return jnp.stack([self.C_re, -self.C_im], axis=1)
-
     @classmethod
     def _check_compute_dtype(cls, compute_dtype, param_dtype) -> str | None:
         if compute_dtype is None:
@@ -175,28 +178,8 @@ class AbstractLRU(eqx.Module):
             )
         return None if dtype == param_dtype else dtype.name
 
-    def _matmul(self, x: Array, weight: Array) -> Array:
-        """`x @ weight.T`; with a `compute_dtype`, on operands of that dtype, accumulated in
-        the parameters' dtype."""
-        if self.compute_dtype is None:
-            return x @ weight.T
-        cd = self.compute_dtype
-        return jnp.matmul(
-            x.astype(cd), weight.astype(cd).T, preferred_element_type=self.nu_log.dtype
-        )
-
-    def _project_in(self, u: Float[Array, "length d_model"]) -> Float[Array, "length 2 d_state"]:
-        r"""$\gamma B u$ as planar real pairs, in the dtype the states are stored in."""
-        length = u.shape[0]
-        weight = self._input_weight().reshape(2 * self.d_state, self.d_model)
-        drive = self._matmul(u, weight).reshape(length, 2, self.d_state)
-        return drive if self.compute_dtype is None else drive.astype(self.compute_dtype)
-
-    def _project_out(
-        self, pairs: Float[Array, "length 2 d_state"]
-    ) -> Float[Array, "length d_model"]:
-        weight = self._output_weight().reshape(self.d_model, 2 * self.d_state)
-        return self._matmul(pairs.reshape(pairs.shape[0], 2 * self.d_state), weight)
+    def _projection_options(self) -> dict:
+        return dict(precision=self.precision, compute_dtype=self.compute_dtype)
 
     def _check_input(self, u: Array, name: str, expected: tuple[int, ...]) -> None:
         if u.shape != expected:
@@ -205,15 +188,27 @@ class AbstractLRU(eqx.Module):
                 f"`{name}` must have shape {dims} with d_model={self.d_model}; got shape "
                 f"{u.shape}. Batch with `jax.vmap`: the layer acts on one sequence."
             )
+        if u.shape[0] == 0:
+            raise ValueError(
+                f"`{name}` has length 0; a sequence needs at least one position (shape "
+                f"(length, d_model) with length >= 1)."
+            )
 
     def _check_state(self, state: Array) -> None:
         expected = self.init_state()
         if state.shape != expected.shape or state.dtype != expected.dtype:
             raise ValueError(
                 f"`initial_state`/`state` must have shape {expected.shape} and dtype "
-                f"{expected.dtype} for {type(self).__name__} (see `init_state()`); got "
-                f"shape {state.shape}, dtype {state.dtype}."
+                f"{expected.dtype} for {type(self).__name__} ({self._state_layout}; see "
+                f"`init_state()`); got shape {state.shape}, dtype {state.dtype}."
+                + self._state_hint(state)
             )
+
+    _state_layout: ClassVar[str] = ""
+
+    def _state_hint(self, state: Array) -> str:
+        del state
+        return ""
 
     # --- what differs between the forms --------------------------------------------------
 
@@ -222,7 +217,7 @@ class AbstractLRU(eqx.Module):
         """The zero state $x_{-1}$ (complex `(N,)` or real `(N, 2)`)."""
 
     @abc.abstractmethod
-    def _transition(self) -> Inexact[Array, "d_state ..."]:
+    def _transition(self) -> Inexact[Array, "..."]:
         """One transition of the form's algebra (shared by every step)."""
 
     @abc.abstractmethod
@@ -243,9 +238,9 @@ class AbstractLRU(eqx.Module):
     @jaxtyped(typechecker=beartype)
     def hidden_states(
         self,
-        u: Float[Array, "length d_model"],
+        u: Float[ArrayLike, "length d_model"],
         *,
-        initial_state: Inexact[Array, "d_state ..."] | None = None,
+        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
         reverse: bool = False,
     ) -> Inexact[Array, "length d_state ..."]:
         """All hidden states $x_0, \\dots, x_{L-1}$, in the form's state layout.
@@ -253,23 +248,28 @@ class AbstractLRU(eqx.Module):
         Same arguments as `__call__`; for analysis and plots. With a `compute_dtype`, the
         states as stored (rounded to it), in the parameters' dtype.
         """
-        pairs = self._state_pairs(u, initial_state, reverse)
+        pairs = self._state_pairs(jnp.asarray(u), initial_state, reverse)
         return self._from_algebra(self._storage().load(pairs))
 
     def _state_pairs(
-        self, u: Array, initial_state: Array | None, reverse: bool
+        self, u: Array, initial_state: ArrayLike | None, reverse: bool
     ) -> Float[Array, "length 2 d_state"]:
         r"""All states as planar real pairs $[\operatorname{Re} x; \operatorname{Im} x]$: the
         scan reads the input projection and writes the states in this layout, in place, and
         the output projection reads it, so no pass over the sequence converts layouts."""
         self._check_input(u, "u", (u.shape[0], self.d_model))
         if initial_state is not None:
+            initial_state = jnp.asarray(initial_state)
             self._check_state(initial_state)
             initial_state = self._to_algebra(initial_state)
+        gamma = jnp.exp(self.gamma_log)
+        drive = projection.project_in(
+            u, self.B_re, self.B_im, gamma, **self._projection_options()
+        )
         return recurrence(
             self._transition(),
-            self._project_in(u),
-            algebra=self._algebra,
+            drive,
+            algebra=self.algebra,
             storage=self._storage(),
             initial_state=initial_state,
             reverse=reverse,
@@ -279,9 +279,9 @@ class AbstractLRU(eqx.Module):
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
-        u: Float[Array, "length d_model"],
+        u: Float[ArrayLike, "length d_model"],
         *,
-        initial_state: Inexact[Array, "d_state ..."] | None = None,
+        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
         reverse: bool = False,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "length d_model"]:
@@ -289,10 +289,11 @@ class AbstractLRU(eqx.Module):
 
         **Arguments:**
 
-        - `u`: the input sequence, shape `(length, d_model)`. One example: batch with
-            `jax.vmap`.
+        - `u`: the input sequence, shape `(length, d_model)`, `length >= 1` (a JAX or NumPy
+            array). One example: batch with `jax.vmap`.
         - `initial_state`: start from this state (as returned by `init_state`/`step`)
-            instead of zero, e.g. to continue a sequence.
+            instead of zero, e.g. to continue a sequence. `RealLRU`: shape `(d_state, 2)`,
+            `[Re x, Im x]` per mode — not `(2, d_state)`.
         - `reverse`: run the recurrence from the last step to the first
             ($x_k = \lambda x_{k+1} + \gamma B u_k$), for bidirectional models.
         - `key`: ignored; accepted for compatibility with other Equinox layers.
@@ -300,48 +301,44 @@ class AbstractLRU(eqx.Module):
         **Returns:** $y$, shape `(length, d_model)`.
         """
         del key
+        u = jnp.asarray(u)
         pairs = self._state_pairs(u, initial_state, reverse)
-        return self._project_out(pairs) + self.D * u
+        y = projection.project_out(pairs, self.C_re, self.C_im, **self._projection_options())
+        return y + self.D * u
 
     @jaxtyped(typechecker=beartype)
     def step(
-        self, state: Inexact[Array, "d_state ..."], u_t: Float[Array, " d_model"]
+        self, state: Inexact[ArrayLike, "d_state ..."], u_t: Float[ArrayLike, " d_model"]
     ) -> tuple[Inexact[Array, "d_state ..."], Float[Array, " d_model"]]:
         r"""One token in RNN mode: $x_t = \lambda x_{t-1} + \gamma B u_t$,
         $y_t = \operatorname{Re}(C x_t) + D u_t$.
 
+        `state`: as `init_state()` (`RealLRU`: `(d_state, 2)`, `[Re x, Im x]` per mode).
+
         **Returns:** `(new_state, y_t)`. Repeating `step` over a sequence from
         `init_state()` equals the parallel `__call__`.
         """
+        state, u_t = jnp.asarray(state), jnp.asarray(u_t)
         self._check_input(u_t, "u_t", (self.d_model,))
         self._check_state(state)
-        storage = self._storage()
-        if self.compute_dtype is None:
-            # Matrix-vector products with the parameters themselves: building the stacked
-            # weights of the parallel call would cost more than the products, every token
-            # (XLA does not hoist it out of a `lax.scan` over `step`).
-            gamma = jnp.exp(self.gamma_log)
-            pairs = jnp.stack([gamma * (self.B_re @ u_t), gamma * (self.B_im @ u_t)])
-        else:  # the same weights and rounding as the parallel call
-            pairs = self._project_in(u_t[None])[0]
-        drive = storage.load(pairs[None])[0]
-        h = self._algebra.apply(self._transition(), self._to_algebra(state)) + drive
-        pairs = storage.store(h[None])[0]
-        if self.compute_dtype is None:
-            y_t = self.C_re @ pairs[0] - self.C_im @ pairs[1]
-        else:
-            y_t = self._project_out(pairs[None])[0]
+        storage, options = self._storage(), self._projection_options()
+        gamma = jnp.exp(self.gamma_log)
+        pair = projection.step_in(u_t, self.B_re, self.B_im, gamma, **options)
+        drive = storage.load(pair[None])[0]
+        h = self.algebra.apply(self._transition(), self._to_algebra(state)) + drive
+        pair = storage.store(h[None])[0]
+        y_t = projection.step_out(pair, self.C_re, self.C_im, **options)
         return self._from_algebra(h), y_t + self.D * u_t
 
     @classmethod
     def _with_parameters_of(cls, layer: "AbstractLRU") -> "AbstractLRU":
+        """A `cls` holding `layer`'s fields (every dataclass field, shared not copied)."""
         if not isinstance(layer, AbstractLRU):
             raise TypeError(f"expected an LRU layer, got {type(layer).__name__}.")
         new = object.__new__(cls)
-        for field in ("nu_log", "theta_log", "gamma_log", "B_re", "B_im", "C_re", "C_im", "D", "method"):
-            object.__setattr__(new, field, getattr(layer, field))
-        compute_dtype = cls._check_compute_dtype(layer.compute_dtype, layer.nu_log.dtype)
-        object.__setattr__(new, "compute_dtype", compute_dtype)
+        for field in dataclasses.fields(layer):
+            object.__setattr__(new, field.name, getattr(layer, field.name))
+        cls._check_compute_dtype(layer.compute_dtype, layer.nu_log.dtype)
         return new
 
 
@@ -352,7 +349,8 @@ class ComplexLRU(AbstractLRU):
     projections are real matmuls. See `AbstractLRU.__init__` for the arguments.
     """
 
-    _algebra: ClassVar[AbstractAlgebra] = Diagonal()
+    algebra: ClassVar[AbstractAlgebra] = Diagonal()
+    _state_layout: ClassVar[str] = "complex, one entry per mode"
 
     @classmethod
     def _check_compute_dtype(cls, compute_dtype, param_dtype) -> str | None:
@@ -392,14 +390,26 @@ class RealLRU(AbstractLRU):
 
     Mode $n$ keeps $(\operatorname{Re} x_n, \operatorname{Im} x_n)$ and evolves by
     $|\lambda_n| \begin{pmatrix}\cos\theta_n & -\sin\theta_n\\ \sin\theta_n & \cos\theta_n\end{pmatrix}$,
-    the real matrix of multiplication by $\lambda_n$; the state is `(d_state, 2)`.
-    It computes the same function as `ComplexLRU` with the same parameters and uses
-    real dtypes only. See `AbstractLRU.__init__` for the arguments.
+    the real matrix of multiplication by $\lambda_n$. It computes the same function as
+    `ComplexLRU` with the same parameters and uses real dtypes only. See
+    `AbstractLRU.__init__` for the arguments.
+
+    **State layout: `(d_state, 2)`**, row $n$ = $[\operatorname{Re} x_n, \operatorname{Im}
+    x_n]$ (as `init_state()`, `step` and `hidden_states` give it). A `(2, d_state)` state
+    is refused with a hint — except when `d_state == 2`, where the two layouts have the same
+    shape and a transposed state cannot be detected: build states with `init_state()`,
+    `step` or `hidden_states`, or stack `[re, im]` on the *last* axis.
     """
 
-    # Planar pairs `(2, d_state)`: the same maths as `Block2x2()` on contiguous halves,
-    # about 1.5x faster per step on CPU (experiments/bench); the public state stays (N, 2).
-    _algebra: ClassVar[AbstractAlgebra] = Block2x2(planar=True)
+    # Planar pairs `(2, d_state)`: two numbers per rotation-scaling block, on contiguous
+    # halves; the public state stays (N, 2).
+    algebra: ClassVar[AbstractAlgebra] = RotationScaling()
+    _state_layout: ClassVar[str] = "(d_state, 2): [Re x, Im x] per mode"
+
+    def _state_hint(self, state: Array) -> str:
+        if state.shape == (2, self.d_state):
+            return " It looks transposed: pass `state.T` (the pair is the last axis)."
+        return ""
 
     def _storage(self) -> Storage:
         if self.compute_dtype is None:
@@ -410,10 +420,11 @@ class RealLRU(AbstractLRU):
     def init_state(self) -> Float[Array, "d_state 2"]:
         return jnp.zeros((self.d_state, 2), self.nu_log.dtype)
 
-    def _transition(self) -> Float[Array, "2 2 d_state"]:
+    def _transition(self) -> Float[Array, "2 d_state"]:
+        r"""$(|\lambda| \cos\theta, |\lambda| \sin\theta)$, planar: the rotation-scaling
+        block $\begin{pmatrix}a & -b\\ b & a\end{pmatrix}$ of each mode as its pair $(a, b)$."""
         modulus, phase = self.modulus(), self.phase()
-        cos, sin = modulus * jnp.cos(phase), modulus * jnp.sin(phase)
-        return jnp.stack([jnp.stack([cos, -sin]), jnp.stack([sin, cos])])
+        return jnp.stack([modulus * jnp.cos(phase), modulus * jnp.sin(phase)])
 
     def _to_algebra(self, state: Float[Array, "*batch d_state 2"]) -> Array:
         return jnp.swapaxes(state, -1, -2)

@@ -1,18 +1,24 @@
-r"""Deep LRU models: encoder → depth × `LRUBlock` → pooling → head (paper Fig. 1, §D.1)."""
+r"""Deep LRU models: encoder → depth × block → pooling → head (paper Fig. 1, §D.1)."""
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable
 from typing import Literal
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, jaxtyped
 
-from ._block import CoreFactory, Form, LRUBlock, _where_valid, valid_mask
-from ._init import check_size
+from ._block import LRUBlock
+from ._init import Size, check_key, check_size
+from ._norm import MaskedBatchNorm
+from ._padding import check_length, valid_mask, where_valid
 
 Pooling = Literal["mean", "last"] | None
+#: `block(d_model, d_state, *, dtype, key) -> block`, where `block(x, state, *, length,
+#: key, inference) -> (y, state)` maps `(length, d_model)` to the same shape.
+BlockFactory = Callable[..., eqx.Module]
 _PAIR_AXIS = "eqx_lru_pair"
 
 
@@ -20,15 +26,31 @@ def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
     return [None] * num if key is None else list(jax.random.split(key, num))
 
 
+def _call_block(block, h, state, length, key, inference):
+    return block(h, state, length=length, key=key, inference=inference)
+
+
 class LRUModel(eqx.Module):
     r"""A deep LRU for sequence classification or regression (paper Fig. 1, §D.1).
 
-    $$h^0_t = \operatorname{Enc}(x_t),\quad h^{i} = \operatorname{LRUBlock}_i(h^{i-1}),
+    $$h^0_t = \operatorname{Enc}(x_t),\quad h^{i} = \operatorname{Block}_i(h^{i-1}),
     \quad \text{out} = \operatorname{Head}(\operatorname{Pool}(h^{\text{depth}})).$$
 
     The encoder is an `eqx.nn.Embedding` for integer tokens (`encoder="embedding"`) or an
     `eqx.nn.Linear` for real features (`encoder="linear"`); the head is an
     `eqx.nn.Linear(d_model, out_size)` (or nothing, `out_size=None`, to return features).
+    The blocks are `LRUBlock`s, configured in one place by `block=`:
+
+    ```python
+    block = functools.partial(
+        eqx_lru.LRUBlock,
+        core=functools.partial(eqx_lru.RealLRU, r_min=0.9, r_max=0.999),
+        bidirectional=True, dropout=0.1, glu="half",
+    )
+    model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
+        in_size, out_size, d_model, d_state, depth, block=block, key=key
+    )
+    ```
 
     **Variable lengths.** `length=ℓ` marks positions `t >= ℓ` as padding. Whatever they
     contain (any token id, `nan`, …), they never change the output at a valid position or
@@ -42,29 +64,25 @@ class LRUModel(eqx.Module):
     """
 
     encoder: eqx.nn.Embedding | eqx.nn.Linear
-    blocks: tuple[LRUBlock, ...]
+    blocks: tuple[eqx.Module, ...]
     head: eqx.nn.Linear | None
     pooling: Pooling = eqx.field(static=True)
+    remat: bool = eqx.field(static=True)
+    check_tokens: bool = eqx.field(static=True)
 
     def __init__(
         self,
-        in_size: int,
-        out_size: int | None,
-        d_model: int,
-        d_state: int,
-        depth: int,
+        in_size: Size,
+        out_size: Size | None,
+        d_model: Size,
+        d_state: Size,
+        depth: Size,
         *,
         encoder: Literal["embedding", "linear"] = "linear",
         pooling: Pooling = "mean",
-        form: Form | CoreFactory = "complex",
-        norm: Literal["batch", "layer"] = "batch",
-        bidirectional: bool = False,
-        dropout: float = 0.0,
-        glu: Literal["full", "half"] = "full",
-        r_min: float | None = None,
-        r_max: float | None = None,
-        max_phase: float | None = None,
-        axis_name: Hashable | Sequence[Hashable] = "batch",
+        block: BlockFactory = LRUBlock,
+        remat: bool = False,
+        check_tokens: bool = True,
         dtype=None,
         key: PRNGKeyArray,
     ):
@@ -75,23 +93,34 @@ class LRUModel(eqx.Module):
         - `out_size`: classes (or regression targets); `None` for no head (the pooled or
             per-step `d_model` features are returned).
         - `d_model`, `d_state`: $H$ and $N$ of every block.
-        - `depth`: the number of `LRUBlock`s (the paper uses 6).
+        - `depth`: the number of blocks (the paper uses 6).
         - `encoder`: `"embedding"` — inputs are integer tokens of shape `(length,)`; or
             `"linear"` — inputs are features of shape `(length, in_size)`.
         - `pooling`: `"mean"` over valid positions, `"last"` valid position, or `None` for
             per-step outputs of shape `(length, out_size)`.
-        - `form`, `norm`, `bidirectional`, `dropout`, `glu`, `r_min`, `r_max`,
-            `max_phase`, `axis_name`, `dtype`: passed to every `LRUBlock`.
+        - `block`: builds each block as `block(d_model, d_state, dtype=dtype, key=key)`:
+            `LRUBlock` (default: complex core, batch norm, unidirectional, full GLU) or a
+            `functools.partial` of it with the block's options (`core`, `norm`,
+            `bidirectional`, `dropout`, `glu`, `remat`, `axis_name`), or your own block
+            with `LRUBlock`'s call signature.
+        - `remat`: recompute each block's forward pass in the backward pass
+            (`eqx.filter_checkpoint`; same values and gradients, less memory). The same as
+            `LRUBlock(remat=True)`, for any block.
+        - `check_tokens`: with `encoder="embedding"`, raise if a token id at a valid
+            position is outside `[0, in_size)` (JAX would silently clamp it); an
+            `eqx.error_if`, whose cost is measured in the README. `False` skips the check.
+        - `dtype`: parameter dtype of the encoder, head and blocks.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters for
-            `form="complex"` and `form="real"`.
+            `core="complex"` and `core="real"`.
         """
-        check_size("in_size", in_size)
-        if out_size is not None:
-            check_size("out_size", out_size)
-        check_size("d_model", d_model)
-        check_size("depth", depth)
+        in_size, d_model = check_size("in_size", in_size), check_size("d_model", d_model)
+        out_size = None if out_size is None else check_size("out_size", out_size)
+        d_state, depth = check_size("d_state", d_state), check_size("depth", depth)
+        check_key(key)
         if pooling not in ("mean", "last", None):
             raise ValueError(f"`pooling` must be 'mean', 'last' or None, got {pooling!r}.")
+        if not callable(block):
+            raise TypeError(f"`block` must be a callable such as LRUBlock, got {block!r}.")
         enc_key, head_key, *block_keys = jax.random.split(key, depth + 2)
         if encoder == "embedding":
             self.encoder = eqx.nn.Embedding(in_size, d_model, dtype=dtype, key=enc_key)
@@ -99,32 +128,23 @@ class LRUModel(eqx.Module):
             self.encoder = eqx.nn.Linear(in_size, d_model, dtype=dtype, key=enc_key)
         else:
             raise ValueError(f"`encoder` must be 'embedding' or 'linear', got {encoder!r}.")
-        self.blocks = tuple(
-            LRUBlock(
-                d_model,
-                d_state,
-                form=form,
-                norm=norm,
-                bidirectional=bidirectional,
-                dropout=dropout,
-                glu=glu,
-                r_min=r_min,
-                r_max=r_max,
-                max_phase=max_phase,
-                axis_name=axis_name,
-                dtype=dtype,
-                key=k,
-            )
-            for k in block_keys
-        )
+        self.blocks = tuple(block(d_model, d_state, dtype=dtype, key=k) for k in block_keys)
         self.head = (
-            None
-            if out_size is None
-            else eqx.nn.Linear(d_model, out_size, dtype=dtype, key=head_key)
+            None if out_size is None else eqx.nn.Linear(d_model, out_size, dtype=dtype, key=head_key)
         )
         self.pooling = pooling
+        self.remat = remat
+        self.check_tokens = check_tokens
 
-    def _check_input(self, x: Array) -> None:
+    @property
+    def d_model(self) -> int:
+        """The width of the residual stream (the encoder's output size)."""
+        if isinstance(self.encoder, eqx.nn.Embedding):
+            return self.encoder.weight.shape[-1]
+        return self.encoder.out_features
+
+    def _check_input(self, x: ArrayLike) -> Array:
+        x = jnp.asarray(x)
         if isinstance(self.encoder, eqx.nn.Embedding):
             if x.ndim != 1 or not jnp.issubdtype(x.dtype, jnp.integer):
                 raise ValueError(
@@ -140,26 +160,32 @@ class LRUModel(eqx.Module):
                     f"array of shape (length, {size}); got {x.dtype} of shape {x.shape}. "
                     "Batch with `jax.vmap`."
                 )
+        check_length(x, "x")
+        return x
 
     def _encode(self, x: Array, mask: Array | None) -> Array:
         # Sanitise pads first: an out-of-range token or a `nan` feature must not reach
         # any computation (not even through a zero-weighted gradient).
-        x = _where_valid(mask, x)
+        x = where_valid(mask, x)
+        if isinstance(self.encoder, eqx.nn.Embedding) and self.check_tokens:
+            x = _check_token_ids(x, self.encoder.num_embeddings)
         return jax.vmap(self.encoder)(x)
 
-    def _features(self, x, state, mask, key, inference):
+    def _features(self, x, state, length, key, inference):
+        mask = valid_mask(length, x.shape[0])
         h = self._encode(x, mask)
+        call = eqx.filter_checkpoint(_call_block) if self.remat else _call_block
         for block, block_key in zip(self.blocks, _split(key, len(self.blocks))):
-            h, state = block._forward(h, state, mask, block_key, inference)
-        return h, state
+            h, state = call(block, h, state, length, block_key, inference)
+        return h, state, mask
 
     @jaxtyped(typechecker=beartype)
     def features(
         self,
-        x: Int[Array, " length"] | Float[Array, "length in_size"],
+        x: Integer[ArrayLike, " length"] | Float[ArrayLike, "length in_size"],
         state: eqx.nn.State,
         *,
-        length: Int[ArrayLike, ""] | None = None,
+        length: Integer[ArrayLike, ""] | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
@@ -167,17 +193,16 @@ class LRUModel(eqx.Module):
 
         Same arguments as `__call__`.
         """
-        self._check_input(x)
-        mask = valid_mask(length, x.shape[0])
-        return self._features(x, state, mask, key, inference)
+        h, state, _ = self._features(self._check_input(x), state, length, key, inference)
+        return h, state
 
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
-        x: Int[Array, " length"] | Float[Array, "length in_size"],
+        x: Integer[ArrayLike, " length"] | Float[ArrayLike, "length in_size"],
         state: eqx.nn.State,
         *,
-        length: Int[ArrayLike, ""] | None = None,
+        length: Integer[ArrayLike, ""] | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "..."], eqx.nn.State]:
@@ -186,11 +211,11 @@ class LRUModel(eqx.Module):
         **Arguments:**
 
         - `x`: integer tokens of shape `(length,)` or features of shape
-            `(length, in_size)`, per `encoder`.
+            `(length, in_size)`, per `encoder`; `length >= 1` (a JAX or NumPy array).
         - `state`: the `eqx.nn.State` from `eqx.nn.make_with_state(LRUModel)(...)`
             (batch-norm running statistics).
-        - `length`: number of valid leading positions, `1 <= length <= x.shape[0]`; the
-            rest is padding. `None`: all valid.
+        - `length`: number of valid leading positions, `1 <= length <= x.shape[0]`, a
+            scalar of any integer dtype; the rest is padding. `None`: all valid.
         - `key`: for dropout (split across blocks); needed in training mode when
             `dropout > 0`. Give each example its own key.
         - `inference`: overrides the `inference` flags (see `eqx.nn.inference_mode`) if
@@ -201,21 +226,37 @@ class LRUModel(eqx.Module):
         `(length, out_size)` with `pooling=None` (zero at pads), `d_model` in place of
         `out_size` if `out_size is None`.
         """
-        self._check_input(x)
-        mask = valid_mask(length, x.shape[0])
-        h, state = self._features(x, state, mask, key, inference)
+        x = self._check_input(x)
+        h, state, mask = self._features(x, state, length, key, inference)
         if self.pooling is None:
             out = h if self.head is None else jax.vmap(self.head)(h)
-            return _where_valid(mask, out), state
+            return where_valid(mask, out), state
         if self.pooling == "mean":
             if length is None:
                 pooled = jnp.mean(h, axis=0)
             else:
-                pooled = jnp.sum(_where_valid(mask, h), axis=0) / jnp.asarray(length, h.dtype)
+                pooled = jnp.sum(where_valid(mask, h), axis=0) / jnp.asarray(length, h.dtype)
         else:
-            pooled = h[-1] if length is None else h[jnp.asarray(length) - 1]
+            pooled = h[-1] if length is None else h[jnp.asarray(length).astype(jnp.int32) - 1]
         out = pooled if self.head is None else self.head(pooled)
         return out, state
+
+
+def _check_token_ids(x: Array, vocab_size: int) -> Array:
+    """`x`, with an error if an id is outside `[0, vocab_size)`: a `ValueError` naming the
+    first bad id when `x` is concrete, an `eqx.error_if` under `jit`/`vmap`."""
+    message = (
+        f"Token ids must be in [0, {vocab_size}) — `in_size`, the vocabulary size of the "
+        "embedding (JAX would silently clamp them); got {}. Positions at or after `length` "
+        "are not checked."
+    )
+    bad = (x < 0) | (x >= vocab_size)
+    if not isinstance(x, jax.core.Tracer):
+        ids = np.asarray(x)[np.asarray(bad)]
+        if ids.size:
+            raise ValueError(message.format(f"id {ids[0]} (at {np.argmax(np.asarray(bad))})"))
+        return x
+    return eqx.error_if(x, bad, message.format("an id out of that range"))
 
 
 class LRURetrievalModel(eqx.Module):
@@ -229,7 +270,8 @@ class LRURetrievalModel(eqx.Module):
 
     The two documents are encoded in one `jax.vmap` over the pair, and batch norm takes
     its statistics over both documents of every pair in the batch (as S5 does by
-    concatenating them along the batch axis).
+    concatenating them along the batch axis): every `MaskedBatchNorm` of the encoder
+    reduces over its own axis names and the pair axis.
     """
 
     encoder: LRUModel
@@ -238,69 +280,43 @@ class LRURetrievalModel(eqx.Module):
 
     def __init__(
         self,
-        in_size: int,
-        out_size: int,
-        d_model: int,
-        d_state: int,
-        depth: int,
+        encoder: LRUModel,
+        out_size: Size,
         *,
-        mlp_size: int | None = None,
-        encoder: Literal["embedding", "linear"] = "embedding",
-        pooling: Literal["mean", "last"] = "mean",
-        form: Form | CoreFactory = "complex",
-        norm: Literal["batch", "layer"] = "batch",
-        bidirectional: bool = False,
-        dropout: float = 0.0,
-        glu: Literal["full", "half"] = "full",
-        r_min: float | None = None,
-        r_max: float | None = None,
-        max_phase: float | None = None,
-        axis_name: Hashable | Sequence[Hashable] = "batch",
+        mlp_size: Size | None = None,
         dtype=None,
         key: PRNGKeyArray,
     ):
-        """**Arguments:** as `LRUModel` (`out_size`: classes, 2 for AAN), plus `mlp_size`:
-        the hidden width of the head (default `d_model`). `pooling` must be `"mean"` or
-        `"last"`; `encoder` defaults to `"embedding"` (character tokens)."""
-        if pooling is None:
-            raise ValueError("`pooling` must be 'mean' or 'last' for a retrieval model.")
-        check_size("out_size", out_size)
-        mlp_size = d_model if mlp_size is None else mlp_size
-        check_size("mlp_size", mlp_size)
-        enc_key, in_key, out_key = jax.random.split(key, 3)
-        # Batch norm reduces over the user's batch axis and the pair axis of `__call__`.
-        if isinstance(axis_name, str) or not isinstance(axis_name, Sequence):
-            axis_name = (axis_name,)
-        self.encoder = LRUModel(
-            in_size,
-            None,
-            d_model,
-            d_state,
-            depth,
-            encoder=encoder,
-            pooling=pooling,
-            form=form,
-            norm=norm,
-            bidirectional=bidirectional,
-            dropout=dropout,
-            glu=glu,
-            r_min=r_min,
-            r_max=r_max,
-            max_phase=max_phase,
-            axis_name=(*axis_name, _PAIR_AXIS),
-            dtype=dtype,
-            key=enc_key,
-        )
-        self.mlp_in = eqx.nn.Linear(4 * d_model, mlp_size, dtype=dtype, key=in_key)
+        """**Arguments:**
+
+        - `encoder`: an `LRUModel` with `out_size=None` (no head) and `pooling="mean"` or
+            `"last"`, e.g. `eqx_lru.LRUModel(vocab, None, d_model, d_state, depth,
+            encoder="embedding", key=k)`.
+        - `out_size`: classes (2 for AAN).
+        - `mlp_size`: the hidden width of the head (default: the encoder's `d_model`).
+        - `dtype`: of the head's weights.
+        - `key`: a `jax.random.PRNGKey`.
+        """
+        if not isinstance(encoder, LRUModel) or encoder.head is not None or encoder.pooling is None:
+            raise ValueError(
+                "`encoder` must be an `LRUModel` with `out_size=None` (no head) and "
+                f"`pooling='mean'` or `'last'`; got {type(encoder).__name__}."
+            )
+        out_size = check_size("out_size", out_size)
+        mlp_size = check_size("mlp_size", encoder.d_model if mlp_size is None else mlp_size)
+        check_key(key)
+        in_key, out_key = jax.random.split(key)
+        self.encoder = _with_pair_axis(encoder)
+        self.mlp_in = eqx.nn.Linear(4 * encoder.d_model, mlp_size, dtype=dtype, key=in_key)
         self.mlp_out = eqx.nn.Linear(mlp_size, out_size, dtype=dtype, key=out_key)
 
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
-        x: Int[Array, "2 length"] | Float[Array, "2 length in_size"],
+        x: Integer[ArrayLike, "2 length"] | Float[ArrayLike, "2 length in_size"],
         state: eqx.nn.State,
         *,
-        length: Int[ArrayLike, " 2"] | None = None,
+        length: Integer[ArrayLike, " 2"] | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, " out_size"], eqx.nn.State]:
@@ -321,7 +337,20 @@ class LRURetrievalModel(eqx.Module):
             return self.encoder(doc, state, length=doc_length, key=doc_key, inference=inference)
 
         (u, v), state = jax.vmap(encode, axis_name=_PAIR_AXIS, out_axes=(0, None))(
-            x, None if length is None else jnp.asarray(length), keys
+            jnp.asarray(x), None if length is None else jnp.asarray(length), keys
         )
         features = jnp.concatenate([u, v, u - v, u * v])
         return self.mlp_out(jax.nn.gelu(self.mlp_in(features))), state
+
+
+def _with_pair_axis(encoder: LRUModel) -> LRUModel:
+    """`encoder` with every `MaskedBatchNorm` also reducing over the pair axis."""
+
+    def add_pair_axis(node):
+        if not isinstance(node, MaskedBatchNorm):
+            return node
+        names = node.axis_name if isinstance(node.axis_name, tuple) else (node.axis_name,)
+        return node.with_axis_name((*names, _PAIR_AXIS))
+
+    is_norm = lambda node: isinstance(node, MaskedBatchNorm)  # noqa: E731
+    return jax.tree_util.tree_map(add_pair_axis, encoder, is_leaf=is_norm)

@@ -2,9 +2,10 @@ r"""The optimiser of paper §D.2: AdamW, warmup + cosine schedule, slower recurr
 
 Parameters are labelled by where they live, for `optax.multi_transform`:
 
-- `"recurrent"`: the fields `nu_log`, `theta_log`, `gamma_log`, `B_re`, `B_im` of every
-    LRU layer ($A$, $\gamma$ and $B$ of the paper) — learning rate × `lr_factor`, no
-    weight decay;
+- `"recurrent"`: the fields a recurrent core declares in its class attribute
+    `recurrent_fields` — for the LRU (`AbstractLRU.recurrent_fields`) `nu_log`,
+    `theta_log`, `gamma_log`, `B_re`, `B_im` ($A$, $\gamma$ and $B$ of the paper) —
+    learning rate × `lr_factor`, no weight decay;
 - `"decay"`: every other parameter — AdamW with weight decay, as the paper ("weight decay
     for all parameters except $A$ and $B$ (and $\gamma$)"), including the LRU's $C$, $D$,
     norm scales and biases;
@@ -21,19 +22,13 @@ import equinox as eqx
 import jax
 from jaxtyping import PyTree
 
-from ._lru import AbstractLRU
-
 RECURRENT = "recurrent"
 DECAY = "decay"
 NO_DECAY = "no_decay"
 
-#: The fields of an LRU layer that get the smaller learning rate and no weight decay.
-LRU_RECURRENT_FIELDS = ("nu_log", "theta_log", "gamma_log", "B_re", "B_im")
-
 
 def _recurrent_fields(node: Any) -> tuple[str, ...] | None:
-    if isinstance(node, AbstractLRU):
-        return LRU_RECURRENT_FIELDS
+    """The recurrent fields a core declares (`recurrent_fields` class attribute), if any."""
     if isinstance(node, eqx.Module):
         fields = getattr(type(node), "recurrent_fields", None)
         if fields is not None:
@@ -60,12 +55,11 @@ def _label_core(core: eqx.Module, fields: tuple[str, ...]) -> eqx.Module:
 def lru_param_labels(tree: PyTree, *, decay_norm_and_bias: bool = True) -> PyTree[str]:
     r"""Label every trainable array of `tree` for `optax.multi_transform`.
 
-    Works on any pytree containing LRU layers (an `LRUModel`, your own model, a filtered
-    model or its gradients): LRU layers are found by type, anywhere, and their
-    parameters labelled by field name.
-
-    A custom recurrent core (say, for an ablation) opts in by declaring which of its
-    top-level fields are recurrent, e.g. `recurrent_fields: ClassVar = ("A", "B")`.
+    Works on any pytree containing recurrent cores (an `LRUModel`, your own model, a
+    filtered model or its gradients): every `eqx.Module` whose class declares
+    `recurrent_fields` (the LRU layers, the ablation and baseline cores, your own — e.g.
+    `recurrent_fields: ClassVar = ("A", "B")`), anywhere, has those top-level fields
+    labelled `"recurrent"` and its other arrays `"decay"`.
 
     **Arguments:**
 

@@ -3,6 +3,8 @@
 Sizes are distinct (d_model=6, d_state=5, length=9) so a swapped axis cannot hide.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -13,12 +15,12 @@ from conftest import max_rel_err
 import eqx_lru
 
 H, N, L = 6, 5, 9
+FORMS = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}
 
 
 def _block(form="complex", **kw):
-    return eqx.nn.make_with_state(eqx_lru.LRUBlock)(
-        H, N, form=form, r_min=0.5, r_max=0.99, key=jax.random.PRNGKey(0), **kw
-    )
+    core = functools.partial(FORMS[form], r_min=0.5, r_max=0.99)
+    return eqx.nn.make_with_state(eqx_lru.LRUBlock)(H, N, core=core, key=jax.random.PRNGKey(0), **kw)
 
 
 def _batched(block, state, x, length=None, keys=None, inference=None):
@@ -91,7 +93,7 @@ class DecayCore(eqx.Module):
 
 def test_custom_core():
     block, state = eqx.nn.make_with_state(eqx_lru.LRUBlock)(
-        H, N, form=DecayCore, bidirectional=True, norm="layer", key=jax.random.PRNGKey(0)
+        H, N, core=DecayCore, bidirectional=True, norm="layer", key=jax.random.PRNGKey(0)
     )
     assert isinstance(block.core, DecayCore) and isinstance(block.reverse_core, DecayCore)
     assert not eqx.tree_equal(block.core, block.reverse_core)  # own parameters per direction
@@ -106,10 +108,8 @@ def test_custom_core():
 
 def test_custom_core_errors():
     key = jax.random.PRNGKey(0)
-    with pytest.raises(ValueError, match="r_min"):
-        eqx_lru.LRUBlock(H, N, form=DecayCore, r_min=0.5, key=key)
     with pytest.raises(TypeError, match="eqx.Module"):
-        eqx_lru.LRUBlock(H, N, form=lambda h, n, *, key: (lambda u, reverse=False: u), key=key)
+        eqx_lru.LRUBlock(H, N, core=lambda h, n, *, key: (lambda u, reverse=False: u), key=key)
 
     class WrongShape(eqx.Module):
         w: jax.Array
@@ -119,26 +119,37 @@ def test_custom_core_errors():
 
     with pytest.raises(ValueError, match="same"):
         eqx_lru.LRUBlock(
-            H, N, form=lambda h, n, *, key: WrongShape(jnp.ones((h, n))), key=key
+            H, N, core=lambda h, n, *, key: WrongShape(jnp.ones((h, n))), key=key
         )
     # (TypeError: in the test suite jaxtyping's hook type-checks the Literal first.)
-    with pytest.raises((ValueError, TypeError), match="form"):
-        eqx_lru.LRUBlock(H, N, form="quaternion", key=key)
+    with pytest.raises((ValueError, TypeError), match="core"):
+        eqx_lru.LRUBlock(H, N, core="quaternion", key=key)
     with pytest.raises((ValueError, TypeError), match="norm"):
         eqx_lru.LRUBlock(H, N, norm="group", key=key)
     with pytest.raises(ValueError, match="dropout"):
         eqx_lru.LRUBlock(H, N, dropout=1.0, key=key)
     with pytest.raises(ValueError, match="r_max"):
-        eqx_lru.LRUBlock(H, N, r_max=1.5, key=key)
+        eqx_lru.LRUBlock(H, N, core=functools.partial(eqx_lru.ComplexLRU, r_max=1.5), key=key)
+    with pytest.raises(TypeError, match="r_min"):  # ring options belong to the core now
+        eqx_lru.LRUBlock(H, N, r_min=0.5, key=key)
 
 
-def test_ring_options_reach_the_core():
-    block = eqx_lru.LRUBlock(
-        H, 64, form="real", r_min=0.9, r_max=0.95, max_phase=0.1, key=jax.random.PRNGKey(0)
+def test_core_options_are_set_on_the_core():
+    """The core is the one knob: ring, method and precision come with the factory; the
+    shortcuts build the LRU with the block's dtype."""
+    core = functools.partial(
+        eqx_lru.RealLRU, r_min=0.9, r_max=0.95, max_phase=0.1, method="sequential",
+        precision="highest",
     )
+    block = eqx_lru.LRUBlock(H, 64, core=core, key=jax.random.PRNGKey(0))
     modulus, phase = block.core.modulus(), block.core.phase()
     assert 0.9 <= float(modulus.min()) and float(modulus.max()) <= 0.95 + 1e-6
     assert float(phase.max()) <= 0.1 + 1e-6
+    assert block.core.method == eqx_lru.Sequential()
+    assert block.core.precision == jax.lax.Precision.HIGHEST
+    with jax.enable_x64(True):
+        wide = eqx_lru.LRUBlock(H, N, core="real", dtype=jnp.float64, key=jax.random.PRNGKey(0))
+        assert isinstance(wide.core, eqx_lru.RealLRU) and wide.core.B_re.dtype == jnp.float64
 
 
 # --- GLU -----------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ recurrence, broken gradients through the scan, a wrong pooling index) stays at c
 of steps on CPU, too slow for the test suite.)
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -23,6 +25,7 @@ import eqx_lru
 
 LENGTH, CLASSES, NOISE, CUE_WITHIN = 256, 4, 4, 16
 STEPS, BATCH = 300, 32
+FORMS = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}
 
 
 def _recall_batch(rng, n):
@@ -43,8 +46,9 @@ def test_long_delay_recall(form):
     model_key, key = jax.random.split(jax.random.PRNGKey(0))
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
         CLASSES + NOISE, CLASSES, 16, 16, 2,
-        encoder="embedding", pooling="last", form=form,
-        r_min=0.9, r_max=0.999, max_phase=0.1, key=model_key,
+        encoder="embedding", pooling="last", key=model_key,
+        block=functools.partial(eqx_lru.LRUBlock, core=functools.partial(
+            FORMS[form], r_min=0.9, r_max=0.999, max_phase=0.1)),
     )
     optim = eqx_lru.lru_optimizer(
         learning_rate=3e-3, total_steps=STEPS, lr_factor=1.0, weight_decay=0.05

@@ -3,6 +3,7 @@ Equinox modules (vmap, filter_jit, filter_grad, float64, conversions, RNN mode).
 
 import equinox as eqx
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -134,7 +135,7 @@ def test_conversions_round_trip_exactly():
     r = eqx_lru.RealLRU.from_complex(c)
     back = eqx_lru.ComplexLRU.from_real(r)
     assert type(r) is eqx_lru.RealLRU and type(back) is eqx_lru.ComplexLRU
-    assert r.method == "associative"
+    assert r.method == eqx_lru.Associative() and r.precision is None
     assert eqx.tree_equal(back, c)
     for name in PARAMS:
         np.testing.assert_array_equal(getattr(r, name), getattr(c, name))
@@ -255,3 +256,67 @@ def test_internal_annotations_are_checked_in_tests():
 
     with pytest.raises(TypeError, match="d_state"):
         _init.gamma_log_init(jnp.ones((N, 2)))  # annotated Float[Array, " d_state"]
+
+
+# --- precision -----------------------------------------------------------------------------
+
+
+def _dot_precisions(jaxpr) -> list:
+    """The `precision` of every dot_general in `jaxpr` and its sub-jaxprs (scans, custom
+    VJPs, pjit...)."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(eqn.params["precision"])
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found += _dot_precisions(sub)
+    return found
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(
+    "precision,expected",
+    [
+        (None, None),
+        ("highest", jax.lax.Precision.HIGHEST),
+        (jax.lax.Precision.HIGH, jax.lax.Precision.HIGH),
+    ],
+)
+def test_precision_reaches_every_matmul(form, precision, expected):
+    layer = _layer(form, jnp.float32, precision=precision)
+    assert layer.precision == expected
+    u = _input(jnp.float32)
+
+    def fwd_and_grad(layer, u):
+        return layer(u), eqx.filter_grad(lambda m, u: jnp.sum(m(u) ** 2))(layer, u)
+
+    for closed in (
+        jax.make_jaxpr(fwd_and_grad)(layer, u),
+        jax.make_jaxpr(layer.step)(layer.init_state(), u[0]),
+    ):
+        precisions = _dot_precisions(closed.jaxpr)
+        assert len(precisions) >= 2  # the input and output projections at least
+        if expected is None:  # JAX's default, whatever the configuration makes it
+            x = jnp.ones((2, 2))
+            want = _dot_precisions(jax.make_jaxpr(jnp.matmul)(x, x).jaxpr)[0]
+        else:
+            want = (expected, expected)
+        assert all(p == want for p in precisions), precisions
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_highest_precision_matches_oracle(form):
+    layer = _layer(form, jnp.float32, precision="highest", r_max=0.999)
+    u = _input(jnp.float32, length=64)
+    y_ref, _ = lru_loop(lru_params_np(layer), np.asarray(u))
+    assert max_rel_err(layer(u), y_ref) <= 1e-5
+    state, ys = layer.init_state(), []
+    for t in range(4):
+        state, y_t = layer.step(state, u[t])
+        ys.append(y_t)
+    assert max_rel_err(jnp.stack(ys), y_ref[:4]) <= 1e-5
+
+
+def test_bad_precision_raises():
+    with pytest.raises(ValueError, match="`precision`"):
+        _layer(eqx_lru.ComplexLRU, jnp.float32, precision="ultra")

@@ -2,6 +2,8 @@
 (garbage in the pads, both directions, all poolings, tokens and features, training and
 inference mode), batch-norm modes and dropout."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -15,11 +17,19 @@ IN, OUT, H, N, DEPTH = 3, 2, 6, 5, 2  # distinct sizes
 VOCAB = 7
 
 
-def _model(encoder="linear", *, key=0, depth=DEPTH, out_size=OUT, **kw):
+FORMS = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}
+MODEL_OPTIONS = ("pooling", "remat", "check_tokens", "dtype")
+
+
+def _model(encoder="linear", *, key=0, depth=DEPTH, out_size=OUT, form="complex", **kw):
+    """A model; keywords other than the model's own go to every `LRUBlock`."""
     in_size = VOCAB if encoder == "embedding" else IN
+    model_kw = {k: kw.pop(k) for k in MODEL_OPTIONS if k in kw}
+    core = functools.partial(FORMS[form], r_min=0.5, r_max=0.99)
+    block = functools.partial(eqx_lru.LRUBlock, core=core, **kw)
     return eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        in_size, out_size, H, N, depth, encoder=encoder, r_min=0.5, r_max=0.99,
-        key=jax.random.PRNGKey(key), **kw,
+        in_size, out_size, H, N, depth, encoder=encoder, block=block,
+        key=jax.random.PRNGKey(key), **model_kw,
     )
 
 
@@ -112,7 +122,6 @@ def test_complex_and_real_models_agree():
 # --- padding -------------------------------------------------------------------------------
 
 
-# Depth 2 where a reverse scan could carry one block's pads into the next.
 # Depth 2 where a reverse scan could carry one block's pads into the next.
 PAD_CONFIGS = [
     ("linear", False, "last", 1),
@@ -213,9 +222,11 @@ def test_input_errors():
 
 
 def _retrieval():
-    return eqx.nn.make_with_state(eqx_lru.LRURetrievalModel)(
-        VOCAB, OUT, H, N, 1, mlp_size=4, r_min=0.5, key=jax.random.PRNGKey(3)
-    )
+    core = functools.partial(eqx_lru.ComplexLRU, r_min=0.5)
+    block = functools.partial(eqx_lru.LRUBlock, core=core)
+    key_enc, key = jax.random.split(jax.random.PRNGKey(3))
+    encoder = eqx_lru.LRUModel(VOCAB, None, H, N, 1, encoder="embedding", block=block, key=key_enc)
+    return eqx.nn.make_with_state(eqx_lru.LRURetrievalModel)(encoder, OUT, mlp_size=4, key=key)
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 
 from typing import ClassVar
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -24,7 +26,8 @@ def _assert_lru_labels(labels, *, d="decay"):
 @pytest.mark.parametrize("decay_norm_and_bias", [True, False])
 def test_labels_of_an_lru_model(decay_norm_and_bias):
     model = eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        7, 2, 6, 5, 2, encoder="embedding", bidirectional=True, key=jax.random.PRNGKey(0)
+        7, 2, 6, 5, 2, encoder="embedding", key=jax.random.PRNGKey(0),
+        block=functools.partial(eqx_lru.LRUBlock, bidirectional=True),
     )[0]
     labels = eqx_lru.lru_param_labels(model, decay_norm_and_bias=decay_norm_and_bias)
     params = eqx.filter(model, eqx.is_inexact_array)

@@ -1,0 +1,57 @@
+r"""Padding: which positions of a right-padded sequence are valid, and zeroing the rest.
+
+A sequence of shape `(size, ...)` with `length = ℓ` has valid positions `t < ℓ`; positions
+`t >= ℓ` are padding with any content. Every layer of this library keeps padding out of the
+values at valid positions (see `LRUBlock`).
+"""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Integer
+
+
+def valid_mask(length: Integer[ArrayLike, ""] | None, size: int) -> Bool[Array, " size"] | None:
+    """`arange(size) < length`, or `None` when `length` is `None` (every position valid).
+
+    `length` is a scalar integer of any integer dtype (signed or unsigned, JAX, NumPy or
+    Python). Inside `jit` a `length` outside `[1, size]` raises at run time via
+    `eqx.error_if`.
+    """
+    if length is None:
+        return None
+    length = jnp.asarray(length)
+    if not jnp.issubdtype(length.dtype, jnp.integer) or length.shape != ():
+        raise ValueError(
+            "`length` must be a scalar integer (the number of valid leading positions of "
+            f"one sequence; batch it with `jax.vmap`); got dtype {length.dtype}, shape "
+            f"{length.shape}."
+        )
+    # A signed type wide enough for `size`: compare without unsigned wrap-around (an
+    # out-of-range unsigned value turns negative here and is refused below).
+    length = length.astype(jnp.int32)
+    length = eqx.error_if(
+        length,
+        (length < 1) | (length > size),
+        f"`length` must be between 1 and the padded length {size}.",
+    )
+    return jnp.arange(size) < length
+
+
+def where_valid(mask: Bool[Array, " length"] | None, x: Array) -> Array:
+    """`x` with the padded positions (leading axis) set to zero; `x` itself if no mask.
+
+    A select, not a product: garbage such as `nan` in the pads cannot leak into values or
+    gradients.
+    """
+    if mask is None:
+        return x
+    return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, 0)
+
+
+def check_length(x: Array, name: str) -> None:
+    """A `ValueError` naming `name` if the sequence `x` has no position at all."""
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise ValueError(
+            f"`{name}` has length 0 (shape {x.shape}); a sequence needs at least one "
+            "position."
+        )
