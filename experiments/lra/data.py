@@ -142,7 +142,6 @@ class MissingDataError(DataError, FileNotFoundError):
     """A task folder or file that should exist does not (also a `FileNotFoundError`)."""
 
 
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class Split:
     """One split of a task. Arrays may be read-only `np.memmap`s.
