@@ -45,6 +45,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 PARTS = ("tests", "bench", "train")
+#: Modules each part needs (import names); checked before it runs.
+NEEDS = {
+    "tests": ("pytest", "beartype", "jaxtyping", "equinox", "optax", "scipy", "hypothesis", "PIL"),
+    "bench": ("equinox",),
+    "train": ("equinox", "optax", "PIL", "tqdm", "matplotlib"),
+}
 #: Examples written per task: (train, val, test). Enough for a few steps at Table 9's
 #: batch sizes (32, 32, 64, 50, 64, 32); Pathfinder/PathX are cut 80/10/10 by the loader.
 DEFAULT_COUNTS: dict[str, tuple[int, int, int]] = {
@@ -110,6 +116,11 @@ def probe() -> dict:
         out = subprocess.run(query, capture_output=True, text=True, timeout=60, check=False)
         info["nvidia_smi"] = [line.strip() for line in out.stdout.splitlines() if line.strip()]
     return info
+
+
+def missing_modules(names: Sequence[str]) -> list[str]:
+    """The modules of `names` that cannot be imported here."""
+    return [name for name in names if importlib.util.find_spec(name) is None]
 
 
 def no_cuda_reason(info: Mapping) -> str | None:
@@ -466,8 +477,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for name in parts:
         print(f"gpu-check: {name} ...", file=sys.stderr, flush=True)
+        missing = missing_modules(NEEDS[name])
         try:
-            results.append(runners[name]())
+            if missing:
+                results.append(PartResult(name, "fail", 0.0, f"not run: missing Python packages "
+                                          f"{missing} (pip install them, then run again)"))
+            else:
+                results.append(runners[name]())
         except Exception:
             results.append(PartResult(name, "fail", 0.0, "the check itself failed",
                                       f"```\n{traceback.format_exc()}\n```"))

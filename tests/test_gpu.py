@@ -331,5 +331,8 @@ def test_gpu_check_main_writes_one_report_and_fails_on_any_failure(tmp_path, mon
     assert "| bench | FAIL |" in text and "RuntimeError: the bench blew up" in text
     assert gpu_check.main([*argv[:4], "--parts", "tests"]) == 0
     assert report.read_text().startswith("# GPU check: PASS")
+    monkeypatch.setitem(gpu_check.NEEDS, "tests", ("pytest", "no_such_module_xyz"))
+    assert gpu_check.main([*argv[:4], "--parts", "tests"]) == 1
+    assert "missing Python packages ['no_such_module_xyz']" in report.read_text()
     with pytest.raises(SystemExit):
         gpu_check.main(["--parts", "tests,nope"])
