@@ -146,6 +146,26 @@ def test_rnn_mode_equals_parallel(name):
 
 
 @pytest.mark.parametrize("name", ["s4d_inv", "s5"])
+def test_real_form_equals_complex_form(name):
+    key = jax.random.PRNGKey(0)
+    complex_core = _perturbed(CORES[name](H, N, key=key), jax.random.PRNGKey(1))
+    real_core = _perturbed(CORES[name](H, N, form="real", key=key), jax.random.PRNGKey(1))
+    assert real_core.init_state().dtype == jnp.float32
+    u = jax.random.normal(jax.random.PRNGKey(2), (L, H))
+    for reverse in (False, True):
+        np.testing.assert_allclose(real_core(u, reverse=reverse), complex_core(u, reverse=reverse),
+                                   rtol=1e-5, atol=1e-5)
+    final, ys = jax.lax.scan(lambda s, u_t: real_core.step(s, u_t), real_core.init_state(), u)
+    np.testing.assert_allclose(ys, complex_core(u), rtol=1e-5, atol=1e-5)
+    x = complex_core.hidden_states(u)[-1]
+    np.testing.assert_allclose(final, jnp.stack([x.real, x.imag], axis=-2), rtol=1e-5, atol=1e-5)
+    # No complex number anywhere in the real form's computation, forward or backward.
+    jaxpr = jax.make_jaxpr(jax.grad(lambda c: jnp.sum(c(u) ** 2)))(real_core)
+    dtypes = {v.aval.dtype for eqn in jaxpr.jaxpr.eqns for v in eqn.outvars}
+    assert not any(jnp.issubdtype(d, jnp.complexfloating) for d in dtypes), dtypes
+
+
+@pytest.mark.parametrize("name", ["s4d_inv", "s5"])
 def test_gradient_matches_finite_differences(name):
     with jax.enable_x64(True):
         core = _perturbed(CORES[name](H, N, dtype=jnp.float64, key=jax.random.PRNGKey(0)),
@@ -201,6 +221,8 @@ def test_bad_hyperparameters():
         S5(0, N, key=key)
     with pytest.raises(ValueError, match="method"):
         S4D(H, N, method="parallel", key=key)
+    with pytest.raises(ValueError, match="form"):
+        S5(H, N, form="planar", key=key)
     core = S5(H, N, key=key)
     with pytest.raises(ValueError, match="d_model"):
         core(jnp.zeros((L, H + 1)))
@@ -216,7 +238,10 @@ SEQ, CLASSES, NOISE, STEPS, BATCH = 16, 3, 3, 60, 16
 
 
 def _model_kwargs(make_core):
+    """The core as `LRUModel` takes it (through `block=`; older: `core=`/`form=`)."""
     params = inspect.signature(eqx_lru.LRUModel).parameters
+    if "block" in params:
+        return {"block": functools.partial(eqx_lru.LRUBlock, core=make_core)}
     return {"core" if "core" in params else "form": make_core}
 
 

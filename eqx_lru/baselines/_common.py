@@ -72,9 +72,30 @@ def complex_dtype(real_dtype) -> jnp.dtype:
     return jnp.dtype(jnp.complex128 if real_dtype == jnp.float64 else jnp.complex64)
 
 
-def zoh(lam_dt: Array, lam: Array) -> tuple[Array, Array]:
-    r"""Zero-order hold of $\dot x = \lambda x + b u$ over one step $\Delta$, per mode:
-    $\bar\lambda = e^{\lambda\Delta}$ and the input factor $(e^{\lambda\Delta} - 1)/\lambda$
-    (`lam_dt` is $\lambda\Delta$)."""
-    lam_bar = jnp.exp(lam_dt)
-    return lam_bar, (lam_bar - 1) / lam
+def zoh_pairs(a_re: Array, a_im: Array, dt: Array) -> tuple[tuple[Array, Array], tuple[Array, Array]]:
+    r"""Zero-order hold of $\dot x = \lambda x + b u$ over one step $\Delta$ per mode, in
+    real arithmetic on (real, imaginary) pairs: $\bar\lambda = e^{\lambda\Delta}$ and the
+    input factor $(e^{\lambda\Delta} - 1)/\lambda$, with
+    $\operatorname{Re}(e^{\lambda\Delta}) - 1 = \operatorname{expm1}(p)\cos q - 2\sin^2(q/2)$
+    ($p + iq = \lambda\Delta$) to keep small steps accurate."""
+    p, q = a_re * dt, a_im * dt
+    lam_re, lam_im = jnp.exp(p) * jnp.cos(q), jnp.exp(p) * jnp.sin(q)
+    x = jnp.expm1(p) * jnp.cos(q) - 2 * jnp.sin(q / 2) ** 2  # Re(e^{λΔ}) - 1
+    den = a_re * a_re + a_im * a_im
+    return (lam_re, lam_im), ((x * a_re + lam_im * a_im) / den, (lam_im * a_re - x * a_im) / den)
+
+
+def cmul(x: tuple[Array, Array], y: tuple[Array, Array]) -> tuple[Array, Array]:
+    """Complex product on (real, imaginary) pairs."""
+    return x[0] * y[0] - x[1] * y[1], x[0] * y[1] + x[1] * y[0]
+
+
+FORMS = ("complex", "real")
+
+
+def check_form(form: str) -> None:
+    if form not in FORMS:
+        raise ValueError(
+            f"`form` must be 'complex' (complex Diagonal scan) or 'real' (the same recurrence "
+            f"as 2x2 rotation-scaling blocks, real arithmetic only); got {form!r}."
+        )

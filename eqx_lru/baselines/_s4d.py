@@ -8,11 +8,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
 
-from .. import Diagonal, linear_recurrence
+from .. import Diagonal, RotationScaling, linear_recurrence
 from ._common import (
     check_even_state,
+    check_form,
+    cmul,
     check_sequence,
     check_size,
     check_state,
@@ -20,7 +22,7 @@ from ._common import (
     complex_dtype,
     float_dtype,
     resolve_method,
-    zoh,
+    zoh_pairs,
 )
 
 _INITS = ("lin", "inv")
@@ -65,9 +67,11 @@ class S4D(eqx.Module):
     `recurrent_fields`: $\Delta$, $A$ and $B$ get the smaller learning rate and no weight
     decay in `eqx_lru.lru_optimizer` (paper §D.2).
 
-    **Real form.** The states are complex. A real computation is the same recurrence with
-    each mode as a $2 \times 2$ rotation-scaling block (paper §E.3), exactly as
-    `eqx_lru.RealLRU` does for the LRU; this core only uses the complex `Diagonal` scan.
+    **Real form.** The states are complex. `form="real"` runs the same recurrence with each
+    mode as a $2 \times 2$ rotation-scaling block (paper §E.3) on the `RotationScaling`
+    scan, as `eqx_lru.RealLRU` does for the LRU: same parameters, same function, no complex
+    number anywhere (the discretisation too is computed on real pairs). Its state is real
+    `(d_model, 2, d_state // 2)` (planar: real parts, then imaginary parts).
 
     ??? cite
         Gu, Gupta, Goel, Ré (2022), "On the Parameterization and Initialization of Diagonal
@@ -83,6 +87,7 @@ class S4D(eqx.Module):
     C_im: Float[Array, "d_model modes"]
     D: Float[Array, " d_model"]
     init: str = eqx.field(static=True)
+    form: str = eqx.field(static=True)
     method: Any = eqx.field(static=True)
 
     recurrent_fields: ClassVar[tuple[str, ...]] = ("log_dt", "A_re_log", "A_im", "B_re", "B_im")
@@ -93,6 +98,7 @@ class S4D(eqx.Module):
         d_state: int,
         *,
         init: str = "lin",
+        form: str = "complex",
         dt_min: float = 0.001,
         dt_max: float = 0.1,
         method: Any = "auto",
@@ -100,12 +106,13 @@ class S4D(eqx.Module):
         key: PRNGKeyArray,
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($N$, even: $N/2$ complex modes per
-        channel), `init` (`"lin"` or `"inv"`), `dt_min`/`dt_max` (range of the log-uniform
+        channel), `init` (`"lin"` or `"inv"`), `form` (`"complex"` or `"real"`), `dt_min`/`dt_max` (range of the log-uniform
         initial step), `method` (scan method of `eqx_lru.linear_recurrence`, string or
         object), `dtype` (real floating; default JAX's float), `key`."""
         check_size("d_model", d_model)
         check_even_state(d_state)
         check_steps(dt_min, dt_max)
+        check_form(form)
         dtype = float_dtype(dtype)
         re, im = s4d_eigenvalues(d_state, init)
         dt_key, c_key = jax.random.split(key)
@@ -120,6 +127,7 @@ class S4D(eqx.Module):
         self.C_re, self.C_im = c[0], c[1]
         self.D = jax.random.normal(jax.random.fold_in(c_key, 1), (d_model,), dtype)
         self.init = init
+        self.form = form
         self.method = resolve_method(method)
 
     @property
@@ -134,26 +142,43 @@ class S4D(eqx.Module):
         r"""The continuous-time eigenvalues $A = -e^{a_{\log}} + i a_\text{im}$."""
         return jax.lax.complex(-jnp.exp(self.A_re_log), self.A_im)
 
+    def _pairs(self) -> tuple[tuple[Array, Array], tuple[Array, Array]]:
+        dt = jnp.exp(self.log_dt)[:, None]
+        lam, factor = zoh_pairs(-jnp.exp(self.A_re_log), self.A_im, dt)
+        return lam, cmul(factor, (self.B_re, self.B_im))
+
     def discretise(self) -> tuple[Complex[Array, "d_model modes"], Complex[Array, "d_model modes"]]:
         r"""$(\bar A, \bar B)$ of the zero-order hold with step $\Delta_h = e^{\log\Delta_h}$."""
-        a = self.continuous()
-        dt = jnp.exp(self.log_dt)[:, None]
-        lam, factor = zoh(a * jax.lax.complex(dt, jnp.zeros_like(dt)), a)
-        return lam, factor * jax.lax.complex(self.B_re, self.B_im)
+        (lam_re, lam_im), (b_re, b_im) = self._pairs()
+        return jax.lax.complex(lam_re, lam_im), jax.lax.complex(b_re, b_im)
 
-    def init_state(self) -> Complex[Array, "d_model modes"]:
-        """The zero state $x_{-1}$, complex `(d_model, d_state // 2)`."""
+    def _algebra(self):
+        return RotationScaling() if self.form == "real" else Diagonal()
+
+    def _join(self, re: Array, im: Array) -> Array:
+        """A (real, imaginary) pair in the form's layout: complex, or planar `(..., 2, M)`."""
+        return jnp.stack([re, im], axis=-2) if self.form == "real" else jax.lax.complex(re, im)
+
+    def _split(self, x: Array) -> tuple[Array, Array]:
+        return (x[..., 0, :], x[..., 1, :]) if self.form == "real" else (x.real, x.imag)
+
+    def init_state(self) -> Inexact[Array, "d_model ..."]:
+        """The zero state $x_{-1}$: complex `(d_model, d_state // 2)`, or real
+        `(d_model, 2, d_state // 2)` with `form="real"`."""
+        if self.form == "real":
+            return jnp.zeros((self.d_model, 2, self.d_state // 2), self.D.dtype)
         return jnp.zeros(self.A_im.shape, complex_dtype(self.D.dtype))
 
     def _output(self, x: Array, u: Array) -> Array:
-        return 2 * jnp.sum(self.C_re * x.real - self.C_im * x.imag, axis=-1) + self.D * u
+        x_re, x_im = self._split(x)
+        return 2 * jnp.sum(self.C_re * x_re - self.C_im * x_im, axis=-1) + self.D * u
 
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
         u: Float[Array, "length d_model"],
         *,
-        initial_state: Complex[Array, "d_model modes"] | None = None,
+        initial_state: Inexact[Array, "d_model ..."] | None = None,
         reverse: bool = False,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "length d_model"]:
@@ -167,27 +192,28 @@ class S4D(eqx.Module):
 
     def hidden_states(
         self, u: Array, initial_state: Array | None = None, reverse: bool = False
-    ) -> Complex[Array, "length d_model modes"]:
-        """All states $x_0, \\dots, x_{L-1}$, complex `(length, d_model, d_state // 2)`."""
+    ) -> Inexact[Array, "length d_model ..."]:
+        """All states $x_0, \\dots, x_{L-1}$ in the form's layout (see `init_state`)."""
         check_sequence(u, self.d_model, self.D.dtype)
         if initial_state is not None:
             check_state(initial_state, self.init_state(), "initial_state")
-        lam, b = self.discretise()
-        drive = jax.lax.complex(u[:, :, None] * b.real, u[:, :, None] * b.imag)
+        (lam_re, lam_im), (b_re, b_im) = self._pairs()
+        drive = self._join(u[:, :, None] * b_re, u[:, :, None] * b_im)
         return linear_recurrence(
-            lam, drive, algebra=Diagonal(), initial_state=initial_state, reverse=reverse,
-            method=self.method,
+            self._join(lam_re, lam_im), drive, algebra=self._algebra(),
+            initial_state=initial_state, reverse=reverse, method=self.method,
         )
 
     @jaxtyped(typechecker=beartype)
     def step(
-        self, state: Complex[Array, "d_model modes"], u_t: Float[Array, " d_model"]
-    ) -> tuple[Complex[Array, "d_model modes"], Float[Array, " d_model"]]:
+        self, state: Inexact[Array, "d_model ..."], u_t: Float[Array, " d_model"]
+    ) -> tuple[Inexact[Array, "d_model ..."], Float[Array, " d_model"]]:
         r"""One token in RNN mode: $x_t = \bar A x_{t-1} + \bar B u_t$; returns
         `(x_t, y_t)`. Repeated from `init_state()` it equals the parallel call."""
         check_sequence(u_t[None], self.d_model, self.D.dtype)
         check_state(state, self.init_state())
-        lam, b = self.discretise()
+        (lam_re, lam_im), (b_re, b_im) = self._pairs()
         u = u_t[:, None]
-        state = lam * state + jax.lax.complex(u * b.real, u * b.imag)
+        lam = self._join(lam_re, lam_im)
+        state = self._algebra().apply(lam, state) + self._join(u * b_re, u * b_im)
         return state, self._output(state, u_t)

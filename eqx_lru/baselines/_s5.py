@@ -9,11 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
-from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
 
-from .. import Diagonal, linear_recurrence
+from .. import Diagonal, RotationScaling, linear_recurrence
 from ._common import (
     check_even_state,
+    check_form,
+    cmul,
     check_sequence,
     check_size,
     check_state,
@@ -21,7 +23,7 @@ from ._common import (
     complex_dtype,
     float_dtype,
     resolve_method,
-    zoh,
+    zoh_pairs,
 )
 
 
@@ -89,7 +91,10 @@ class S5(eqx.Module):
     reverse and sums the outputs; S5's own bidirectional variant shares $\Lambda, \tilde B$
     between directions, here each direction has its own parameters.
 
-    **Real form.** The states are complex; see `S4D` (same remark).
+    **Real form.** The states are complex. `form="real"` runs the same recurrence as
+    $2 \times 2$ rotation-scaling blocks on the `RotationScaling` scan (real arithmetic only,
+    same parameters and function, as `eqx_lru.RealLRU`); its state is real
+    `(2, d_state // 2)` (real parts, then imaginary parts).
 
     ??? cite
         Smith, Warrington, Linderman (2023), "Simplified State Space Layers for Sequence
@@ -105,6 +110,7 @@ class S5(eqx.Module):
     C_im: Float[Array, "d_model modes"]
     D: Float[Array, " d_model"]
     blocks: int = eqx.field(static=True)
+    form: str = eqx.field(static=True)
     method: Any = eqx.field(static=True)
 
     recurrent_fields: ClassVar[tuple[str, ...]] = (
@@ -117,6 +123,7 @@ class S5(eqx.Module):
         d_state: int,
         *,
         blocks: int = 1,
+        form: str = "complex",
         dt_min: float = 0.001,
         dt_max: float = 0.1,
         method: Any = "auto",
@@ -124,13 +131,14 @@ class S5(eqx.Module):
         key: PRNGKeyArray,
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($P$, a multiple of `2 * blocks`),
-        `blocks` ($J$, HiPPO-N blocks of size $P/J$), `dt_min`/`dt_max` (range of the
+        `blocks` ($J$, HiPPO-N blocks of size $P/J$), `form` (`"complex"` or `"real"`), `dt_min`/`dt_max` (range of the
         log-uniform initial steps), `method` (scan method of `eqx_lru.linear_recurrence`),
         `dtype` (real floating; default JAX's float), `key`."""
         check_size("d_model", d_model)
         check_size("blocks", blocks)
         check_even_state(d_state, blocks, f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)")
         check_steps(dt_min, dt_max)
+        check_form(form)
         dtype = float_dtype(dtype)
         lam, vectors = s5_eigenbasis(d_state, blocks)
         b_key, c_key, dt_key, d_key = jax.random.split(key, 4)
@@ -147,6 +155,7 @@ class S5(eqx.Module):
         self.C_re, self.C_im = as_array(c_tilde.real), as_array(c_tilde.imag)
         self.D = jax.random.normal(d_key, (d_model,), dtype)
         self.blocks = blocks
+        self.form = form
         self.method = resolve_method(method)
 
     @property
@@ -161,26 +170,42 @@ class S5(eqx.Module):
         r"""The continuous-time eigenvalues $\Lambda$."""
         return jax.lax.complex(self.Lambda_re, self.Lambda_im)
 
+    def _pairs(self) -> tuple[tuple[Array, Array], tuple[Array, Array]]:
+        lam, (f_re, f_im) = zoh_pairs(self.Lambda_re, self.Lambda_im, jnp.exp(self.log_step))
+        return lam, cmul((f_re[:, None], f_im[:, None]), (self.B_re, self.B_im))
+
     def discretise(self) -> tuple[Complex[Array, " modes"], Complex[Array, "modes d_model"]]:
         r"""$(\bar\Lambda, \bar B)$ of the zero-order hold with per-mode steps."""
-        lam = self.continuous()
-        dt = jnp.exp(self.log_step)
-        lam_bar, factor = zoh(lam * jax.lax.complex(dt, jnp.zeros_like(dt)), lam)
-        return lam_bar, factor[:, None] * jax.lax.complex(self.B_re, self.B_im)
+        (lam_re, lam_im), (b_re, b_im) = self._pairs()
+        return jax.lax.complex(lam_re, lam_im), jax.lax.complex(b_re, b_im)
 
-    def init_state(self) -> Complex[Array, " modes"]:
-        """The zero state $x_{-1}$, complex `(d_state // 2,)`."""
+    def _algebra(self):
+        return RotationScaling() if self.form == "real" else Diagonal()
+
+    def _join(self, re: Array, im: Array) -> Array:
+        """A (real, imaginary) pair in the form's layout: complex, or planar `(..., 2, M)`."""
+        return jnp.stack([re, im], axis=-2) if self.form == "real" else jax.lax.complex(re, im)
+
+    def _split(self, x: Array) -> tuple[Array, Array]:
+        return (x[..., 0, :], x[..., 1, :]) if self.form == "real" else (x.real, x.imag)
+
+    def init_state(self) -> Inexact[Array, "..."]:
+        """The zero state $x_{-1}$: complex `(d_state // 2,)`, or real `(2, d_state // 2)`
+        with `form="real"`."""
+        if self.form == "real":
+            return jnp.zeros((2,) + self.Lambda_re.shape, self.D.dtype)
         return jnp.zeros(self.Lambda_re.shape, complex_dtype(self.D.dtype))
 
     def _output(self, x: Array, u: Array) -> Array:
-        return 2 * (x.real @ self.C_re.T - x.imag @ self.C_im.T) + self.D * u
+        x_re, x_im = self._split(x)
+        return 2 * (x_re @ self.C_re.T - x_im @ self.C_im.T) + self.D * u
 
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
         u: Float[Array, "length d_model"],
         *,
-        initial_state: Complex[Array, " modes"] | None = None,
+        initial_state: Inexact[Array, "..."] | None = None,
         reverse: bool = False,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "length d_model"]:
@@ -194,26 +219,27 @@ class S5(eqx.Module):
 
     def hidden_states(
         self, u: Array, initial_state: Array | None = None, reverse: bool = False
-    ) -> Complex[Array, "length modes"]:
-        """All states $x_0, \\dots, x_{L-1}$, complex `(length, d_state // 2)`."""
+    ) -> Inexact[Array, "length ..."]:
+        """All states $x_0, \\dots, x_{L-1}$ in the form's layout (see `init_state`)."""
         check_sequence(u, self.d_model, self.D.dtype)
         if initial_state is not None:
             check_state(initial_state, self.init_state(), "initial_state")
-        lam, b = self.discretise()
-        drive = jax.lax.complex(u @ b.real.T, u @ b.imag.T)
+        (lam_re, lam_im), (b_re, b_im) = self._pairs()
         return linear_recurrence(
-            lam, drive, algebra=Diagonal(), initial_state=initial_state, reverse=reverse,
+            self._join(lam_re, lam_im), self._join(u @ b_re.T, u @ b_im.T),
+            algebra=self._algebra(), initial_state=initial_state, reverse=reverse,
             method=self.method,
         )
 
     @jaxtyped(typechecker=beartype)
     def step(
-        self, state: Complex[Array, " modes"], u_t: Float[Array, " d_model"]
-    ) -> tuple[Complex[Array, " modes"], Float[Array, " d_model"]]:
+        self, state: Inexact[Array, "..."], u_t: Float[Array, " d_model"]
+    ) -> tuple[Inexact[Array, "..."], Float[Array, " d_model"]]:
         r"""One token in RNN mode: $x_t = \bar\Lambda x_{t-1} + \bar B u_t$; returns
         `(x_t, y_t)`. Repeated from `init_state()` it equals the parallel call."""
         check_sequence(u_t[None], self.d_model, self.D.dtype)
         check_state(state, self.init_state())
-        lam, b = self.discretise()
-        state = lam * state + jax.lax.complex(b.real @ u_t, b.imag @ u_t)
+        (lam_re, lam_im), (b_re, b_im) = self._pairs()
+        lam = self._join(lam_re, lam_im)
+        state = self._algebra().apply(lam, state) + self._join(b_re @ u_t, b_im @ u_t)
         return state, self._output(state, u_t)

@@ -1,0 +1,171 @@
+r"""LDStack Fig. 2: a MISO LDS approximated by averages of SISO LDS from random projections.
+
+A multiple-input single-output LDS $s_{t+1} = A s_t + B x_t$, $y_t = C s_t$ ($n = 16$ states,
+$d = 32$ inputs, $T = 1024$ steps, i.i.d. $\mathcal N(0, 1)$ inputs) is compared with
+single-input LDS obtained by projecting the inputs on random directions
+$r \sim \mathcal N(0, I_d)$: $\tilde x_t = r^\top x_t$ drives $(A, B r, C)$. Since
+$\mathbb E[r r^\top] = I$, the SISO outputs are unbiased for the MISO output, and the average of
+$k$ of them has variance $v/k$ for the variance $v$ of one.
+
+Every SISO LDS runs as the library's reachable SIMO core in modal form
+(`eqx_lru.baselines.StandardSIMOLDS`, LDStack eq. 3): eigenvalues $\lambda$ of $A$, $B' = 1$,
+and $C' = (C P) \odot (P^{-1} B r)^\top$ for the eigenvectors $P$ of $A$ (the reachable
+canonical form absorbs the input vector into the output). The MISO reference is a dense float64
+NumPy loop.
+
+    python -m experiments.ldstack.projections [--fast] [--out DIR] [--seed N]
+"""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from eqx_lru.baselines import StandardSIMOLDS
+
+from ._common import parse_args, plt, save_figure, save_json
+
+
+def random_miso(rng: np.random.Generator, n: int, d: int, radius: float = 0.97):
+    """A Gaussian $A$ rescaled to spectral radius `radius`, $B \\sim \\mathcal N(0, 1/d)$,
+    $C \\sim \\mathcal N(0, 1/n)$ (one output)."""
+    a = rng.standard_normal((n, n))
+    a *= radius / np.abs(np.linalg.eigvals(a)).max()
+    return a, rng.standard_normal((n, d)) / math.sqrt(d), rng.standard_normal(n) / math.sqrt(n)
+
+
+def miso_outputs(a, b, c, x) -> np.ndarray:
+    """Dense float64 loop: $s_0 = 0$, $y_t = C s_t$, $s_{t+1} = A s_t + B x_t$."""
+    s, y = np.zeros(a.shape[0]), np.zeros(x.shape[0])
+    for t in range(x.shape[0]):
+        y[t] = c @ s
+        s = a @ s + b @ x[t]
+    return y
+
+
+def projection_variance(a, b, c, x) -> np.ndarray:
+    r"""The exact variance of one SISO output per step, for Gaussian directions.
+
+    $y^{(r)}_t = r^\top M_t r$ with $M_t = B^\top R_t$, $R_{t+1} = A^\top R_t + C^\top
+    x_t^\top$, $R_0 = 0$, so $\mathbb E\, y^{(r)}_t = \operatorname{tr} M_t = y_t$ and
+    $\operatorname{Var} y^{(r)}_t = \|M_t\|_F^2 + \operatorname{tr}(M_t^2)$."""
+    r, out = np.zeros((a.shape[0], x.shape[1])), np.zeros(x.shape[0])
+    for t in range(x.shape[0]):
+        m = b.T @ r
+        out[t] = np.sum(m * m) + np.trace(m @ m)
+        r = a.T @ r + np.outer(c, x[t])
+    return out
+
+
+def siso_template(lam: np.ndarray) -> StandardSIMOLDS:
+    """A `StandardSIMOLDS` with eigenvalues `lam` (closed under conjugation), no skip."""
+    upper = lam[lam.imag > 1e-12]
+    real = lam[np.abs(lam.imag) <= 1e-12].real
+    n = lam.shape[0]
+    layer = StandardSIMOLDS(n, 1, key=jax.random.PRNGKey(0))
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    return eqx.tree_at(
+        lambda m: (m.alpha, m.beta, m.alpha_real, m.D),
+        layer,
+        (f32(upper.real), f32(upper.imag), f32(real), jnp.zeros(1, jnp.float32)),
+    )
+
+
+def siso_outputs(a, b, c, x, directions) -> np.ndarray:
+    """One output sequence per projection direction (rows of `directions`), `(k, T)`."""
+    lam, vectors = np.linalg.eig(a)
+    # The template's order [α + iβ, α − iβ, real]; a real A has conjugate eigenvectors for
+    # conjugate eigenvalues.
+    upper, real = lam.imag > 1e-12, np.abs(lam.imag) <= 1e-12
+    by_value = np.argsort(lam[real].real)
+    lam = np.concatenate([lam[upper], lam[upper].conj(), lam[real][by_value]])
+    vectors = np.concatenate(
+        [vectors[:, upper], vectors[:, upper].conj(), vectors[:, real][:, by_value]], axis=1
+    )
+    template = siso_template(lam)
+    assert np.allclose(np.asarray(template.eigenvalues()), lam, atol=1e-5)
+    c_modal = c @ vectors  # (n,)
+    b_modal = np.linalg.solve(vectors, b @ directions.T)  # (n, k)
+    c_prime = (c_modal[:, None] * b_modal).T  # (k, n): C' per projection
+
+    def one(c_re, c_im, x_tilde):
+        layer = eqx.tree_at(lambda m: (m.C_re, m.C_im), template, (c_re[None], c_im[None]))
+        return layer(x_tilde)[:, 0]
+
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    run = jax.jit(jax.vmap(one))
+    return np.asarray(run(f32(c_prime.real), f32(c_prime.imag), f32(x @ directions.T).T),
+                      np.float64)
+
+
+def relative_rms(approx: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.mean((approx - exact) ** 2, axis=-1) / np.mean(exact**2))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv, __doc__.splitlines()[0])
+    n, d = 16, 32
+    length, count = (128, 32) if args.fast else (1024, 512)
+    rng = np.random.default_rng(args.seed)
+    a, b, c = random_miso(rng, n, d)
+    x = rng.standard_normal((length, d))
+    y = miso_outputs(a, b, c, x)
+    directions = rng.standard_normal((count, d))
+    ys = siso_outputs(a, b, c, x, directions)
+    # Sanity: with the identity as "directions" (d of them), the SISO sum is the MISO output.
+    exact_split = siso_outputs(a, b, c, x, np.eye(d)).sum(0)
+    single = relative_rms(ys, y)
+    ks = [2**i for i in range(int(math.log2(count)) + 1)]
+    errors = {k: relative_rms(ys.reshape(count // k, k, length).mean(1), y) for k in ks}
+    results = dict(
+        n=n, d=d, length=length, projections=count,
+        identity_split_relative_error=float(relative_rms(exact_split, y)),
+        single_relative_rms=dict(mean=single.mean(), median=np.median(single), max=single.max()),
+        relative_variance_single=float(np.mean(single**2)),
+        expected_relative_variance_single=projection_variance(a, b, c, x).mean() / np.mean(y**2),
+        averages=[dict(k=k, subsamples=len(e), relative_rms_mean=e.mean(),
+                       relative_rms_of_mean_square=math.sqrt(np.mean(e**2))) for k, e in errors.items()],
+    )
+    slope = np.polyfit(np.log(ks), np.log([math.sqrt(np.mean(errors[k] ** 2)) for k in ks]), 1)[0]
+    results["log_log_slope"] = slope
+    results["avg16_relative_rms"] = [float(v) for v in errors.get(16, errors[ks[-1]])[:2]]
+    results["avg_all_relative_rms"] = float(errors[count][0])
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7.5))
+    steps = np.arange(length)
+    spread = np.percentile(np.abs(ys), 99)
+    for row in ys:
+        top.plot(steps, row, color="0.82", lw=0.3)
+    for i in range(2):
+        k = min(16, count)
+        top.plot(steps, ys[i * k : (i + 1) * k].mean(0), color="tab:blue", lw=0.8,
+                 label=f"average of {k} SISO" if i == 0 else None)
+    top.plot(steps, ys.mean(0), color="tab:red", lw=0.9, label=f"average of all {count} SISO")
+    top.plot(steps, y, color="k", lw=0.9, label="MISO LDS")
+    top.set_ylim(-spread, spread)
+    top.set_xlim(0, length)
+    top.set_title(f"MISO LDS (n={n}, d={d}, T={length}) vs {count} SISO LDS from random "
+                  "projections (gray)", fontsize=9)
+    top.legend(fontsize=7, loc="upper right")
+    rms = [math.sqrt(np.mean(errors[k] ** 2)) for k in ks]
+    bottom.loglog(ks, rms, "o-", label=f"measured (slope {slope:.2f})")
+    v = results["expected_relative_variance_single"]
+    bottom.loglog(ks, [math.sqrt(v / k) for k in ks], "--",
+                  label=f"theory sqrt(v / k), v = {v:.1f} (exact variance of one projection)")
+    bottom.set_xlabel("k (SISO LDS averaged)")
+    bottom.set_ylabel("relative RMS error vs MISO")
+    bottom.legend(fontsize=8)
+    bottom.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    results["png"] = save_figure(fig, args.out, "projections").name
+    save_json(results, args.out, "projections")
+    print(f"one projection: relative RMS {single.mean():.2f} (mean over {count}); "
+          f"averages: " + ", ".join(f"k={k}: {r:.3f}" for k, r in zip(ks, rms, strict=True))
+          + f"; slope {slope:.2f}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
