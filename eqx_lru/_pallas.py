@@ -63,26 +63,33 @@ def _compiler_params(block: int) -> Any:
     return dict(triton=dict(num_warps=warps, num_stages=1))  # pragma: no cover
 
 
-def _traced(idx: tuple) -> tuple:
-    # Integer indices as int32 scalars: the interpreter's discharge of masked loads and
-    # stores (JAX 0.10) fails on Python ints.
-    return tuple(jnp.int32(i) if isinstance(i, int) else i for i in idx)
+def _interpretable(idx: tuple, size: int) -> tuple:
+    """`idx` for a masked load or store in interpret mode: every index an int32 scalar and
+    the whole last axis an int32 `pl.ds`, since the interpreter's discharge of masked
+    loads and stores (JAX 0.10) fails on Python ints and on mixed integer dtypes (int64
+    loop indices under x64). The Triton lowering takes `idx` as it is."""
+
+    def scalar(i):
+        return jnp.int32(i) if isinstance(i, int) else jnp.asarray(i).astype(jnp.int32)
+
+    *ints, _ = idx  # the last index is always the whole (channel) axis
+    return (*map(scalar, ints), pl.ds(jnp.int32(0), size))
 
 
-def _load(ref, idx: tuple, mask: Array | None) -> Array:
+def _load(ref, idx: tuple, mask: Array | None, interpret: bool) -> Array:
     if mask is None:
         return ref[idx]
-    idx = _traced(idx)
+    idx = _interpretable(idx, mask.shape[0]) if interpret else idx
     if hasattr(_pltriton, "load"):
         return _pltriton.load(ref.at[idx], mask=mask, other=0)
     return pl.load(ref, idx, mask=mask, other=0)  # pragma: no cover  (older JAX)
 
 
-def _store(ref, idx: tuple, value: Array, mask: Array | None) -> None:
+def _store(ref, idx: tuple, value: Array, mask: Array | None, interpret: bool) -> None:
     if mask is None:
         ref[idx] = value
         return
-    idx = _traced(idx)
+    idx = _interpretable(idx, mask.shape[0]) if interpret else idx
     if hasattr(_pltriton, "store"):
         _pltriton.store(ref.at[idx], value, mask=mask)
     else:  # pragma: no cover  (older JAX)
@@ -97,7 +104,7 @@ def _step(a: tuple, h: tuple, x: tuple) -> tuple:
     return (a0 * h0 - a1 * h1 + x0, a0 * h1 + a1 * h0 + x1)
 
 
-def _kernel(a_ref, x_ref, h0_ref, o_ref, *, length, chunk, shared, reverse, width):
+def _kernel(a_ref, x_ref, h0_ref, o_ref, *, length, chunk, shared, reverse, width, interpret):
     """One program: `block` channels (refs `(parts, block)`, length-long ones with a
     leading length axis) over the whole sequence."""
     parts, block = h0_ref.shape
@@ -107,10 +114,13 @@ def _kernel(a_ref, x_ref, h0_ref, o_ref, *, length, chunk, shared, reverse, widt
         lanes = pl.program_id(1) * block + jax.lax.broadcasted_iota(jnp.int32, (block,), 0)
         mask = lanes < width
 
-    def row(ref, k):
-        return tuple(_load(ref, (k, p, slice(None)), mask).astype(compute) for p in range(parts))
+    def load(ref, *idx):
+        return tuple(_load(ref, (*idx, p, slice(None)), mask, interpret) for p in range(parts))
 
-    a_shared = tuple(_load(a_ref, (p, slice(None)), mask) for p in range(parts)) if shared else None
+    def row(ref, k):
+        return tuple(part.astype(compute) for part in load(ref, k))
+
+    a_shared = load(a_ref) if shared else None
 
     def run(start, size, h):
         # Rows start..start+size-1, walked backwards when `reverse`; all loads first.
@@ -120,7 +130,7 @@ def _kernel(a_ref, x_ref, h0_ref, o_ref, *, length, chunk, shared, reverse, widt
         for k, a, x in zip(rows, as_, xs, strict=True):
             h = _step(a, h, x)
             for p in range(parts):
-                _store(o_ref, (k, p, slice(None)), h[p].astype(o_ref.dtype), mask)
+                _store(o_ref, (k, p, slice(None)), h[p].astype(o_ref.dtype), mask, interpret)
         return h
 
     n_chunks, tail = divmod(length, chunk)
@@ -131,7 +141,7 @@ def _kernel(a_ref, x_ref, h0_ref, o_ref, *, length, chunk, shared, reverse, widt
         c = n_chunks - 1 - i if reverse else i
         return run(offset + c * chunk, chunk, h)
 
-    h = tuple(_load(h0_ref, (p, slice(None)), mask) for p in range(parts))
+    h = load(h0_ref)
     if n_chunks:
         h = jax.lax.fori_loop(0, n_chunks, body, h)
     if tail:
@@ -145,11 +155,11 @@ def _pallas_scan(a, x, h0, *, shared, reverse, chunk, block, interpret):
     block = min(block, 1 << (width - 1).bit_length())  # a power of two, at most ~width
     long_spec = pl.BlockSpec((length, None, parts, block), lambda i, j: (0, i, 0, j))
     state_spec = pl.BlockSpec((None, parts, block), lambda i, j: (i, 0, j))
+    interpret = _use_interpret(interpret)
     kernel = functools.partial(
         _kernel, length=length, chunk=max(1, min(chunk, length)), shared=shared,
-        reverse=reverse, width=width,
+        reverse=reverse, width=width, interpret=interpret,
     )
-    interpret = _use_interpret(interpret)
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
