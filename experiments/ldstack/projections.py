@@ -100,6 +100,13 @@ def siso_outputs(a, b, c, x, directions) -> np.ndarray:
                       np.float64)
 
 
+def standard_init_moduli(n: int, draws: int) -> np.ndarray:
+    """|λ| of `StandardSIMOLDS` initialisations (roots of random monic polynomials)."""
+    keys = jax.random.split(jax.random.PRNGKey(1), draws)
+    return np.concatenate([np.abs(np.asarray(StandardSIMOLDS(n, 1, key=k).eigenvalues()))
+                           for k in keys])
+
+
 def relative_rms(approx: np.ndarray, exact: np.ndarray) -> np.ndarray:
     return np.sqrt(np.mean((approx - exact) ** 2, axis=-1) / np.mean(exact**2))
 
@@ -130,6 +137,12 @@ def main(argv: list[str] | None = None) -> dict:
     )
     slope = np.polyfit(np.log(ks), np.log([math.sqrt(np.mean(errors[k] ** 2)) for k in ks]), 1)[0]
     results["log_log_slope"] = slope
+    moduli = standard_init_moduli(n, 10 if args.fast else 200)
+    results["standard_init_moduli"] = dict(
+        n=n, draws=len(moduli) // n, median=np.median(moduli),
+        fraction_within_0_8_to_1_2=np.mean((moduli > 0.8) & (moduli < 1.2)),
+        fraction_above_1=np.mean(moduli > 1), max=moduli.max(),
+    )
     results["avg16_relative_rms"] = [float(v) for v in errors.get(16, errors[ks[-1]])[:2]]
     results["avg_all_relative_rms"] = float(errors[count][0])
 

@@ -182,9 +182,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     layers = np.arange(depth)
+    ceiling = 1e12
     for case in results["errors"]:
-        left.semilogy(layers, np.maximum(case["relative_max_error"], 1e-17), "o-", ms=2.5,
-                      label=case["regime"])
+        errs = np.asarray(case["relative_max_error"])
+        label = case["regime"]
+        if errs.max() > ceiling:
+            label += f" (grows to {errs.max():.0e}; clipped)"
+        left.semilogy(layers, np.clip(errs, 1e-17, ceiling), "o-", ms=2.5, label=label)
+    left.set_ylim(1e-17, ceiling * 10)
     left.set_xlabel("layer k (layer 0 = the linear RNN)")
     left.set_ylabel("max |s^(k)_t − s_t| / max |s_t|")
     left.set_title(f"LDStack vs tanh RNN (n={N}, d={D}, T={length})", fontsize=9)
