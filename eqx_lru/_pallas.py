@@ -317,12 +317,13 @@ class PallasScan(AbstractScanMethod):
         kw = dict(reverse=reverse, chunk=self.chunk, block=self.block, interpret=self.interpret)
         kind, store = type(algebra), type(storage)
         if kind is Diagonal and store is ComplexPairs:
-            return _complex_pairs_scan(a, b, h_init, storage.conjugate, kw)
+            return _complex_pairs_scan(a, b, h_init, shared, storage.conjugate, kw)
         if store in (Storage, Cast):
             a = a.astype(h_init.dtype)
             if kind is Diagonal and jnp.issubdtype(b.dtype, jnp.complexfloating):
                 pairs = ComplexPairs()
-                return pairs.load(_complex_pairs_scan(a, pairs.store(b), h_init, False, kw))
+                hs = _complex_pairs_scan(a, pairs.store(b), h_init, shared, False, kw)
+                return pairs.load(hs)
             if kind is Diagonal and jnp.issubdtype(b.dtype, jnp.floating):
                 return diagonal_scan(a, b, h_init, **kw)
             if kind is RotationScaling and jnp.issubdtype(b.dtype, jnp.floating):
@@ -335,14 +336,16 @@ class PallasScan(AbstractScanMethod):
         )
 
 
-def _complex_pairs_scan(a: Array, b: Array, h_init: Array, conjugate: bool, kw: dict) -> Array:
+def _complex_pairs_scan(
+    a: Array, b: Array, h_init: Array, shared: bool, conjugate: bool, kw: dict
+) -> Array:
     """The complex diagonal recurrence on stored pairs `b[L, 2, *state]` holding
-    (Re h, ±Im h): the stored pairs obey the pair recurrence with the transition (a, ±Im a),
-    since conj(h_k) = conj(a) conj(h_{k-1}) + conj(x_k)."""
+    (Re h, ±Im h): the stored pairs obey the pair recurrence with the transition
+    (Re a, ±Im a), since conj(h_k) = conj(a) conj(h_{k-1}) + conj(x_k)."""
     length = b.shape[0]
     channels = b[0, 0].size
-    shape = (2, channels) if a.ndim == h_init.ndim else (length, 2, channels)
-    a_pairs = _pairs(a, 0 if a.ndim == h_init.ndim else 1, conjugate).reshape(shape)
+    shape = (2, channels) if shared else (length, 2, channels)
+    a_pairs = _pairs(a, 0 if shared else 1, conjugate).reshape(shape)
     h0 = _pairs(h_init, 0, conjugate).reshape(2, channels)
     out = rotation_scan(a_pairs, b.reshape(length, 2, channels), h0, **kw)
     return out.reshape(b.shape)
