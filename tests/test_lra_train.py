@@ -22,6 +22,7 @@ import pytest
 
 import eqx_lru
 from experiments.lra import _checkpoint as ckpt
+from experiments.lra import _env
 from experiments.lra import generate, train
 from experiments.lra._metrics import read_records
 from experiments.lra.data import load_task
@@ -254,3 +255,72 @@ def test_checkpoint_detects_a_torn_pair(tmp_path):
     with pytest.raises(ValueError, match="killed between writing the two files"):
         ckpt.load(tmp_path, "last", tree, step_of=lambda t: t[-1])
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_time_limit_stops_cleanly_and_resumes_exactly(data, reference, tmp_path):
+    """`--time-limit 1` (minute) with a fake clock that advances 10 s per step: the run
+    stops (status 0, "stopped") when one more step plus its checkpoint might not fit,
+    and resumes into the uninterrupted run, bit for bit."""
+    out, now = tmp_path / "run", [0.0]
+    first = train.run(_args(data, out, "--time-limit", "1"), hook=lambda step: now.__setitem__(0, 10.0 * step),
+                      clock=lambda: now[0])
+    # Reserve before step 6 at t = 50 s: 1.5 x 10 s (slowest step) + 2 s > the 10 s left.
+    assert first["status"] == "stopped" and first["step"] == 5
+    assert json.loads((out / "last.json").read_text())["step"] == 5
+    assert train.main(_args(data, out, "--resume", "--time-limit", "1"), clock=lambda: 0.0) == 0
+    assert _losses(out) == _losses(reference[1])
+    assert _last_tree(out) == _last_tree(reference[1])
+
+
+def test_backend_environment():
+    """Deterministic GPU ops are added to XLA_FLAGS (kept, not duplicated, the user's own
+    choice respected); big tasks allocate on demand unless the user chose an allocator."""
+    env = _env.backend_env({"XLA_FLAGS": "--xla_dump_to=/tmp/d"}, deterministic=True, task="listops")
+    assert env["set"] == {"XLA_FLAGS": "--xla_dump_to=/tmp/d --xla_gpu_deterministic_ops=true"}
+    assert env["record"] == {"deterministic": True, "xla_flags": env["set"]["XLA_FLAGS"], "allocator": "preallocate"}
+    again = _env.backend_env({"XLA_FLAGS": env["set"]["XLA_FLAGS"]}, deterministic=True, task="listops")
+    assert again["set"] == {} and again["record"]["deterministic"]
+    user = _env.backend_env({"XLA_FLAGS": "--xla_gpu_deterministic_ops=false"}, deterministic=True, task="pathx")
+    assert user["set"] == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} and not user["record"]["deterministic"]
+    fast = _env.backend_env({}, deterministic=False, task="pathx")
+    assert "XLA_FLAGS" not in fast["set"] and fast["record"]["allocator"] == "on demand"
+    mine = _env.backend_env({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, deterministic=False, task="pathx")
+    assert mine["set"] == {} and mine["record"]["allocator"] == "user"
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_deterministic_flag_set_before_the_backend(deterministic, data, reference, tmp_path, monkeypatch):
+    """`run` puts the flag into XLA_FLAGS, next to the user's flags, before it touches a
+    device (in a fresh process that is before JAX reads XLA_FLAGS); config.json records
+    the choice."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    out = tmp_path / "run"
+    extra = [] if deterministic else ["--nondeterministic"]
+    assert train.main(_args(data, out, "--stop-at", "1", *extra)) == 0
+    flags = os.environ["XLA_FLAGS"].split()
+    assert flags[0] == "--xla_force_host_platform_device_count=1"
+    assert flags[1:] == (["--xla_gpu_deterministic_ops=true"] if deterministic else [])
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["deterministic"] is deterministic and cfg["allocator"] == "preallocate"
+    if not deterministic:  # --resume keeps the run's choice
+        assert train.main(_args(data, out, "--stop-at", "2", "--resume")) == 0
+        assert json.loads((out / "config.json").read_text())["deterministic"] is False
+
+
+@pytest.mark.parametrize("core", ["lru", "s4d", "s5"])
+def test_every_core_trains_through_the_cli(core, data, reference, tmp_path):
+    """`--core`: the LRU and the S4D / S5 baselines train in the same pipeline."""
+    out = reference[1]
+    if core != "lru":
+        baselines = pytest.importorskip("eqx_lru.baselines", reason="eqx_lru.baselines not available")
+        if not hasattr(baselines, core.upper()):
+            pytest.skip(f"eqx_lru.baselines has no {core.upper()} yet")
+        out = tmp_path / "run"
+        assert train.main(_args(data, out, "--core", core, "--stop-at", "4")) == 0
+    records = read_records(out / "metrics.jsonl")
+    losses = [r["loss"] for r in records if r["split"] == "train"]
+    assert len(losses) >= 4 and np.all(np.isfinite(losses))
+    val = [r for r in records if r["split"] == "val"]
+    assert val and 0 <= val[0]["accuracy"] <= 1
+    assert json.loads((out / "config.json").read_text())["core"] == core

@@ -697,9 +697,10 @@ def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time.monotonic) -> int:
+    """The CLI: `run(argv)`, with user errors as one `error:` line; returns the exit status."""
     try:
-        results = run(argv)
+        results = run(argv, clock=clock)
     except SystemExit as e:  # argparse: it printed "error: argument --flag: ..."
         return e.code if isinstance(e.code, int) else 2
     except (UsageError, ckpt.CheckpointError) as e:
