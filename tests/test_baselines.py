@@ -223,6 +223,11 @@ def test_bad_hyperparameters():
         S4D(H, N, method="parallel", key=key)
     with pytest.raises(ValueError, match="form"):
         S5(H, N, form="planar", key=key)
+    if hasattr(eqx_lru, "Sequential"):  # method objects (`eqx_lru.scan_method`) pass through
+        method = eqx_lru.Sequential()
+        assert S4D(H, N, method=method, key=key).method == method
+        with pytest.raises(TypeError, match="method"):
+            S5(H, N, method=3, key=key)
     core = S5(H, N, key=key)
     with pytest.raises(ValueError, match="d_model"):
         core(jnp.zeros((L, H + 1)))
