@@ -225,7 +225,10 @@ class Block2x2(AbstractAlgebra):
         l00, l01, l10, l11 = self._entries(later)
         e00, e01, e10, e11 = self._entries(earlier)
         return self._block(
-            l00 * e00 + l01 * e10, l00 * e01 + l01 * e11, l10 * e00 + l11 * e10, l10 * e01 + l11 * e11
+            l00 * e00 + l01 * e10,
+            l00 * e01 + l01 * e11,
+            l10 * e00 + l11 * e10,
+            l10 * e01 + l11 * e11,
         )
 
     def apply(self, a: Array, h: Array) -> Array:

@@ -103,7 +103,11 @@ def test_gradients_agree_across_methods(alg, dtype, shared):
 
 
 # What `"auto"` resolves to per backend, as measured (see `eqx_lru.Auto`).
-AUTO_CHOICE = {"cpu": eqx_lru.Sequential(), "gpu": eqx_lru.Associative(), "tpu": eqx_lru.Associative()}
+AUTO_CHOICE = {
+    "cpu": eqx_lru.Sequential(),
+    "gpu": eqx_lru.Associative(),
+    "tpu": eqx_lru.Associative(),
+}
 
 
 def test_auto_method_and_vmap(monkeypatch):
