@@ -9,7 +9,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Complex, Float, PRNGKeyArray
+from beartype import beartype
+from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
 
 from .._algebra import DenseAlgebra
 from .._init import check_size, float_dtype
@@ -110,6 +111,7 @@ class DenseRNN(AbstractDenseRNN):
         self.A, self.B, self.C, self.D = _dense_init(d_model, d_state, dtype, key)
         self.nonlinearity = nonlinearity
 
+    @jaxtyped(typechecker=beartype)
     def hidden_states(
         self, u: Float[Array, "length d_model"], *, reverse: bool = False
     ) -> Float[Array, "length d_state"]:
@@ -150,6 +152,7 @@ class LinearDenseRNN(AbstractDenseRNN):
         self.A, self.B, self.C, self.D = _dense_init(d_model, d_state, dtype, key)
         self.method = scan_method(method)
 
+    @jaxtyped(typechecker=beartype)
     def hidden_states(
         self, u: Float[Array, "length d_model"], *, reverse: bool = False
     ) -> Float[Array, "length d_state"]:

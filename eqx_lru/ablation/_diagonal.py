@@ -6,7 +6,8 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Complex, Float, PRNGKeyArray
+from beartype import beartype
+from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
 
 from .. import _projection as projection
 from .._algebra import Diagonal
@@ -122,6 +123,7 @@ class DiagonalRNN(AbstractAblationCore):
             method=self.method,
         )
 
+    @jaxtyped(typechecker=beartype)
     def hidden_states(
         self, u: Float[Array, "length d_model"], *, reverse: bool = False
     ) -> Complex[Array, "length d_state"]:

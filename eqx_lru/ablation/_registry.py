@@ -115,6 +115,7 @@ ABLATION_CORES: dict[str, Factory] = {
     ),
 }  # fmt: skip
 """The ladder in the paper's order: name → `make_core(d_model, d_state, *, key, r_min=,
-r_max=, max_phase=, **options)`. Extra `options` (`dtype`, `method`) go to the core. Use as
-`LRUBlock(..., form=functools.partial(ABLATION_CORES["diag_stable_exp_ring"], r_min=0.99))`.
-The dense rungs take no ring options (a ValueError says so if given)."""
+r_max=, max_phase=, **options)`. Extra `options` (`dtype`, `method`) go to the core. Use as a
+block's core, e.g. `eqx_lru.LRUBlock(d_model, d_state, core=functools.partial(
+ABLATION_CORES["diag_stable_exp_ring"], r_min=0.99), key=key)`. The dense rungs take no
+ring options (a ValueError says so if given)."""
