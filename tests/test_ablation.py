@@ -270,6 +270,10 @@ def test_errors(getkey):
         DenseRNN(H, N, nonlinearity="sigmoid", key=getkey())
     with pytest.raises((ValueError, TypeError), match="method"):
         LinearDenseRNN(H, N, method="fast", key=getkey())
+    with pytest.raises((ValueError, TypeError), match="key"):
+        DenseRNN(H, N, key=0)
+    with pytest.raises(ValueError, match="d_model"):
+        ABLATION_CORES["rnn_relu"](True, N, key=getkey())
 
 
 def test_dense_algebra_parallel_scan_matches_sequential(getkey):

@@ -13,7 +13,7 @@ from beartype import beartype
 from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
 
 from .._algebra import DenseAlgebra
-from .._init import check_size, float_dtype
+from .._init import Size, check_key, check_size, float_dtype
 from .._methods import AbstractScanMethod, scan_method
 from .._scan import ScanMethod, linear_recurrence
 from ._checks import check_input
@@ -28,10 +28,10 @@ def _glorot(key: PRNGKeyArray, shape: tuple[int, int], dtype) -> Array:
     return jax.random.normal(key, shape, dtype) * math.sqrt(2 / (fan_in + fan_out))
 
 
-def _dense_init(d_model: int, d_state: int, dtype, key: PRNGKeyArray) -> tuple[Array, ...]:
+def _dense_init(d_model: Size, d_state: Size, dtype, key: PRNGKeyArray) -> tuple[Array, ...]:
     """`(A, B, C, D)` of `AbstractDenseRNN`, from one key."""
-    check_size("d_model", d_model)
-    check_size("d_state", d_state)
+    d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+    check_key(key)
     dtype = float_dtype(dtype)
     a_key, b_key, c_key, d_key = jax.random.split(key, 4)
     return (
@@ -94,8 +94,8 @@ class DenseRNN(AbstractDenseRNN):
 
     def __init__(
         self,
-        d_model: int,
-        d_state: int,
+        d_model: Size,
+        d_state: Size,
         *,
         nonlinearity: Literal["tanh", "relu"] = "tanh",
         dtype=None,
@@ -139,8 +139,8 @@ class LinearDenseRNN(AbstractDenseRNN):
 
     def __init__(
         self,
-        d_model: int,
-        d_state: int,
+        d_model: Size,
+        d_state: Size,
         *,
         method: ScanMethod = "sequential",
         dtype=None,

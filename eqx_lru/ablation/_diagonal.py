@@ -11,7 +11,7 @@ from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
 
 from .. import _projection as projection
 from .._algebra import Diagonal
-from .._init import lru_init
+from .._init import Size, lru_init
 from .._methods import AbstractScanMethod, scan_method
 from .._projection import Precision, check_precision
 from .._scan import ScanMethod, recurrence
@@ -61,8 +61,8 @@ class DiagonalRNN(AbstractAblationCore):
 
     def __init__(
         self,
-        d_model: int,
-        d_state: int,
+        d_model: Size,
+        d_state: Size,
         *,
         parameterisation: ParameterisationName = "stable_exp",
         r_min: float = 0.0,

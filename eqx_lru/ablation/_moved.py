@@ -8,6 +8,7 @@ now `eqx_lru.ablation.DiagonalRNN(..., parameterisation=...)`, and `AbstractDiag
 import warnings
 from collections.abc import Callable
 
+from .._init import Size
 from ._diagonal import DiagonalRNN
 
 AbstractDiagonalRNN = DiagonalRNN
@@ -16,7 +17,7 @@ AbstractDiagonalRNN = DiagonalRNN
 def _moved(name: str, parameterisation: str) -> Callable[..., DiagonalRNN]:
     new = f'eqx_lru.ablation.DiagonalRNN(..., parameterisation="{parameterisation}")'
 
-    def make(d_model: int, d_state: int, **options) -> DiagonalRNN:
+    def make(d_model: Size, d_state: Size, **options) -> DiagonalRNN:
         warnings.warn(f"`{name}` is deprecated: use `{new}`.", DeprecationWarning, 2)
         return DiagonalRNN(d_model, d_state, parameterisation=parameterisation, **options)
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from jaxtyping import PRNGKeyArray
 
+from .._init import Size
 from .._lru import ComplexLRU
 from ._core import AbstractAblationCore
 from ._dense import DenseRNN, LinearDenseRNN
@@ -26,8 +27,8 @@ def _dense_rung(name: str, build: Factory, doc: str) -> Factory:
     unit disk, Thm. 3.1), so ring options are refused with an error that says so."""
 
     def make_core(
-        d_model: int,
-        d_state: int,
+        d_model: Size,
+        d_state: Size,
         *,
         key: PRNGKeyArray,
         r_min: float | None = None,
@@ -53,8 +54,8 @@ def _ring_rung(build: Factory, ring: dict, doc: str) -> Factory:
     """A rung's factory for a core initialised on a ring: `ring` gives the defaults."""
 
     def make_core(
-        d_model: int,
-        d_state: int,
+        d_model: Size,
+        d_state: Size,
         *,
         key: PRNGKeyArray,
         r_min: float = ring["r_min"],
