@@ -308,7 +308,7 @@ def test_deterministic_flag_set_before_the_backend(deterministic, data, referenc
         assert json.loads((out / "config.json").read_text())["deterministic"] is False
 
 
-@pytest.mark.parametrize("core", ["lru", "s4d", "s5"])
+@pytest.mark.parametrize("core", ["lru", pytest.param("s4d", marks=pytest.mark.slow), pytest.param("s5", marks=pytest.mark.slow)])
 def test_every_core_trains_through_the_cli(core, data, reference, tmp_path):
     """`--core`: the LRU and the S4D / S5 baselines train in the same pipeline."""
     out = reference[1]

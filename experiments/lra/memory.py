@@ -32,7 +32,7 @@ TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
 def table9(task: str, *, remat: bool, method: str = "auto", **overrides) -> dict:
     """The trainer's settings of `task` (Table 9 defaults) with `remat` and overrides."""
-    cfg = train._task_defaults(task)
+    cfg = train.task_defaults(task)
     cfg.update(remat=remat, method=method, eval_batch_size=cfg["batch_size"], **overrides)
     return cfg
 

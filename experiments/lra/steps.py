@@ -116,28 +116,17 @@ def _build(cfg, spec: TaskSpec, key):
     tokens = spec.vocab_size is not None
     in_size = spec.vocab_size if tokens else int(spec.in_channels)
     sizes = (cfg["d_model"], cfg["d_state"], cfg["depth"])
-    block = dict(norm=cfg["norm"], bidirectional=cfg["bidirectional"], dropout=cfg["dropout"], glu=cfg["glu"])
-    model = dict(encoder="embedding" if tokens else "linear", pooling=cfg["pooling"])
-    if not _BLOCK_ARG:  # the library before `block=`: options went through the model
-        model.update(block, form=make_core(cfg), axis_name=AXIS_NAME)
-        cls = eqx_lru.LRURetrievalModel if spec.task == "retrieval" else eqx_lru.LRUModel
-        return cls(in_size, spec.num_classes, *sizes, key=key, **model)
-    block = functools.partial(eqx_lru.LRUBlock, core=make_core(cfg), axis_name=AXIS_NAME, **block)
-    model.update(block=block, remat=bool(cfg["remat"]))
+    block = functools.partial(
+        eqx_lru.LRUBlock, core=make_core(cfg), norm=cfg["norm"], bidirectional=cfg["bidirectional"],
+        dropout=cfg["dropout"], glu=cfg["glu"], axis_name=AXIS_NAME,
+    )
+    model = dict(encoder="embedding" if tokens else "linear", pooling=cfg["pooling"], block=block,
+                 remat=bool(cfg["remat"]))
     if spec.task != "retrieval":
         return eqx_lru.LRUModel(in_size, spec.num_classes, *sizes, key=key, **model)
     enc_key, head_key = jax.random.split(key)
     encoder = eqx_lru.LRUModel(in_size, None, *sizes, key=enc_key, **model)
     return eqx_lru.LRURetrievalModel(encoder, spec.num_classes, key=head_key)
-
-
-def _has_block_arg() -> bool:
-    import inspect
-
-    return "block" in inspect.signature(eqx_lru.LRUModel.__init__).parameters
-
-
-_BLOCK_ARG = _has_block_arg()
 
 
 def make_optimizer(cfg: dict[str, Any]):

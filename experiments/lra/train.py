@@ -87,7 +87,7 @@ except ImportError:  # data.py before DataError: its user errors are ValueError 
     DataError = None
 
 __all__ = [
-    "UsageError", "RunError", "parse_args", "resolve_config", "build_model", "make_steps",
+    "UsageError", "RunError", "parse_args", "task_defaults", "resolve_config", "build_model", "make_steps",
     "compile_train_step", "run", "main", "TRAINING_KEYS",
 ]
 
@@ -115,8 +115,9 @@ OTHER_KEYS = (
     "data_root", "cache_dir", "eval_every", "checkpoint_every", "log_every", "eval_batch_size",
     "remat", "deterministic",
 )
-#: Tasks trained with rematerialised blocks by default (experiments/lra/MEMORY.md).
-REMAT_TASKS = ("pathx",)
+#: Tasks trained with rematerialised blocks by default: none, as long as the measurement
+#: (experiments/lra/MEMORY.md) shows no memory saved by per-block remat.
+REMAT_TASKS: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- flags
@@ -188,8 +189,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--method", choices=("auto", "sequential", "associative"),
                    help="scan method of the recurrent layers [auto: chosen per backend]")
     g.add_argument("--remat", action=argparse.BooleanOptionalAction, default=None,
-                   help="recompute each block in the backward pass: less memory, a little "
-                   f"more time [on for {', '.join(REMAT_TASKS)}]")
+                   help="recompute each block in the backward pass (eqx.filter_checkpoint); "
+                   "see experiments/lra/MEMORY.md for what it saves [off]")
     g = p.add_argument_group("optimisation (defaults: the task config)")
     g.add_argument("--steps", type=_CHECKS["steps"], help="optimiser steps (the schedule's length)")
     g.add_argument("--batch-size", type=_CHECKS["batch_size"], help="global batch size (all devices together)")
@@ -223,7 +224,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return _parser().parse_args(argv)
 
 
-def _task_defaults(task: str) -> dict[str, Any]:
+def task_defaults(task: str) -> dict[str, Any]:
+    """The settings of a new run of `task` without flags (Table 9, configs.py)."""
     c = get_config(task)
     return {
         "task": task, "core": "lru", "form": "complex", "depth": c.depth, "d_model": c.d_model,
@@ -265,11 +267,11 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
                 f"({diff}). Drop those flags, or start a new run with another --out."
             )
         # Settings added since the run started take their defaults (old runs: the LRU core).
-        cfg = {**_task_defaults(saved["task"]), "remat": False, **saved, **given}
+        cfg = {**task_defaults(saved["task"]), "remat": False, **saved, **given}
     else:
         if args.task is None:
             raise UsageError("--task is required (unless --resume picks it up from OUT/config.json).")
-        cfg = {**_task_defaults(args.task), **given}
+        cfg = {**task_defaults(args.task), **given}
     if cfg.get("eval_batch_size") is None:
         cfg["eval_batch_size"] = cfg["batch_size"]
     if not cfg.get("data_root"):
