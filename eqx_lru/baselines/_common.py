@@ -72,7 +72,10 @@ def complex_dtype(real_dtype) -> jnp.dtype:
     return jnp.dtype(jnp.complex128 if real_dtype == jnp.float64 else jnp.complex64)
 
 
-def zoh_pairs(a_re: Array, a_im: Array, dt: Array) -> tuple[tuple[Array, Array], tuple[Array, Array]]:
+Pair = tuple[Array, Array]
+
+
+def zoh_pairs(a_re: Array, a_im: Array, dt: Array) -> tuple[Pair, Pair]:
     r"""Zero-order hold of $\dot x = \lambda x + b u$ over one step $\Delta$ per mode, in
     real arithmetic on (real, imaginary) pairs: $\bar\lambda = e^{\lambda\Delta}$ and the
     input factor $(e^{\lambda\Delta} - 1)/\lambda$, with

@@ -106,9 +106,10 @@ class S4D(eqx.Module):
         key: PRNGKeyArray,
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($N$, even: $N/2$ complex modes per
-        channel), `init` (`"lin"` or `"inv"`), `form` (`"complex"` or `"real"`), `dt_min`/`dt_max` (range of the log-uniform
-        initial step), `method` (scan method of `eqx_lru.linear_recurrence`, string or
-        object), `dtype` (real floating; default JAX's float), `key`."""
+        channel), `init` (`"lin"` or `"inv"`), `form` (`"complex"` or `"real"`),
+        `dt_min`/`dt_max` (range of the log-uniform initial step), `method` (scan method of
+        `eqx_lru.linear_recurrence`, string or object), `dtype` (real floating; default JAX's
+        float), `key`."""
         check_size("d_model", d_model)
         check_even_state(d_state)
         check_steps(dt_min, dt_max)

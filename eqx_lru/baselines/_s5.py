@@ -131,9 +131,9 @@ class S5(eqx.Module):
         key: PRNGKeyArray,
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($P$, a multiple of `2 * blocks`),
-        `blocks` ($J$, HiPPO-N blocks of size $P/J$), `form` (`"complex"` or `"real"`), `dt_min`/`dt_max` (range of the
-        log-uniform initial steps), `method` (scan method of `eqx_lru.linear_recurrence`),
-        `dtype` (real floating; default JAX's float), `key`."""
+        `blocks` ($J$, HiPPO-N blocks of size $P/J$), `form` (`"complex"` or `"real"`),
+        `dt_min`/`dt_max` (range of the log-uniform initial steps), `method` (scan method of
+        `eqx_lru.linear_recurrence`), `dtype` (real floating; default JAX's float), `key`."""
         check_size("d_model", d_model)
         check_size("blocks", blocks)
         check_even_state(d_state, blocks, f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)")

@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> dict:
         relative_variance_single=float(np.mean(single**2)),
         expected_relative_variance_single=projection_variance(a, b, c, x).mean() / np.mean(y**2),
         averages=[dict(k=k, subsamples=len(e), relative_rms_mean=e.mean(),
-                       relative_rms_of_mean_square=math.sqrt(np.mean(e**2))) for k, e in errors.items()],
+                       relative_rms_of_mean_square=math.sqrt(np.mean(e**2)))
+                  for k, e in errors.items()],
     )
     slope = np.polyfit(np.log(ks), np.log([math.sqrt(np.mean(errors[k] ** 2)) for k in ks]), 1)[0]
     results["log_log_slope"] = slope

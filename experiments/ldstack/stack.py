@@ -13,13 +13,13 @@ eigendecomposition $A = P \Lambda P^{-1}$; `Diagonal` algebra, complex). If laye
 exact up to step $j$, layer $k$ is exact up to $j + 1$: layer $k$ is exact on
 $s_0, \dots, s_k$, so $T$ correction layers on top of the linear one reproduce the RNN
 exactly. How fast the error falls before that is what this script measures (trajectory error
-vs depth for three RNNs, from mildly to strongly nonlinear), together with the time of a depth-$k$ stack on the parallel
-(associative) scan against the sequential nonlinear RNN as $T$ grows.
+vs depth for three RNNs, from mildly to strongly nonlinear), together with the time of a
+depth-$k$ stack on the parallel (associative) scan against the sequential nonlinear RNN as
+$T$ grows.
 
     python -m experiments.ldstack.stack [--fast] [--out DIR] [--seed N]
 """
 
-import functools
 import math
 import time
 
@@ -80,15 +80,17 @@ def stack_layer(lam, p, p_inv, a, bx, previous, *, method="auto"):
     return (modal_states @ p.T).real
 
 
+_stack_layer = jax.jit(stack_layer, static_argnames="method")
+
+
 def ldstack(a, b, x, depth: int, *, method="auto", dtype=jnp.float64):
     """The states of every layer 0..depth-1, `(depth, T, n)` (layers run one after another)."""
     cdtype = jnp.complex128 if dtype == jnp.float64 else jnp.complex64
     lam, p, p_inv = modal(a, cdtype)
     a_j, bx = jnp.asarray(a, dtype), jnp.asarray(x @ b.T, dtype)
-    layer = jax.jit(functools.partial(stack_layer, method=method))
     states, previous = [], None
     for _ in range(depth):
-        previous = layer(lam, p, p_inv, a_j, bx, previous)
+        previous = _stack_layer(lam, p, p_inv, a_j, bx, previous, method=method)
         states.append(previous)
     return jnp.stack(states)
 
@@ -151,7 +153,8 @@ def error_vs_depth(rng, length: int, depth: int) -> list[dict]:
     return out
 
 
-def timings(rng, lengths: list[int], depths: list[int], repeats: int) -> list[dict]:
+def timings(rng, lengths: list[int], depths: list[int], methods: tuple[str, ...],
+            repeats: int) -> list[dict]:
     a, b = random_rnn(rng, 0.9, 0.3)
     lam, p, p_inv = modal(a, jnp.complex64)
     a32, b32 = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
@@ -160,7 +163,7 @@ def timings(rng, lengths: list[int], depths: list[int], repeats: int) -> list[di
         x = jnp.asarray(rng.standard_normal((length, D)), jnp.float32)
         row = dict(length=length, rnn_sequential_s=_time(rnn_scan, a32, b32, x, repeats=repeats))
         for depth in depths:
-            for method in ("associative", "sequential"):
+            for method in methods:
                 fn = stack_fn(depth, method)
                 row[f"stack{depth}_{method}_s"] = _time(fn, lam, p, p_inv, a32, b32, x,
                                                          repeats=repeats)
@@ -172,13 +175,15 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv, __doc__.splitlines()[0])
     rng = np.random.default_rng(args.seed)
     if args.fast:
-        length, depth, lengths, depths, repeats = 64, 12, [256, 1024], [4], 2
+        length, depth, lengths, depths, repeats = 64, 12, [256, 1024], [2], 2
+        methods = ("associative",)
     else:
         length, depth = 1024, 48
         lengths, depths, repeats = [256, 1024, 4096, 16384, 65536], [4, 16], 5
+        methods = ("associative", "sequential")
     results = dict(state_size=N, input_size=D, device=jax.devices()[0].device_kind,
                    backend=jax.default_backend(), errors=error_vs_depth(rng, length, depth),
-                   timings=timings(rng, lengths, depths, repeats))
+                   timings=timings(rng, lengths, depths, methods, repeats))
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     layers = np.arange(depth)
@@ -199,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     right.loglog(ts, [r["rnn_sequential_s"] * 1e3 for r in results["timings"]], "k-o",
                  label="tanh RNN, sequential lax.scan")
     for depth_k in depths:
-        for method, style in (("associative", "-"), ("sequential", ":")):
+        for method, style in (("associative", "-"), ("sequential", ":"))[: len(methods)]:
             right.loglog(ts, [r[f"stack{depth_k}_{method}_s"] * 1e3 for r in results["timings"]],
                          style, marker="s", ms=3, label=f"depth-{depth_k} stack, {method} scan")
     right.set_xlabel("sequence length T")
