@@ -324,3 +324,16 @@ def test_every_core_trains_through_the_cli(core, data, reference, tmp_path):
     val = [r for r in records if r["split"] == "val"]
     assert val and 0 <= val[0]["accuracy"] <= 1
     assert json.loads((out / "config.json").read_text())["core"] == core
+
+
+def test_importing_the_trainer_leaves_the_backend_alone():
+    """`configure_backend` only works if nothing started JAX's backend before `run`: not
+    importing the trainer, its model code or eqx_lru (checked in a fresh process)."""
+    code = ("from experiments.lra import train\nfrom jax._src import xla_bridge as xb\n"
+            "print(getattr(xb, '_backends', None))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    if last == "None":
+        pytest.skip("this JAX keeps its backends elsewhere")
+    assert last == "{}"

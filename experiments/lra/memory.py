@@ -62,9 +62,13 @@ def measure_time(task: str, *, remat: bool, length: int, batch: int, repeats: in
 
 
 def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
     dev = jax.devices()[0]
-    return (f"{platform.processor() or platform.machine()}, {jax.device_count()} {dev.platform} device(s) "
-            f"({dev.device_kind}), JAX {jax.__version__}")
+    return f"{cpu}; {jax.device_count()} {dev.platform} device(s) ({dev.device_kind}); JAX {jax.__version__}"
 
 
 def main(argv=None) -> int:
