@@ -1,6 +1,6 @@
 r"""Deep LRU models: encoder → depth × block → pooling → head (paper Fig. 1, §D.1)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import equinox as eqx
@@ -22,12 +22,60 @@ BlockFactory = Callable[..., eqx.Module]
 _PAIR_AXIS = "eqx_lru_pair"
 
 
+def _call_block(block, h, state, length, key, inference):
+    return block(h, state, length=length, key=key, inference=inference)
+
+
 def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
     return [None] * num if key is None else list(jax.random.split(key, num))
 
 
-def _call_block(block, h, state, length, key, inference):
-    return block(h, state, length=length, key=key, inference=inference)
+def _state_indices(tree) -> list[eqx.nn.StateIndex]:
+    is_index = lambda x: isinstance(x, eqx.nn.StateIndex)  # noqa: E731
+    return [x for x in jax.tree_util.tree_leaves(tree, is_leaf=is_index) if is_index(x)]
+
+
+def _stack_blocks(blocks: Sequence[eqx.Module]) -> list[Array] | None:
+    """The array leaves of `blocks`, stacked along a new leading axis; `None` if the
+    blocks do not share one structure (so cannot be scanned over)."""
+    leaves = [jax.tree_util.tree_leaves(eqx.filter(b, eqx.is_array)) for b in blocks]
+    shapes = [[(x.shape, x.dtype) for x in block] for block in leaves]
+    if any(s != shapes[0] for s in shapes) or any(
+        len(_state_indices(b)) != len(_state_indices(blocks[0])) for b in blocks
+    ):
+        return None
+    return [jnp.stack(xs) for xs in zip(*leaves)]
+
+
+def _scan_blocks(blocks, stacked, h, state, length, key, inference):
+    """`h` through every block in turn, as a `lax.scan` whose body (one block) is
+    rematerialised: the backward pass recomputes one block at a time, so only the blocks'
+    inputs are kept — XLA cannot hoist the recomputation as it can for checkpoints in an
+    unrolled loop. Each block's batch-norm state travels through the scan beside it."""
+    template = blocks[0]
+    params, static = eqx.partition(template, eqx.is_array)
+    treedef = jax.tree_util.tree_structure(params)
+    indices = _state_indices(template)
+    values = [[state.get(i) for i in _state_indices(b)] for b in blocks]
+    values = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *values)
+    template_state = state.substate(template)
+    keys = None if key is None else jax.random.split(key, len(blocks))
+
+    @jax.checkpoint
+    def body(h, xs):
+        leaves, block_values, block_key = xs
+        block = eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
+        sub = jax.tree_util.tree_map(lambda x: x, template_state)  # a fresh State
+        for index, value in zip(indices, block_values):
+            sub = sub.set(index, value)
+        h, sub = block(h, sub, length=length, key=block_key, inference=inference)
+        return h, [sub.get(index) for index in indices]
+
+    h, new_values = jax.lax.scan(body, h, (stacked, values, keys))
+    for i, block in enumerate(blocks):
+        for index, value in zip(_state_indices(block), new_values):
+            state = state.set(index, jax.tree_util.tree_map(lambda x: x[i], value))
+    return h, state
 
 
 class LRUModel(eqx.Module):
@@ -103,9 +151,14 @@ class LRUModel(eqx.Module):
             `functools.partial` of it with the block's options (`core`, `norm`,
             `bidirectional`, `dropout`, `glu`, `remat`, `axis_name`), or your own block
             with `LRUBlock`'s call signature.
-        - `remat`: recompute each block's forward pass in the backward pass
-            (`eqx.filter_checkpoint`; same values and gradients, less memory). The same as
-            `LRUBlock(remat=True)`, for any block.
+        - `remat`: recompute each block's forward pass in the backward pass instead of
+            storing its intermediates: same values and gradients, memory for the blocks'
+            inputs only (plus one block's intermediates), for one more forward pass. The
+            blocks run as a `jax.lax.scan` over their stacked parameters with a
+            rematerialised body, which bounds memory on every backend (a checkpoint per
+            block of an unrolled loop, as `LRUBlock(remat=True)`, lets XLA schedule the
+            recomputation early; on the CPU it saves nothing). Blocks of different
+            structures fall back to one `eqx.filter_checkpoint` per block.
         - `check_tokens`: with `encoder="embedding"`, raise if a token id at a valid
             position is outside `[0, in_size)` (JAX would silently clamp it); an
             `eqx.error_if`, whose cost is measured in the README. `False` skips the check.
@@ -174,6 +227,10 @@ class LRUModel(eqx.Module):
     def _features(self, x, state, length, key, inference):
         mask = valid_mask(length, x.shape[0])
         h = self._encode(x, mask)
+        stacked = _stack_blocks(self.blocks) if self.remat else None
+        if stacked is not None:
+            h, state = _scan_blocks(self.blocks, stacked, h, state, length, key, inference)
+            return h, state, mask
         call = eqx.filter_checkpoint(_call_block) if self.remat else _call_block
         for block, block_key in zip(self.blocks, _split(key, len(self.blocks))):
             h, state = call(block, h, state, length, block_key, inference)

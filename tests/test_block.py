@@ -298,3 +298,27 @@ def test_dropout():
     assert not np.allclose(y_a, ref) and not np.allclose(y_a, y_b)
     with pytest.raises(RuntimeError, match="key"):
         batched(block, state, x)
+
+
+# --- remat ---------------------------------------------------------------------------------
+
+
+def test_block_remat_same_values_and_gradients():
+    (plain, state), (remat, _) = (_block(bidirectional=True, remat=r) for r in (False, True))
+    assert remat.remat and not plain.remat
+    x, lengths = _inputs(), jnp.array([L, 4, 1])
+
+    @eqx.filter_jit
+    def value_and_grad(block, state):
+        def loss(block):
+            y, new_state = _batched(block, state, x, lengths)
+            return jnp.sum(jnp.sin(y)), (y, new_state)
+
+        return eqx.filter_value_and_grad(loss, has_aux=True)(block)
+
+    (_, (y1, s1)), g1 = value_and_grad(plain, state)
+    (_, (y2, s2)), g2 = value_and_grad(remat, state)
+    np.testing.assert_allclose(y2, y1, rtol=1e-6, atol=1e-7)
+    assert bool(eqx.tree_equal(s2, s1, rtol=1e-6, atol=1e-7))
+    for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)

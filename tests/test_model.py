@@ -258,3 +258,47 @@ def test_retrieval_model():
     expected = jax.vmap(lambda f: model.mlp_out(jax.nn.gelu(model.mlp_in(f))))(feats)
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
     # Inference mode, pads with garbage: the same logits as without padding.
+
+
+# --- remat ---------------------------------------------------------------------------------
+
+
+def test_remat_same_values_and_gradients():
+    """Training mode with padding, batch norm and dropout: the scanned,
+    rematerialised blocks give the unrolled model's outputs, running statistics and
+    gradients."""
+    kw = dict(encoder="embedding", norm="batch", dropout=0.25, depth=2)
+    (plain, state), (remat, _) = (_model(**kw, remat=r) for r in (False, True))
+    x, length = _inputs("embedding", 3, 8), jnp.array([8, 5, 2])
+    keys = jax.random.split(jax.random.PRNGKey(4), 3)
+    a, b = train_grad(plain, state, x, length, keys), train_grad(remat, state, x, length, keys)
+    np.testing.assert_allclose(b[0], a[0], rtol=1e-5, atol=1e-6)
+    assert bool(eqx.tree_equal(b[1], a[1], rtol=1e-5, atol=1e-6))
+    for index in (blk.norm.state_index for blk in plain.blocks):  # each block its own stats
+        assert int(b[1].get(index)[0]) == 1
+    leaves_a, leaves_b = jax.tree_util.tree_leaves(a[2]), jax.tree_util.tree_leaves(b[2])
+    assert len(leaves_a) == len(leaves_b)
+    for ga, gb in zip(leaves_a, leaves_b):
+        np.testing.assert_allclose(gb, ga, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_remat_lowers_compiled_memory():
+    """Compile only (nothing allocated): the training gradient of a depth-4 model needs
+    far less XLA scratch memory with `remat=True` (2.9 → 1.1 MB here; 184 → 49 MB at
+    depth 6, H = N = 64, L 1024, batch 8)."""
+
+    def temp_bytes(remat):
+        model, state = _model(depth=4, remat=remat, bidirectional=True)
+        params, static = eqx.partition(model, eqx.is_array)
+
+        def loss(params, x):
+            out, _ = _vmapped(eqx.combine(params, static), state, x, None, None, False)
+            return jnp.sum(out)
+
+        x = jax.ShapeDtypeStruct((4, 512, IN), jnp.float32)
+        compiled = jax.jit(jax.grad(loss)).lower(params, x).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    plain, remat = temp_bytes(False), temp_bytes(True)
+    assert remat < 0.6 * plain, (plain, remat)
