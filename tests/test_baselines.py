@@ -127,6 +127,15 @@ def test_hippo_n_eigenbasis():
     np.testing.assert_allclose(core.Lambda_im, lam2.imag, rtol=1e-6)
 
 
+def test_init_under_vmap():
+    """Both inits are traceable: `filter_vmap` over keys builds an ensemble."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    for make in (S4D, S5):
+        ensemble = eqx.filter_vmap(lambda k, make=make: make(H, N, key=k))(keys)
+        assert ensemble.D.shape == (2, H) and ensemble.C_re.shape == (2, H, N // 2)
+        assert not np.allclose(ensemble.C_re[0], ensemble.C_re[1])
+
+
 @pytest.mark.parametrize("name", list(CORES))
 def test_rnn_mode_equals_parallel(name):
     core = _perturbed(CORES[name](H, N, key=jax.random.PRNGKey(0)), jax.random.PRNGKey(1))

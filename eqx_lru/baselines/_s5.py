@@ -142,17 +142,21 @@ class S5(eqx.Module):
         dtype = float_dtype(dtype)
         lam, vectors = s5_eigenbasis(d_state, blocks)
         b_key, c_key, dt_key, d_key = jax.random.split(key, 4)
-        b = np.asarray(jax.random.normal(b_key, (d_state, d_model), jnp.float32), np.float64)
-        c = np.asarray(jax.random.normal(c_key, (d_model, d_state), jnp.float32), np.float64)
-        b_tilde = vectors.conj().T @ b / math.sqrt(d_model)
-        c_tilde = c @ vectors / math.sqrt(d_state)
-        as_array = lambda x: jnp.asarray(x, dtype)  # noqa: E731
-        self.Lambda_re, self.Lambda_im = as_array(lam.real), as_array(lam.imag)
+        # B and C drawn real and moved to the eigenbasis in JAX (traceable: `filter_vmap` over
+        # keys builds ensembles); V is a constant of the sizes.
+        v = jnp.asarray(vectors, complex_dtype(dtype))
+        b = jax.random.normal(b_key, (d_state, d_model), dtype) / math.sqrt(d_model)
+        c = jax.random.normal(c_key, (d_model, d_state), dtype) / math.sqrt(d_state)
+        highest = jax.lax.Precision.HIGHEST
+        b_tilde = jnp.matmul(v.conj().T, b.astype(v.dtype), precision=highest)
+        c_tilde = jnp.matmul(c.astype(v.dtype), v, precision=highest)
+        self.Lambda_re = jnp.asarray(lam.real, dtype)
+        self.Lambda_im = jnp.asarray(lam.imag, dtype)
         self.log_step = jax.random.uniform(
             dt_key, lam.shape, dtype, math.log(dt_min), math.log(dt_max)
         )
-        self.B_re, self.B_im = as_array(b_tilde.real), as_array(b_tilde.imag)
-        self.C_re, self.C_im = as_array(c_tilde.real), as_array(c_tilde.imag)
+        self.B_re, self.B_im = b_tilde.real, b_tilde.imag
+        self.C_re, self.C_im = c_tilde.real, c_tilde.imag
         self.D = jax.random.normal(d_key, (d_model,), dtype)
         self.blocks = blocks
         self.form = form
