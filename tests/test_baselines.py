@@ -92,6 +92,18 @@ def test_matches_float64_oracle(name):
         np.testing.assert_allclose(y, _oracle(cores[0], u, x0=x0), rtol=1e-10, atol=1e-10)
 
 
+def test_s4d_convolution_mode_matches_oracle():
+    with jax.enable_x64(True):
+        core = _perturbed(S4D(H, N, init="inv", mode="convolution", dtype=jnp.float64,
+                              key=jax.random.PRNGKey(1)), jax.random.PRNGKey(2))
+        u = jax.random.normal(jax.random.PRNGKey(3), (L, H), jnp.float64)
+        for reverse in (False, True):
+            np.testing.assert_allclose(core(u, reverse=reverse), _oracle(core, u, reverse),
+                                       rtol=1e-10, atol=1e-10)
+        with pytest.raises(ValueError, match="initial_state"):
+            core(u, initial_state=core.init_state())
+
+
 def test_s4d_init():
     for init in ("lin", "inv"):
         core = S4D(H, N, init=init, dt_min=0.01, dt_max=0.05, key=jax.random.PRNGKey(0))
@@ -232,6 +244,8 @@ def test_bad_hyperparameters():
         S4D(H, N, method="parallel", key=key)
     with pytest.raises(ValueError, match="form"):
         S5(H, N, form="planar", key=key)
+    with pytest.raises(ValueError, match="mode"):
+        S4D(H, N, mode="fft", key=key)
     if hasattr(eqx_lru, "Sequential"):  # method objects (`eqx_lru.scan_method`) pass through
         method = eqx_lru.Sequential()
         assert S4D(H, N, method=method, key=key).method == method

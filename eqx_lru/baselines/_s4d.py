@@ -26,6 +26,7 @@ from ._common import (
 )
 
 _INITS = ("lin", "inv")
+_MODES = ("recurrence", "convolution")
 
 
 def s4d_eigenvalues(d_state: int, init: str) -> tuple[list[float], list[float]]:
@@ -67,6 +68,13 @@ class S4D(eqx.Module):
     `recurrent_fields`: $\Delta$, $A$ and $B$ get the smaller learning rate and no weight
     decay in `eqx_lru.lru_optimizer` (paper §D.2).
 
+    **Convolution mode.** The recurrence keeps all $L \times H \times N/2$ complex states of
+    each example (the backward pass needs them), which is $N/2$ times the LRU's memory at the
+    same $H$. `mode="convolution"` computes the same outputs as S4D's own code does, as a
+    causal convolution with the kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n
+    \bar A_n^l)$ (`kernel`, once per layer, shared by the batch) by FFT: $O(HL)$ memory per
+    example. It has no `initial_state`; `step` is the same in both modes.
+
     **Real form.** The states are complex. `form="real"` runs the same recurrence with each
     mode as a $2 \times 2$ rotation-scaling block (paper §E.3) on the `RotationScaling`
     scan, as `eqx_lru.RealLRU` does for the LRU: same parameters, same function, no complex
@@ -88,6 +96,7 @@ class S4D(eqx.Module):
     D: Float[Array, " d_model"]
     init: str = eqx.field(static=True)
     form: str = eqx.field(static=True)
+    mode: str = eqx.field(static=True)
     method: Any = eqx.field(static=True)
 
     recurrent_fields: ClassVar[tuple[str, ...]] = ("log_dt", "A_re_log", "A_im", "B_re", "B_im")
@@ -99,6 +108,7 @@ class S4D(eqx.Module):
         *,
         init: str = "lin",
         form: str = "complex",
+        mode: str = "recurrence",
         dt_min: float = 0.001,
         dt_max: float = 0.1,
         method: Any = "auto",
@@ -107,6 +117,7 @@ class S4D(eqx.Module):
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($N$, even: $N/2$ complex modes per
         channel), `init` (`"lin"` or `"inv"`), `form` (`"complex"` or `"real"`),
+        `mode` (`"recurrence"` or `"convolution"`, see above),
         `dt_min`/`dt_max` (range of the log-uniform initial step), `method` (scan method of
         `eqx_lru.linear_recurrence`, string or object), `dtype` (real floating; default JAX's
         float), `key`."""
@@ -114,6 +125,8 @@ class S4D(eqx.Module):
         check_even_state(d_state)
         check_steps(dt_min, dt_max)
         check_form(form)
+        if mode not in _MODES:
+            raise ValueError(f"`mode` must be one of {_MODES}, got {mode!r}.")
         dtype = float_dtype(dtype)
         re, im = s4d_eigenvalues(d_state, init)
         dt_key, c_key = jax.random.split(key)
@@ -129,6 +142,7 @@ class S4D(eqx.Module):
         self.D = jax.random.normal(jax.random.fold_in(c_key, 1), (d_model,), dtype)
         self.init = init
         self.form = form
+        self.mode = mode
         self.method = resolve_method(method)
 
     @property
@@ -189,7 +203,34 @@ class S4D(eqx.Module):
         **Returns:** $y_k = 2 \operatorname{Re}(C x_k) + D u_k$, shape `(length, d_model)`.
         """
         del key
+        if self.mode == "convolution":
+            if initial_state is not None:
+                raise ValueError("`initial_state` needs `mode='recurrence'` (S4D convolution "
+                                 "mode starts from zero).")
+            return self._convolve(u, reverse)
         return self._output(self.hidden_states(u, initial_state, reverse), u)
+
+    def kernel(self, length: int) -> Float[Array, "length d_model"]:
+        r"""The convolution kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n
+        \bar A_n^l)$, $l < $ `length`, in real arithmetic
+        ($\bar A^l = e^{l p}(\cos lq + i \sin lq)$, $p + iq = \Delta A$)."""
+        dt = jnp.exp(self.log_dt)[:, None]
+        _, b = self._pairs()
+        cb_re, cb_im = cmul((self.C_re, self.C_im), b)
+        steps = jnp.arange(length, dtype=self.D.dtype)
+        p, q = -jnp.exp(self.A_re_log) * dt, self.A_im * dt
+        decay, angle = jnp.exp(p[..., None] * steps), q[..., None] * steps  # (H, N/2, L)
+        terms = cb_re[..., None] * jnp.cos(angle) - cb_im[..., None] * jnp.sin(angle)
+        return 2 * jnp.sum(decay * terms, axis=1).T
+
+    def _convolve(self, u: Array, reverse: bool) -> Array:
+        check_sequence(u, self.d_model, self.D.dtype)
+        length = u.shape[0]
+        x = u[::-1] if reverse else u
+        size = 2 * length  # zero padding: a linear, not circular, convolution
+        spectrum = jnp.fft.rfft(x, size, axis=0) * jnp.fft.rfft(self.kernel(length), size, axis=0)
+        y = jnp.fft.irfft(spectrum, size, axis=0)[:length].astype(u.dtype)
+        return (y[::-1] if reverse else y) + self.D * u
 
     def hidden_states(
         self, u: Array, initial_state: Array | None = None, reverse: bool = False
