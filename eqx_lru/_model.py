@@ -160,8 +160,10 @@ class LRUModel(eqx.Module):
             recomputation early; on the CPU it saves nothing). Blocks of different
             structures fall back to one `eqx.filter_checkpoint` per block.
         - `check_tokens`: with `encoder="embedding"`, raise if a token id at a valid
-            position is outside `[0, in_size)` (JAX would silently clamp it); an
-            `eqx.error_if`, whose cost is measured in the README. `False` skips the check.
+            position is outside `[0, in_size)` (JAX would silently clamp it): a
+            `ValueError` naming the id when called eagerly, an `eqx.error_if` under `jit`.
+            Negligible cost (measured on a CPU: 0.04 ms for 16 × 2048 tokens, where the
+            forward pass of a depth-2, H = N = 64 model takes ~300 ms). `False` skips it.
         - `dtype`: parameter dtype of the encoder, head and blocks.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters for
             `core="complex"` and `core="real"`.

@@ -34,7 +34,7 @@ def valid_mask(length: Integer[ArrayLike, ""] | None, size: int) -> Bool[Array, 
         (length < 1) | (length > size),
         f"`length` must be between 1 and the padded length {size}.",
     )
-    return jnp.arange(size) < length
+    return jnp.arange(size, dtype=jnp.int32) < length
 
 
 def where_valid(mask: Bool[Array, " length"] | None, x: Array) -> Array:
