@@ -143,7 +143,7 @@ def test_init_under_vmap():
     """Both inits are traceable: `filter_vmap` over keys builds an ensemble."""
     keys = jax.random.split(jax.random.PRNGKey(0), 2)
     for make in (S4D, S5):
-        ensemble = eqx.filter_vmap(lambda k, make=make: make(H, N, key=k))(keys)
+        ensemble = eqx.filter_jit(eqx.filter_vmap(lambda k, make=make: make(H, N, key=k)))(keys)
         assert ensemble.D.shape == (2, H) and ensemble.C_re.shape == (2, H, N // 2)
         assert not np.allclose(ensemble.C_re[0], ensemble.C_re[1])
 
