@@ -158,11 +158,10 @@ class RotationScaling(AbstractAlgebra):
         return _planar(g0 * h0 + g1 * h1, g1 * h0 - g0 * h1)
 
     def transition_cotangent_sum(self, g: Array, h: Array) -> Array:
-        # Sums of contiguous products, as `Block2x2`'s: XLA on CPU vectorises them best.
-        same = jnp.sum(g * h, axis=0)
-        swapped = jnp.sum(g * h[..., ::-1, :], axis=0)
-        (s0, s1), (w0, w1) = _halves(same), _halves(swapped)
-        return _planar(s0 + s1, w1 - w0)
+        # One reduction of the stacked products: XLA fuses it with the products and the
+        # loads; two separate sums (or a reversed copy of `h`) made XLA on CPU keep a block
+        # of the inputs in a buffer for the second one.
+        return jnp.sum(self.transition_cotangent(g, h), axis=0)
 
     def check_state_shape(self, state_shape: tuple[int, ...]) -> None:
         if len(state_shape) < 2 or state_shape[-2] != 2:

@@ -1,4 +1,5 @@
-"""`python -m experiments.bench [--quick] [--out RESULTS.md] [--resume]`; see the package docstring."""
+"""`python -m experiments.bench [--grid full|reduced|quick] [--quick] [--out FILE] [--resume]`;
+see the package docstring."""
 
 import argparse
 import json
@@ -8,13 +9,13 @@ import sys
 import time
 
 
-from . import report
+from . import impls, report
 from .extras import DEFAULT_RING, PATHX_RING
-from .impls import IMPLS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 HUGETLB = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
 FULL = {
     "B": 16,
@@ -47,7 +48,40 @@ FULL = {
         ],
         "batch": 2,
     },
+    "peak_rss": True,
+    "autodiff": True,
+    # One training step per LRA task (Table 9 sizes): (task, core, form, remat, timed calls).
+    # remat None: the trainer's default for the task.
+    "model": [
+        *((t, "lru", f, None, 2) for t in TASKS for f in ("complex", "real")),
+        ("pathx", "lru", "complex", False, 0),
+        ("listops", "s4d", "complex", None, 2),
+        ("listops", "s5", "complex", None, 2),
+    ],
 }
+# What fits in about 25 minutes on a loaded 2-core CPU: one H, three rounds, no peak-RSS
+# processes, no block-size or huge-pages sections; every task's step compiled (memory) but
+# only ListOps timed.
+REDUCED = dict(
+    FULL,
+    H=(256,),
+    rounds=3,
+    key_rounds=3,
+    unroll=(),
+    hugetlb={"cases": [], "pairs": 0, "reps": 0},
+    step={"sizes": [(128, 256), (512, 384)], "tokens": 4096, "calls": 200},
+    precision={"configs": [(256, 256, 16384, DEFAULT_RING), (256, 256, 16384, PATHX_RING)], "batch": 2},
+    peak_rss=False,
+    autodiff=False,
+    model=[
+        *((t, "lru", "complex", None, 0) for t in TASKS if t != "listops"),
+        ("pathx", "lru", "complex", False, 0),
+        ("listops", "lru", "complex", None, 1),
+        ("listops", "lru", "real", None, 1),
+        ("listops", "s4d", "complex", None, 1),
+        ("listops", "s5", "complex", None, 1),
+    ],
+)
 QUICK = {
     "B": 2,
     "N": 16,
@@ -60,8 +94,12 @@ QUICK = {
     "hugetlb": {"cases": [], "pairs": 0, "reps": 0},
     "step": {"sizes": [(16, 16)], "tokens": 32, "calls": 20},
     "precision": {"configs": [(16, 16, 128, DEFAULT_RING)], "batch": 2},
+    "peak_rss": False,
+    "autodiff": True,
+    "model": [],
 }
-SECTIONS = ("memory", "grid", "unroll", "hugetlb", "step", "precision")
+GRIDS = {"full": FULL, "reduced": REDUCED, "quick": QUICK}
+SECTIONS = ("memory", "grid", "unroll", "hugetlb", "step", "precision", "model")
 
 
 def _log(msg):
@@ -149,6 +187,15 @@ class Runner:
 
         return self.get("hugetlb", case, compute)
 
+    def model(self, spec):
+        from . import model
+
+        return self.get(
+            "model",
+            spec,
+            lambda: model.measure(spec) if self.in_process else _child("model", json.dumps(spec)),
+        )
+
     def extra(self, section, args):
         from . import extras
 
@@ -173,41 +220,63 @@ def _summary(result):
     return f"{len(result)} rows" if isinstance(result, list) else "done"
 
 
-def run(grid, runner, *, quick):
+def run(grid, runner, *, quick, backend):
     B, N = grid["B"], grid["N"]
     kH, kN, kL = grid["key"]
     largest = grid["L"][-1]
+    names = impls.variants(backend, autodiff=grid["autodiff"])
 
     def config(mode, H, L, **extra):
         return {"mode": mode, "H": H, "N": N, "L": L, "B": B, **extra}
 
-    # Peak RSS: one process per case, at the longest length (and a process that only
-    # imports JAX and makes the data).
-    for H in grid["H"]:
-        data_only = dict(config("-", H, largest), impl="data_only", reps=0)
-        if quick:  # no RSS in-process; one child still exercises the path
-            runner.get("memory", data_only, lambda: _child("measure", json.dumps(data_only)))
-            continue
-        runner.memory(data_only)
-        for mode in ("fwd", "grad"):
-            for impl in IMPLS:
-                runner.memory(dict(config(mode, H, largest), impl=impl, reps=1))
-    # Times: every implementation of one configuration in one process, interleaved.
-    variants = [{"impl": impl} for impl in IMPLS]
+    # Times and XLA temp: every implementation of one configuration in one process,
+    # interleaved.
+    variants = [{"impl": impl} for impl in names]
     for L in grid["L"]:
         for H in grid["H"]:
             for mode in ("fwd", "grad"):
                 key = (mode, H, N, L) == ("grad", kH, kN, kL)
                 rounds = grid["key_rounds"] if key else grid["rounds"]
                 runner.interleaved("grid", config(mode, H, L, variants=variants, rounds=rounds))
-    for mode in ("fwd", "grad"):
+    # One training step per LRA task.
+    for task, core, form, remat, calls in grid["model"]:
+        if core != "lru" and not _has_baselines():
+            continue
+        spec = {"task": task, "core": core, "form": form, "remat": remat, "calls": calls}
+        if remat is None:
+            spec["remat"] = _default_remat(task)
+        runner.model(spec)
+    # Peak memory: one process per case, at the longest length (and a process that only
+    # imports JAX and makes the data).
+    for H in grid["H"] if grid["peak_rss"] or quick else ():
+        data_only = dict(config("-", H, largest), impl="data_only", reps=0)
+        if quick:  # no RSS in-process; one child still exercises the path
+            runner.get("memory", data_only, lambda: _child("measure", json.dumps(data_only)))
+            continue
+        runner.memory(data_only)
+        for mode in ("fwd", "grad"):
+            for impl in names:
+                runner.memory(dict(config(mode, H, largest), impl=impl, reps=1))
+    for mode in ("fwd", "grad") if grid["unroll"] else ():
         unrolls = [{"impl": "real-sequential", "unroll": u} for u in grid["unroll"]]
         runner.interleaved("unroll", config(mode, kH, kL, variants=unrolls, rounds=grid["rounds"]))
-    for impl, L in grid["hugetlb"]["cases"]:
+    for impl, L in grid["hugetlb"]["cases"] if backend == "cpu" else ():  # glibc: CPU only
         case = dict(config("grad", kH, L), impl=impl, reps=grid["hugetlb"]["reps"])
         runner.hugetlb(case, grid["hugetlb"]["pairs"])
     runner.extra("step", grid["step"])
     runner.extra("precision", grid["precision"])
+
+
+def _has_baselines() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("eqx_lru.baselines") is not None
+
+
+def _default_remat(task: str) -> bool:
+    from .model import settings
+
+    return bool(settings(task, "lru", "complex", remat=None)["remat"])
 
 
 def _grid_entry(runner, mode, H, N, L):
@@ -226,56 +295,62 @@ def _memory_entry(runner, impl, mode, H, N, L):
     return None
 
 
-def render(grid, runner, info, *, quick, end_load) -> str:
+def render(grid, runner, info, *, name, end_load) -> str:
     import eqx_lru
 
-    method = type(eqx_lru.default_method()).__name__.lower()
+    backend = info["backend"]
+    method = impls.default_method()
     default_unroll = eqx_lru.Sequential().unroll
     B, N = grid["B"], grid["N"]
     kH, kN, kL = grid["key"]
     largest = grid["L"][-1]
+    names = impls.variants(backend, autodiff=grid["autodiff"])
     key_entry = _grid_entry(runner, "grad", kH, kN, kL)
     peaks = {
         (impl, mode, H): (_memory_entry(runner, impl, mode, H, N, largest) or {}).get("peak_mb")
-        for impl in IMPLS for mode in ("fwd", "grad") for H in grid["H"]
+        for impl in names for mode in ("fwd", "grad") for H in grid["H"]
     }
+    peak_what = "peak MB" + (" (RSS)" if backend == "cpu" else " (device memory)")
+    command = "python -m experiments.bench" + ("" if name == "full" else f" --grid {name}")
     lines = [
-        "# eqx_lru benchmark" + (" (quick grid)" if quick else ""),
+        f"# eqx_lru benchmark on `{backend}`" + ("" if name == "full" else f" ({name} grid)"),
         "",
-        "Written by `python -m experiments.bench" + (" --quick" if quick else "") + "`. float32 unless",
+        f"Written by `{command}`. float32 unless",
         f"said, batch {B} via `jax.vmap`, N = {N} complex modes, the parameters of one key in every",
         "row. 'fwd+bwd' is the gradient of the mean output with respect to all parameters and the",
         "input. Times are under `jax.jit` after a warm-up call; all implementations of one",
         f"configuration run in ONE process, in {grid['rounds']} interleaved rounds of one call each",
         f"({grid['key_rounds']} for the key configuration): 'ms' is the median over rounds, '×' the",
         "median over rounds of the ratio within the round — robust to the load changing on a shared",
-        "machine. 'temp' is XLA's `compiled.memory_analysis().temp_size_in_bytes`; 'peak RSS' is the",
-        "peak resident memory of a separate process that ran only that case (at the longest length"
-        + ("; not measured in quick mode)." if quick else ")."),
+        "machine. 'temp' is XLA's `compiled.memory_analysis().temp_size_in_bytes`; "
+        f"'{peak_what}' is measured in a separate process that ran only that case (at the "
+        "longest length" + ("" if grid["peak_rss"] else "; not measured in this grid") + ").",
+        *_method_note(backend),
         "",
         "## Machine",
         "",
         *report.machine_lines(info, end_load=end_load),
         "",
-        "The machine is shared (other jobs were running), so absolute times are noisy: compare",
+        "The machine may be shared (other jobs running), so absolute times are noisy: compare",
         "the ratios.",
         "",
         f"## Key configuration: fwd+bwd, B={B}, H={kH}, N={kN}, L={kL}",
         "",
         f"Bold: the default method on this backend (`method=\"auto\"` → `\"{method}\"`).",
         "",
-        *report.key_table(key_entry, peaks, mode="grad", H=kH, default_method=method),
+        *report.key_table(key_entry, peaks, names, mode="grad", H=kH, default_method=method),
         "",
         *report.target_checks(key_entry, default_method=method),
         "",
     ]
-    if quick:
+    if name == "quick":
         lines += ["(Quick grid: tiny sizes, dominated by dispatch; the targets concern the full grid.)", ""]
     for mode, title in (("grad", "fwd+bwd"), ("fwd", "fwd")):
         for H in grid["H"]:
             entries = {L: _grid_entry(runner, mode, H, N, L) for L in grid["L"]}
             lines += [f"## {title}, H={H}, N={N}", ""]
-            lines += report.grid_table(entries, peaks, mode=mode, H=H) + [""]
+            lines += report.grid_table(entries, peaks, names, mode=mode, H=H) + [""]
+    lines += _model_lines(runner, backend)
     data_rss = [
         e for e in (_memory_entry(runner, "data_only", "-", H, N, largest) for H in grid["H"]) if e
     ]
@@ -289,24 +364,24 @@ def render(grid, runner, info, *, quick, end_load) -> str:
             + ".",
             "",
         ]
-    unroll = {
-        r["spec"]["mode"]: r for r in runner.data["unroll"].values() if "spec" in r
-    }
-    lines += [
-        f"## Sequential block size, RealLRU, H={kH}, N={kN}, L={kL}",
-        "",
-        "Steps per iteration of the in-place `fori_loop` (`eqx_lru.Sequential(unroll=k)`, default "
-        f"{default_unroll}); interleaved in one process, ratio to the default.",
-        "",
-        *report.unroll_table(unroll, default=default_unroll),
-        "",
-    ]
+    unroll = {r["spec"]["mode"]: r for r in runner.data["unroll"].values() if "spec" in r}
+    if unroll:
+        lines += [
+            f"## Sequential block size, RealLRU, H={kH}, N={kN}, L={kL}",
+            "",
+            "Steps per iteration of the in-place `fori_loop` (`eqx_lru.Sequential(unroll=k)`, "
+            f"default {default_unroll}); interleaved in one process, ratio to the default.",
+            "",
+            *report.unroll_table(unroll, default=default_unroll),
+            "",
+        ]
     if runner.data["hugetlb"]:
         lines += [
             f"## glibc huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`), fwd+bwd, H={kH}, N={kN}",
             "",
-            f"{grid['hugetlb']['pairs']} pairs of processes (default malloc, then huge pages), "
-            f"{grid['hugetlb']['reps']} timed calls each; 'ratio' is the median of the per-pair ratios.",
+            f"CPU only. {grid['hugetlb']['pairs']} pairs of processes (default malloc, then huge "
+            f"pages), {grid['hugetlb']['reps']} timed calls each; 'ratio' is the median of the "
+            "per-pair ratios.",
             "",
             *report.hugetlb_table(list(runner.data["hugetlb"].values())),
             "",
@@ -336,24 +411,64 @@ def render(grid, runner, info, *, quick, end_load) -> str:
     return "\n".join(lines)
 
 
+def _method_note(backend) -> list[str]:
+    if backend != "cpu":
+        return []
+    return [
+        "",
+        "`eqx_lru.PallasScan` (the GPU kernel) is left out on the CPU: there it runs in Pallas",
+        "interpret mode, an emulator for testing, whose times mean nothing.",
+    ]
+
+
+def _model_lines(runner, backend) -> list[str]:
+    rows = [r for r in runner.data["model"].values() if "spec" in r or "error" in r]
+    if not rows:
+        return []
+    peak = "peak device memory (`memory_stats()`)" if backend != "cpu" else "no peak device memory (the CPU backend reports none)"
+    return [
+        "## One training step per LRA task (Table 9 sizes)",
+        "",
+        "The trainer's own jitted step (`experiments.lra.steps.compile_train_step`, settings of",
+        "`train.py --task T --core C --form F`): depth, H, N, batch and full length of the paper's",
+        "Table 9, on example batches of the official shapes. 'temp' is XLA's scratch memory of the",
+        "compiled step (compile only: nothing of that size is allocated, so it is reported even",
+        "where the step would not fit); 'steps/s' is the median of timed steps after a warm-up",
+        f"(— where not timed); {peak}.",
+        "",
+        *report.model_table(rows),
+        "",
+    ]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a tiny grid in seconds, in-process")
-    parser.add_argument("--out", help="Markdown to write (default: RESULTS.md here; quick: stdout)")
-    parser.add_argument("--json", help="raw results (default: results.json next to --out)")
+    parser.add_argument(
+        "--grid", choices=tuple(GRIDS), default="full",
+        help="full (default), reduced (about 25 min on 2 CPU cores) or quick (seconds)",
+    )
+    parser.add_argument("--quick", action="store_true", help="the same as --grid quick")
+    parser.add_argument(
+        "--out", help="Markdown to write (default: RESULTS-<backend>.md here; quick: stdout)"
+    )
+    parser.add_argument("--json", help="raw results (default: results-<backend>.json by --out)")
     parser.add_argument("--resume", action="store_true", help="reuse measurements in the JSON file")
     args = parser.parse_args(argv)
 
-    grid = QUICK if args.quick else FULL
-    out = args.out or (None if args.quick else os.path.join(HERE, "RESULTS.md"))
+    import jax
+
+    backend = jax.default_backend()
+    name = "quick" if args.quick else args.grid
+    grid = GRIDS[name]
+    out = args.out or (None if name == "quick" else os.path.join(HERE, f"RESULTS-{backend}.md"))
     json_path = args.json or (
-        os.path.join(os.path.dirname(os.path.abspath(out)), "results.json") if out else None
+        os.path.join(os.path.dirname(os.path.abspath(out)), f"results-{backend}.json") if out else None
     )
     info = report.machine_info()
-    runner = Runner(json_path, in_process=args.quick, resume=args.resume)
-    _log(f"benchmark ({'quick' if args.quick else 'full'}) -> {out or 'stdout'}")
-    run(grid, runner, quick=args.quick)
-    text = render(grid, runner, info, quick=args.quick, end_load=os.getloadavg())
+    runner = Runner(json_path, in_process=name == "quick", resume=args.resume)
+    _log(f"benchmark ({name}) on {backend} -> {out or 'stdout'}")
+    run(grid, runner, quick=name == "quick", backend=backend)
+    text = render(grid, runner, info, name=name, end_load=os.getloadavg())
     if out:
         with open(out, "w") as f:
             f.write(text)

@@ -7,8 +7,9 @@ Each is `fn(params, u)` on ONE sequence `u: (L, H) -> (L, H)` (the benchmark bat
   over Λ repeated L times, differentiated by JAX's autodiff) — the baseline of every ratio.
 - `scan_autodiff`: the real form written the usual way before this library's scan: stacked real
   projections and `jax.lax.scan`, differentiated by autodiff (context for the custom VJP).
-- `complex-*`, `real-*`: `eqx_lru.ComplexLRU` / `eqx_lru.RealLRU` with a given scan method
-  (`-bf16`: `RealLRU(..., compute_dtype=jnp.bfloat16)`).
+- `complex-<method>`, `real-<method>`: `eqx_lru.ComplexLRU` / `eqx_lru.RealLRU` with a scan
+  method shortcut (`-bf16`: `RealLRU(..., compute_dtype=jnp.bfloat16)`); `methods(backend)`
+  lists the methods compared on a backend.
 - `floor`: the two stacked real projections and the skip alone, no recurrence: what no LRU
   layer built on these matmuls can beat.
 """
@@ -81,17 +82,42 @@ def scan_autodiff(params, u):
 
 # --- the registry --------------------------------------------------------------------------
 
-# name -> (label for the tables, kind)
-IMPLS = {
+BASELINES = {
     "app_a": "paper App. A (complex matmuls, assoc. scan, autodiff)",
     "scan_autodiff": "real, lax.scan + autodiff (no custom VJP)",
-    "complex-associative": "eqx_lru ComplexLRU, associative",
-    "complex-sequential": "eqx_lru ComplexLRU, sequential",
-    "real-associative": "eqx_lru RealLRU, associative",
-    "real-sequential": "eqx_lru RealLRU, sequential",
-    "real-sequential-bf16": "eqx_lru RealLRU, sequential, bf16 compute",
     "floor": "floor: the two real projections only",
 }
+FORMS = {"complex": "ComplexLRU", "real": "RealLRU"}
+
+
+def methods(backend: str) -> list[str]:
+    """The scan methods to compare on `backend` (shortcuts of `eqx_lru.scan_method`).
+    `"pallas"` only off the CPU: there the kernel runs in Pallas interpret mode, an
+    emulator whose times mean nothing."""
+    names = ["sequential", "associative"]
+    if backend != "cpu" and hasattr(eqx_lru, "PallasScan"):
+        names.append("pallas")
+    return names
+
+
+def default_method() -> str:
+    """The shortcut of the method `"auto"` resolves to here."""
+    return type(eqx_lru.default_method()).__name__.lower()
+
+
+def variants(backend: str, *, autodiff: bool = True) -> list[str]:
+    """Every implementation name for `backend`: the baselines, both forms × every method,
+    and the real form's bfloat16 compute dtype with the default method."""
+    names = ["app_a"] + (["scan_autodiff"] if autodiff else [])
+    names += [f"{form}-{m}" for form in FORMS for m in methods(backend)]
+    return names + [f"real-{default_method()}-bf16", "floor"]
+
+
+def label(name: str) -> str:
+    if name in BASELINES:
+        return BASELINES[name]
+    form, method, *rest = name.split("-")
+    return f"eqx_lru {FORMS[form]}, {method}" + (", bf16 compute" if rest else "")
 
 
 def layer(form: str, d_model: int, d_state: int, *, key, **kwargs):
@@ -104,12 +130,8 @@ def make(name: str, d_model: int, d_state: int, *, key, unroll: int | None = Non
     `unroll`: steps per iteration of the sequential method (`eqx_lru.Sequential(unroll)`)."""
     base = layer("complex", d_model, d_state, key=key)
     params = tuple(getattr(base, n) for n in PARAM_NAMES)
-    if name == "app_a":
-        return app_a, params
-    if name == "floor":
-        return floor, params
-    if name == "scan_autodiff":
-        return scan_autodiff, params
+    if name in BASELINES:
+        return {"app_a": app_a, "floor": floor, "scan_autodiff": scan_autodiff}[name], params
     form, method, *rest = name.split("-")
     kwargs = {"method": eqx_lru.Sequential(unroll=unroll) if unroll else method}
     if rest == ["bf16"]:

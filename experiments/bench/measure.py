@@ -7,7 +7,8 @@ runs one case and prints one JSON line with the result, including the child's pe
 
 - time: median (and min) of `reps` calls of the compiled function after one warm-up call;
 - `temp_mb`: XLA's compiled temp buffers, `compiled.memory_analysis().temp_size_in_bytes`;
-- `peak_mb`: the process's peak resident set size (children only).
+- `peak_mb`: the process's peak resident set size on the CPU, the device's peak memory
+  (`memory_stats()`) on GPUs (children only).
 
 "grad" is the gradient of the mean output with respect to all parameters and the input.
 """
@@ -103,10 +104,22 @@ def run_child(case, *, env_extra=None, timeout=1800) -> dict:
     return json.loads(lines[-1])
 
 
+def _device_peak_mb() -> float | None:
+    """Peak device memory where the backend reports it (GPUs), else None."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    peak = stats.get("peak_bytes_in_use")
+    return None if peak is None else peak / 2**20
+
+
 def main(argv):
+    import jax
+
     case = json.loads(argv[1])
     result = run_case(case)
-    result["peak_mb"] = _peak_rss_mb()
+    # The process's peak RSS on the CPU, the device's peak memory elsewhere.
+    result["peak_mb"] = _peak_rss_mb() if jax.default_backend() == "cpu" else _device_peak_mb()
     print(json.dumps(result), flush=True)
 
 

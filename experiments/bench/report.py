@@ -1,11 +1,11 @@
-"""The machine's description and the Markdown tables of RESULTS.md."""
+"""The machine's description and the Markdown tables of RESULTS-<backend>.md."""
 
 import datetime
 import os
 import platform
 import subprocess
 
-from .impls import IMPLS
+from .impls import label
 
 BASELINE, FLOOR = "app_a", "floor"
 
@@ -74,23 +74,23 @@ def _is_default(impl: str, default_method: str) -> bool:
     return impl in (f"complex-{default_method}", f"real-{default_method}")
 
 
-def key_table(entry, peaks, *, mode, H, default_method) -> list[str]:
+def key_table(entry, peaks, names, *, mode, H, default_method) -> list[str]:
     from .interleave import ratio
 
     if not entry or "times_ms" not in entry:
         return ["(the key configuration did not run)"]
     lines = [
-        "| implementation | ms | × App. A | × floor | XLA temp MB | temp × App. A | peak RSS MB |",
+        "| implementation | ms | × App. A | × floor | XLA temp MB | temp × App. A | peak MB |",
         "|---|---|---|---|---|---|---|",
     ]
     base_temp = entry["temp_mb"].get(BASELINE)
-    for impl, label in IMPLS.items():
+    for impl in names:
         if impl not in entry["ms"]:
             continue
         b = "**" if _is_default(impl, default_method) else ""
         temp = entry["temp_mb"][impl]
         lines.append(
-            f"| {b}{label}{b} | {_fmt_ms(entry['ms'][impl])} | {b}{ratio(entry, impl, BASELINE):.2f}{b} "
+            f"| {b}{label(impl)}{b} | {_fmt_ms(entry['ms'][impl])} | {b}{ratio(entry, impl, BASELINE):.2f}{b} "
             f"| {ratio(entry, impl, FLOOR):.2f} | {_fmt_mb(temp)} "
             f"| {temp / base_temp:.2f} | {_fmt_mb(peaks.get((impl, mode, H)))} |"
         )
@@ -108,6 +108,7 @@ def target_checks(entry, *, default_method) -> list[str]:
     c_floor, r_floor = ratio(entry, cplx, FLOOR), ratio(entry, real, FLOOR)
     r_c = ratio(entry, real, cplx)
     c_temp, r_temp = temp[cplx] / temp[BASELINE], temp[real] / temp[BASELINE]
+    r_c_temp = temp[real] / temp[cplx]
     mark = lambda ok: "met" if ok else "**missed**"  # noqa: E731
     checks = [
         ("time ≤ 0.30× App. A, both forms", f"complex {c_base:.2f}×, real {r_base:.2f}×",
@@ -115,6 +116,8 @@ def target_checks(entry, *, default_method) -> list[str]:
         ("XLA temp ≤ 0.40× App. A, both forms", f"complex {c_temp:.2f}×, real {r_temp:.2f}×",
          mark(max(c_temp, r_temp) <= 0.40)),
         ("real form no slower than complex", f"real / complex = {r_c:.2f}", mark(r_c <= 1.02)),
+        ("real form no more XLA temp than complex", f"real / complex = {r_c_temp:.2f}",
+         mark(r_c_temp <= 1.0)),
         ("within 1.3× of the projections-only floor",
          f"complex {c_floor:.2f}×, real {r_floor:.2f}×", mark(max(c_floor, r_floor) <= 1.3)),
         ("(reference) the floor itself", f"{ratio(entry, FLOOR, BASELINE):.2f}× App. A", ""),
@@ -123,17 +126,17 @@ def target_checks(entry, *, default_method) -> list[str]:
     return lines + [f"| {name} | {value} | {ok} |" for name, value, ok in checks]
 
 
-def grid_table(entries, peaks, *, mode, H) -> list[str]:
+def grid_table(entries, peaks, names, *, mode, H) -> list[str]:
     from .interleave import ratio
 
     lengths = sorted(entries)
     last = entries[lengths[-1]]
     head = " | ".join(f"L={L} ms (× App. A)" for L in lengths)
     lines = [
-        f"| implementation | {head} | temp MB @ L={lengths[-1]} (×) | peak RSS MB @ L={lengths[-1]} |",
+        f"| implementation | {head} | temp MB @ L={lengths[-1]} (×) | peak MB @ L={lengths[-1]} |",
         "|---|" + "---|" * (len(lengths) + 2),
     ]
-    for impl, label in IMPLS.items():
+    for impl in names:
         cells = []
         for L in lengths:
             e = entries[L]
@@ -149,7 +152,7 @@ def grid_table(entries, peaks, *, mode, H) -> list[str]:
         else:
             temp = "—"
         lines.append(
-            f"| {label} | " + " | ".join(cells) + f" | {temp} | {_fmt_mb(peaks.get((impl, mode, H)))} |"
+            f"| {label(impl)} | " + " | ".join(cells) + f" | {temp} | {_fmt_mb(peaks.get((impl, mode, H)))} |"
         )
     return lines
 
@@ -191,8 +194,38 @@ def hugetlb_table(results) -> list[str]:
         c = result["case"]
         peak = f"{np.median([r['peak_mb'] for r in off]):,.0f} / {np.median([r['peak_mb'] for r in on]):,.0f}"
         lines.append(
-            f"| {IMPLS[c['impl']]} | {c['L']} | {_fmt_ms(np.median([r['ms'] for r in off]))} "
+            f"| {label(c['impl'])} | {c['L']} | {_fmt_ms(np.median([r['ms'] for r in off]))} "
             f"| {_fmt_ms(np.median([r['ms'] for r in on]))} | {np.median(ratios):.2f} | {peak} |"
+        )
+    return lines
+
+
+def model_table(rows) -> list[str]:
+    lines = [
+        "| task | core | batch × L | depth, H, N | remat | XLA temp GB | steps/s | step s | peak GB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+    rows = sorted(
+        (r for r in rows if "spec" in r),
+        key=lambda r: (order.index(r["spec"]["task"]), r["spec"]["core"], r["spec"]["form"]),
+    )
+    for r in rows:
+        s = r["spec"]
+        core = f"LRU {s['form']}" if s["core"] == "lru" else s["core"].upper()
+        if "temp_gb" not in r:
+            lines.append(f"| {s['task']} | {core} | | | | error: {' '.join(r.get('error', []))[-80:]} | | | |")
+            continue
+        bidir = ", bidir." if r["bidirectional"] else ""
+        if "step_s" in r:
+            timing = f"{1 / r['step_s']:.3g} | {r['step_s']:.2f}"
+        else:
+            timing = "— | —"
+        peak = f"{r['peak_gb']:.2f}" if "peak_gb" in r else "—"
+        lines.append(
+            f"| {s['task']} | {core} | {r['batch']} × {r['length']} | {r['depth']}, {r['H']}, "
+            f"{r['N']}{bidir} | {'yes' if s['remat'] else 'no'} | {r['temp_gb']:.2f} "
+            f"| {timing} | {peak} |"
         )
     return lines
 
