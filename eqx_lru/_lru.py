@@ -204,7 +204,8 @@ class AbstractLRU(eqx.Module):
                 + self._state_hint(state)
             )
 
-    _state_layout: ClassVar[str] = ""
+    #: The state layout, for error messages.
+    _state_layout: eqx.AbstractClassVar[str]
 
     def _state_hint(self, state: Array) -> str:
         del state

@@ -30,20 +30,35 @@ def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
     return [None] * num if key is None else list(jax.random.split(key, num))
 
 
+def _is_index(x) -> bool:
+    return isinstance(x, eqx.nn.StateIndex)
+
+
 def _state_indices(tree) -> list[eqx.nn.StateIndex]:
-    is_index = lambda x: isinstance(x, eqx.nn.StateIndex)  # noqa: E731
-    return [x for x in jax.tree_util.tree_leaves(tree, is_leaf=is_index) if is_index(x)]
+    return [x for x in jax.tree_util.tree_leaves(tree, is_leaf=_is_index) if _is_index(x)]
+
+
+def _skeleton(block: eqx.Module):
+    """Everything of `block` but its arrays' values and its state indices' identities:
+    what blocks must share to run as one scan body."""
+    no_index = jax.tree_util.tree_map(
+        lambda x: None if _is_index(x) else x, block, is_leaf=_is_index
+    )
+    params, static = eqx.partition(no_index, eqx.is_array)
+    shapes = [(x.shape, x.dtype) for x in jax.tree_util.tree_leaves(params)]
+    return jax.tree_util.tree_structure(params), shapes, static
 
 
 def _stack_blocks(blocks: Sequence[eqx.Module]) -> list[Array] | None:
     """The array leaves of `blocks`, stacked along a new leading axis; `None` if the
-    blocks do not share one structure (so cannot be scanned over)."""
+    blocks differ in anything but their arrays' values (so cannot be scanned over)."""
+    first = _skeleton(blocks[0])
+    for block in blocks[1:]:
+        other = _skeleton(block)
+        same = other[0] == first[0] and other[1] == first[1]
+        if not (same and eqx.tree_equal(other[2], first[2]) is True):
+            return None
     leaves = [jax.tree_util.tree_leaves(eqx.filter(b, eqx.is_array)) for b in blocks]
-    shapes = [[(x.shape, x.dtype) for x in block] for block in leaves]
-    if any(s != shapes[0] for s in shapes) or any(
-        len(_state_indices(b)) != len(_state_indices(blocks[0])) for b in blocks
-    ):
-        return None
     return [jnp.stack(xs) for xs in zip(*leaves)]
 
 
