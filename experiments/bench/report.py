@@ -55,6 +55,7 @@ def machine_info() -> dict:
         "jaxlib": jaxlib.__version__,
         "equinox": equinox.__version__,
         "backend": jax.default_backend(),
+        "matmul_precision": jax.config.jax_default_matmul_precision or "default",
         "device": getattr(device, "device_kind", str(device)),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
@@ -260,7 +261,8 @@ def machine_lines(info, *, end_load=None) -> list[str]:
         f"- CPU: {info['cpu']} ({info['cores']} logical cores, cache {info['cache']}), "
         f"RAM {info['ram_gb']:.1f} GiB, transparent huge pages: `{info['thp']}`",
         f"- JAX {info['jax']} (jaxlib {info['jaxlib']}), backend `{info['backend']}` "
-        f"({info['device']}), Equinox {info['equinox']}, Python {info['python']}",
+        f"({info['device']}), Equinox {info['equinox']}, Python {info['python']}; matmul "
+        f"precision: {info.get('matmul_precision', 'default')} (JAX's default is TF32 on NVIDIA GPUs)",
         f"- Date {info['date']}, eqx_lru commit `{info['commit']}`",
         f"- Load average (1/5/15 min) at the start: {load}"
         + (f"; at the end: {' / '.join(f'{x:.1f}' for x in end_load)}" if end_load else ""),
