@@ -304,7 +304,7 @@ def test_dropout():
 
 
 def test_block_remat_same_values_and_gradients():
-    (plain, state), (remat, _) = (_block(bidirectional=True, remat=r) for r in (False, True))
+    (plain, state), (remat, _) = (_block(remat=r) for r in (False, True))
     assert remat.remat and not plain.remat
     x, lengths = _inputs(), jnp.array([L, 4, 1])
 
