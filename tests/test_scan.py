@@ -1,5 +1,6 @@
 """`linear_recurrence`: every method × algebra × shared/per-step × reverse × initial state
-against a plain loop, gradients across methods, and input validation."""
+against a plain NumPy loop, the method objects, and input validation. (Gradients of every
+method against autodiff of a loop: tests/test_scan_methods.py.)"""
 
 import itertools
 
@@ -78,28 +79,6 @@ def test_block_order_matters():
                 jnp.asarray(a), jnp.asarray(b), algebra=eqx_lru.Block2x2(), method=method
             )
             np.testing.assert_allclose(np.asarray(h), expected, rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize("alg,dtype", CASES)
-@pytest.mark.parametrize("shared", [True, False])
-def test_gradients_agree_across_methods(alg, dtype, shared):
-    with jax.enable_x64(True):
-        a, b, h0 = (jnp.asarray(x) for x in _problem(alg, shared, dtype, seed=1))
-        weights = jnp.asarray(np.random.default_rng(2).normal(size=b.shape))
-
-        def loss(a, b, h0, method, reverse):
-            h = eqx_lru.linear_recurrence(
-                a, b, algebra=ALGEBRAS[alg], initial_state=h0, reverse=reverse, method=method
-            )
-            return jnp.sum(weights * jnp.real(h * jnp.conj(h)))
-
-        for reverse in (False, True):
-            grads = [
-                jax.grad(loss, argnums=(0, 1, 2))(a, b, h0, m, reverse) for m in METHODS
-            ]
-            for g_seq, g_assoc in zip(*grads):
-                np.testing.assert_allclose(g_seq, g_assoc, rtol=1e-10, atol=1e-10)
-            assert all(float(jnp.abs(g).max()) > 0 for g in grads[0])
 
 
 # What `"auto"` resolves to per backend, as measured (see `eqx_lru.Auto`).
