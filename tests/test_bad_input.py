@@ -181,3 +181,16 @@ def test_user_level_errors_without_the_test_hook():
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_model_construction_errors():
+    with pytest.raises(TypeError, match="block"):  # the hook in tests, ours for users
+        eqx_lru.LRUModel(VOCAB, 2, H, N, 1, block="lru", key=KEY)
+    with_head = eqx_lru.LRUModel(VOCAB, 2, H, N, 1, encoder="embedding", key=KEY)
+    with pytest.raises(ValueError, match="out_size=None"):
+        eqx_lru.LRURetrievalModel(with_head, 2, key=KEY)
+    per_step = eqx_lru.LRUModel(VOCAB, None, H, N, 1, pooling=None, key=KEY)
+    with pytest.raises(ValueError, match="pooling"):
+        eqx_lru.LRURetrievalModel(per_step, 2, key=KEY)
+    with pytest.raises((ValueError, TypeError), match="core"):
+        eqx_lru.LRUBlock(H, N, core=3, key=KEY)
