@@ -324,11 +324,11 @@ class AbstractLRU(eqx.Module):
         self._check_state(state)
         storage, options = self._storage(), self._projection_options()
         gamma = jnp.exp(self.gamma_log)
-        pair = projection.step_in(u_t, self.B_re, self.B_im, gamma, **options)
+        pair = projection.project_in(u_t, self.B_re, self.B_im, gamma, **options)
         drive = storage.load(pair[None])[0]
         h = self.algebra.apply(self._transition(), self._to_algebra(state)) + drive
         pair = storage.store(h[None])[0]
-        y_t = projection.step_out(pair, self.C_re, self.C_im, **options)
+        y_t = projection.project_out(pair, self.C_re, self.C_im, **options)
         return self._from_algebra(h), y_t + self.D * u_t
 
     @classmethod

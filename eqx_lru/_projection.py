@@ -72,80 +72,52 @@ def output_weight(
 
 
 def project_in(
-    u: Float[Array, "length d_model"],
+    u: Float[Array, "*length d_model"],
     B_re: Float[Array, "d_state d_model"],
     B_im: Float[Array, "d_state d_model"],
     gamma: Float[Array, " d_state"],
     *,
     precision: Precision = None,
     compute_dtype=None,
-) -> Float[Array, "length 2 d_state"]:
+) -> Float[Array, "*length 2 d_state"]:
     r"""$\gamma \odot (B u_k)$ for every position, as planar pairs, in one real matmul.
 
-    **Returns:** shape `(length, 2, d_state)`, in `compute_dtype` if given (the dtype the
-    scan stores), else in the weights' dtype.
+    `u` is a sequence `(length, d_model)` or one token `(d_model,)`. For one token without
+    a `compute_dtype`: matrix-vector products with the parameters themselves — building the
+    stacked weights would cost more than the products, every token (XLA does not hoist it
+    out of a `lax.scan` over `step`). With a `compute_dtype` a token gets the sequence's
+    weights and rounding, so `step` matches the parallel call.
+
+    **Returns:** shape `(length, 2, d_state)` (or `(2, d_state)`), in `compute_dtype` if
+    given (the dtype the scan stores), else in the weights' dtype.
     """
-    d_state = B_re.shape[0]
-    weight = input_weight(B_re, B_im, gamma)
-    drive = _matmul(u, weight, precision, compute_dtype)
-    drive = drive.reshape(u.shape[0], 2, d_state)
+    if u.ndim == 1 and compute_dtype is None:
+        re = jnp.matmul(B_re, u, precision=precision)
+        im = jnp.matmul(B_im, u, precision=precision)
+        return jnp.stack([gamma * re, gamma * im])
+    flat = u.reshape(-1, u.shape[-1])
+    drive = _matmul(flat, input_weight(B_re, B_im, gamma), precision, compute_dtype)
+    drive = drive.reshape(*u.shape[:-1], 2, B_re.shape[0])
     return drive if compute_dtype is None else drive.astype(compute_dtype)
 
 
 def project_out(
-    pairs: Float[Array, "length 2 d_state"],
+    pairs: Float[Array, "*length 2 d_state"],
     C_re: Float[Array, "d_model d_state"],
     C_im: Float[Array, "d_model d_state"],
     *,
     precision: Precision = None,
     compute_dtype=None,
-) -> Float[Array, "length d_model"]:
-    r"""$\operatorname{Re}(C x_k)$ for every position, from planar pairs, in one real matmul.
+) -> Float[Array, "*length d_model"]:
+    r"""$\operatorname{Re}(C x_k)$ for every position, from planar pairs, in one real
+    matmul; for one token `(2, d_state)` without a `compute_dtype`, two matrix-vector
+    products (see `project_in`).
 
-    **Returns:** shape `(length, d_model)`, in the weights' dtype.
+    **Returns:** shape `(length, d_model)` (or `(d_model,)`), in the weights' dtype.
     """
-    length, _, d_state = pairs.shape
-    flat = pairs.reshape(length, 2 * d_state)
-    return _matmul(flat, output_weight(C_re, C_im), precision, compute_dtype)
-
-
-def step_in(
-    u_t: Float[Array, " d_model"],
-    B_re: Float[Array, "d_state d_model"],
-    B_im: Float[Array, "d_state d_model"],
-    gamma: Float[Array, " d_state"],
-    *,
-    precision: Precision = None,
-    compute_dtype=None,
-) -> Float[Array, "2 d_state"]:
-    r"""`project_in` for one token: $\gamma \odot (B u_t)$ as a pair `(2, d_state)`.
-
-    Without a `compute_dtype`: matrix-vector products with the parameters themselves —
-    building the stacked weights would cost more than the products, every token (XLA does
-    not hoist it out of a `lax.scan` over `step`). With one: the parallel call's weights and
-    rounding, so `step` matches it.
-    """
-    if compute_dtype is not None:
-        return project_in(
-            u_t[None], B_re, B_im, gamma, precision=precision, compute_dtype=compute_dtype
-        )[0]
-    re = jnp.matmul(B_re, u_t, precision=precision)
-    im = jnp.matmul(B_im, u_t, precision=precision)
-    return jnp.stack([gamma * re, gamma * im])
-
-
-def step_out(
-    pair: Float[Array, "2 d_state"],
-    C_re: Float[Array, "d_model d_state"],
-    C_im: Float[Array, "d_model d_state"],
-    *,
-    precision: Precision = None,
-    compute_dtype=None,
-) -> Float[Array, " d_model"]:
-    r"""`project_out` for one token: $\operatorname{Re}(C x_t)$ from a pair `(2, d_state)`."""
-    if compute_dtype is not None:
-        return project_out(
-            pair[None], C_re, C_im, precision=precision, compute_dtype=compute_dtype
-        )[0]
-    re = jnp.matmul(C_re, pair[0], precision=precision)
-    return re - jnp.matmul(C_im, pair[1], precision=precision)
+    if pairs.ndim == 2 and compute_dtype is None:
+        re = jnp.matmul(C_re, pairs[0], precision=precision)
+        return re - jnp.matmul(C_im, pairs[1], precision=precision)
+    flat = pairs.reshape(-1, 2 * pairs.shape[-1])
+    out = _matmul(flat, output_weight(C_re, C_im), precision, compute_dtype)
+    return out.reshape(*pairs.shape[:-2], C_re.shape[0])
