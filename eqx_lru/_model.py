@@ -370,6 +370,10 @@ class LRURetrievalModel(eqx.Module):
         - `mlp_size`: the hidden width of the head (default: the encoder's `d_model`).
         - `dtype`: of the head's weights.
         - `key`: a `jax.random.PRNGKey`.
+
+        The head has no state: build with `eqx.nn.make_with_state(LRURetrievalModel)(encoder,
+        ...)` from a plain encoder, or, from an encoder made with `make_with_state`, build
+        this model directly and keep that encoder's state.
         """
         if not isinstance(encoder, LRUModel) or encoder.head is not None or encoder.pooling is None:
             raise ValueError(
