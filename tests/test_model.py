@@ -301,3 +301,14 @@ def test_remat_lowers_compiled_memory():
 
     plain, remat = temp_bytes(False), temp_bytes(True)
     assert remat < 0.6 * plain, (plain, remat)
+
+
+def test_remat_of_blocks_that_differ_falls_back_to_checkpoints():
+    """Blocks that differ in more than their arrays (here the dropout rate) cannot share a
+    scan body: one checkpoint per block, the same values."""
+    model, state = _model(norm="layer", depth=2)
+    model = eqx.tree_at(lambda m: m.blocks[1].dropout, model, eqx.nn.Dropout(0.5))
+    remat = eqx.tree_at(lambda m: m.blocks, _model(norm="layer", depth=2, remat=True)[0], model.blocks)
+    x = _inputs("linear", 2, 5)
+    a, b = infer(model, state, x), infer(remat, state, x)
+    np.testing.assert_array_equal(a, b)  # (gradients through checkpoints: test_block.py)
