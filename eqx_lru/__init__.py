@@ -1,26 +1,8 @@
 """eqx_lru: Linear Recurrent Units in Equinox, in complex-diagonal and real-Jordan form."""
 
-from . import ablation as ablation
-from ._algebra import DenseAlgebra as DenseAlgebra
-
-# The ablation ladder moved to `eqx_lru.ablation`; these names stay for one version.
-from .ablation import ABLATION_CORES as ABLATION_CORES
-from .ablation import AbstractDenseRNN as AbstractDenseRNN
-from .ablation import DenseRNN as DenseRNN
-from .ablation import DiagonalRNN as DiagonalRNN
-from .ablation import LinearDenseRNN as LinearDenseRNN
-from .ablation import to_diagonal as to_diagonal
-from .ablation._moved import AbstractDiagonalRNN as AbstractDiagonalRNN
-from .ablation._moved import DiagonalExp as DiagonalExp
-from .ablation._moved import DiagonalRealImag as DiagonalRealImag
-from .ablation._moved import DiagonalStableExp as DiagonalStableExp
-from ._block import LRUBlock as LRUBlock
+# The layers, their initialisation and conversion between forms
 from ._convert import to_complex as to_complex
 from ._convert import to_real as to_real
-from ._glu import GLU as GLU
-from ._norm import MaskedBatchNorm as MaskedBatchNorm
-from ._padding import valid_mask as valid_mask
-from ._padding import where_valid as where_valid
 from ._init import gamma_log_init as gamma_log_init
 from ._init import lru_init as lru_init
 from ._init import projection_init as projection_init
@@ -28,13 +10,27 @@ from ._init import ring_init as ring_init
 from ._lru import AbstractLRU as AbstractLRU
 from ._lru import ComplexLRU as ComplexLRU
 from ._lru import RealLRU as RealLRU
+
+# Blocks, models and their pieces
+from ._block import LRUBlock as LRUBlock
+from ._glu import GLU as GLU
 from ._model import LRUModel as LRUModel
 from ._model import LRURetrievalModel as LRURetrievalModel
+from ._norm import MaskedBatchNorm as MaskedBatchNorm
+from ._padding import valid_mask as valid_mask
+from ._padding import where_valid as where_valid
+
+# Training
 from ._optim import lru_optimizer as lru_optimizer
 from ._optim import lru_param_labels as lru_param_labels
 from ._optim import lru_schedule as lru_schedule
+from ._train import predict as predict
+from ._train import train_step as train_step
+
+# The linear-recurrence scan: algebras and methods
 from ._algebra import AbstractAlgebra as AbstractAlgebra
 from ._algebra import Block2x2 as Block2x2
+from ._algebra import DenseAlgebra as DenseAlgebra
 from ._algebra import Diagonal as Diagonal
 from ._algebra import RotationScaling as RotationScaling
 from ._methods import AbstractScanMethod as AbstractScanMethod
@@ -45,8 +41,19 @@ from ._methods import scan_method as scan_method
 from ._pallas import PallasScan as PallasScan
 from ._scan import default_method as default_method
 from ._scan import linear_recurrence as linear_recurrence
-from ._train import predict as predict
-from ._train import train_step as train_step
+
+# The ablation ladder lives in `eqx_lru.ablation`; these names stay here for one version.
+from . import ablation as ablation
+from .ablation import ABLATION_CORES as ABLATION_CORES
+from .ablation import AbstractDenseRNN as AbstractDenseRNN
+from .ablation import DenseRNN as DenseRNN
+from .ablation import DiagonalRNN as DiagonalRNN
+from .ablation import LinearDenseRNN as LinearDenseRNN
+from .ablation import to_diagonal as to_diagonal
+from .ablation._moved import AbstractDiagonalRNN as AbstractDiagonalRNN
+from .ablation._moved import DiagonalExp as DiagonalExp
+from .ablation._moved import DiagonalRealImag as DiagonalRealImag
+from .ablation._moved import DiagonalStableExp as DiagonalStableExp
 
 __all__ = [
     "ABLATION_CORES",
