@@ -12,7 +12,12 @@ state and batch. On the CPU this is a proxy for a GPU: GPU.md §4 measured PathX
 peak on an H100 where the CPU compile reported 29.0 GB of temp.
 
 **Time** (`--time`): the same step at a reduced size (Table 9 settings but `--time-length`,
-`--time-batch`), median of `--repeats` calls after one warm-up, remat off and on.
+`--time-batch`), median of `--repeats` calls after one warm-up, remat off and on (calls alternating).
+
+**Probe** (`--probe`): does `jax.checkpoint` save memory in this backend's compiled
+program at all? Six residual blocks of four `tanh(h @ W)` layers (batch 8, L 512, width
+128) written out one after the other, each block checkpointed or not, against the same
+blocks as a `jax.lax.scan` over stacked weights with a checkpointed body.
 """
 
 import argparse
@@ -49,16 +54,52 @@ def measure_memory(task: str, *, remat: bool, method: str = "auto") -> dict:
     }
 
 
-def measure_time(task: str, *, remat: bool, length: int, batch: int, repeats: int) -> float:
-    cfg = table9(task, remat=remat, batch_size=batch)
-    compiled, args = train.compile_train_step(cfg, task_spec(task, seq_len=length))
-    jax.block_until_ready(compiled(*args))
-    times = []
+def measure_time(task: str, *, length: int, batch: int, repeats: int) -> tuple[float, float]:
+    """Median step time without and with remat; the calls alternate, so a change in the
+    machine's load hits both alike."""
+    programs = []
+    for remat in (False, True):
+        cfg = table9(task, remat=remat, batch_size=batch)
+        compiled, args = train.compile_train_step(cfg, task_spec(task, seq_len=length))
+        jax.block_until_ready(compiled(*args))  # warm-up
+        programs.append((compiled, args))
+    times: list[list[float]] = [[], []]
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for i, (compiled, args) in enumerate(programs):
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            times[i].append(time.perf_counter() - t0)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def remat_probe() -> dict[str, float]:
+    """XLA temp (MB) of the gradient of the toy of `--probe`, four ways."""
+    import functools
+
+    import jax.numpy as jnp
+
+    def block(w, h):
+        for _ in range(4):
+            h = jnp.tanh(h @ w)
+        return h
+
+    def unrolled(ws, x, remat):
+        f = jax.checkpoint(block) if remat else block
+        for w in ws:
+            x = x + f(w, x)
+        return x.sum()
+
+    def scanned(ws, x, remat):
+        f = jax.checkpoint(block) if remat else block
+        return jax.lax.scan(lambda h, w: (h + f(w, h), None), x, ws)[0].sum()
+
+    ws, x = jnp.full((6, 128, 128), 0.01), jnp.ones((8, 512, 128))
+    out = {}
+    for name, fn in (("unrolled", unrolled), ("scan", scanned)):
+        for remat in (False, True):
+            c = jax.jit(jax.grad(functools.partial(fn, remat=remat))).lower(ws, x).compile()
+            out[f"{name}, remat {'on' if remat else 'off'}"] = c.memory_analysis().temp_size_in_bytes / 1e6
+    return out
 
 
 def machine() -> str:
@@ -76,16 +117,21 @@ def main(argv=None) -> int:
     p.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     p.add_argument("--method", default="auto", choices=("auto", "sequential", "associative"))
     p.add_argument("--time", action="store_true", help="time the step with/without remat instead")
+    p.add_argument("--probe", action="store_true", help="does jax.checkpoint save memory here? (a toy)")
     p.add_argument("--time-length", type=int, default=1024)
     p.add_argument("--time-batch", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
     print(f"# {machine()}", flush=True)
+    if args.probe:
+        print("| toy (6 blocks x 4 layers) | XLA temp MB |\n|---|---|")
+        for name, mb in remat_probe().items():
+            print(f"| {name} | {mb:.1f} |")
+        return 0
     if args.time:
         print("| task | batch | L | step, no remat (s) | step, remat (s) | ratio |\n|---|---|---|---|---|---|", flush=True)
         for task in args.tasks:
-            off, on = (measure_time(task, remat=r, length=args.time_length, batch=args.time_batch,
-                                    repeats=args.repeats) for r in (False, True))
+            off, on = measure_time(task, length=args.time_length, batch=args.time_batch, repeats=args.repeats)
             print(f"| {task} | {args.time_batch} | {args.time_length} | {off:.3f} | {on:.3f} | {on / off:.2f}x |", flush=True)
         return 0
     print(f"| task | batch | L | temp GB, no remat | temp GB, remat | arguments GB |\n|---|---|---|---|---|---|", flush=True)

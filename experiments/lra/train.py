@@ -115,9 +115,10 @@ OTHER_KEYS = (
     "data_root", "cache_dir", "eval_every", "checkpoint_every", "log_every", "eval_batch_size",
     "remat", "deterministic",
 )
-#: Tasks trained with rematerialised blocks by default: none, as long as the measurement
-#: (experiments/lra/MEMORY.md) shows no memory saved by per-block remat.
-REMAT_TASKS: tuple[str, ...] = ()
+#: Tasks trained with rematerialised blocks by default: those whose Table 9 step needs more
+#: than 16 GB of XLA temp without remat (experiments/lra/MEMORY.md: Retrieval 24-45 GB,
+#: PathX 29-67 GB; with remat 6-11 and 9-16 GB), at about the same step time.
+REMAT_TASKS = ("retrieval", "pathx")
 
 
 # --------------------------------------------------------------------------- flags
@@ -189,8 +190,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--method", choices=("auto", "sequential", "associative"),
                    help="scan method of the recurrent layers [auto: chosen per backend]")
     g.add_argument("--remat", action=argparse.BooleanOptionalAction, default=None,
-                   help="recompute each block in the backward pass (eqx.filter_checkpoint); "
-                   "see experiments/lra/MEMORY.md for what it saves [off]")
+                   help="recompute each block in the backward pass: a quarter of the memory "
+                   f"(experiments/lra/MEMORY.md) [on for {' and '.join(REMAT_TASKS)}]")
     g = p.add_argument_group("optimisation (defaults: the task config)")
     g.add_argument("--steps", type=_CHECKS["steps"], help="optimiser steps (the schedule's length)")
     g.add_argument("--batch-size", type=_CHECKS["batch_size"], help="global batch size (all devices together)")
