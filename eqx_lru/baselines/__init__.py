@@ -1,9 +1,9 @@
 """Baseline recurrent cores on the shared scan: the paper's deep-SSM baselines S4D and S5
 (Table 3, Table 4) and the SIMO linear dynamical systems of LDStack (NeurIPS 2020).
 
-`S4D` and `S5` follow the core contract of `eqx_lru.LRUBlock` (`core(u, *, reverse=False)`,
-`init_state()`, `step(state, u_t)`, `recurrent_fields`), so they plug in as
-`core=functools.partial(eqx_lru.baselines.S5, blocks=4)`.
+`S4D` and `S5` (both `AbstractDiagonalSSM`s) follow the core contract of `eqx_lru.LRUBlock`
+(`core(u, *, reverse=False)`, `init_state()`, `step(state, u_t)`, `recurrent_fields`), so
+they plug in as `core=functools.partial(eqx_lru.baselines.S5, blocks=4)`.
 """
 
 from ._lds import AbstractSIMOLDS as AbstractSIMOLDS
@@ -17,10 +17,12 @@ from ._s5 import S5 as S5
 from ._s5 import hippo_n as hippo_n
 from ._s5 import hippo_n_modes as hippo_n_modes
 from ._s5 import s5_eigenbasis as s5_eigenbasis
+from ._ssm import AbstractDiagonalSSM as AbstractDiagonalSSM
 
 __all__ = [
     "S4D",
     "S5",
+    "AbstractDiagonalSSM",
     "AbstractSIMOLDS",
     "StandardSIMOLDS",
     "UnitSIMOLDS",

@@ -7,23 +7,21 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from beartype import beartype
-from jaxtyping import Array, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
-from .. import Diagonal, RotationScaling, linear_recurrence
 from ._common import (
+    Pair,
     check_even_state,
     check_form,
-    cmul,
     check_sequence,
     check_size,
-    check_state,
     check_steps,
-    complex_dtype,
+    cmul,
     float_dtype,
     resolve_method,
     zoh_pairs,
 )
+from ._ssm import AbstractDiagonalSSM
 
 _INITS = ("lin", "inv")
 _MODES = ("recurrence", "convolution")
@@ -43,7 +41,7 @@ def s4d_eigenvalues(d_state: int, init: str) -> tuple[list[float], list[float]]:
     return [-0.5] * len(imag), imag
 
 
-class S4D(eqx.Module):
+class S4D(AbstractDiagonalSSM):
     r"""The S4D core: for each of the $H$ channels $h$ a SISO SSM with $N/2$ complex modes,
 
     $$\dot x^{(h)} = A^{(h)} x^{(h)} + B^{(h)} u^{(h)}, \qquad
@@ -145,70 +143,31 @@ class S4D(eqx.Module):
         self.mode = mode
         self.method = resolve_method(method)
 
-    @property
-    def d_model(self) -> int:
-        return self.D.shape[0]
-
-    @property
-    def d_state(self) -> int:
-        return 2 * self.A_im.shape[1]
-
     def continuous(self) -> Complex[Array, "d_model modes"]:
         r"""The continuous-time eigenvalues $A = -e^{a_{\log}} + i a_\text{im}$."""
         return jax.lax.complex(-jnp.exp(self.A_re_log), self.A_im)
 
-    def _pairs(self) -> tuple[tuple[Array, Array], tuple[Array, Array]]:
+    def _pairs(self) -> tuple[Pair, Pair]:
         dt = jnp.exp(self.log_dt)[:, None]
         lam, factor = zoh_pairs(-jnp.exp(self.A_re_log), self.A_im, dt)
         return lam, cmul(factor, (self.B_re, self.B_im))
 
-    def discretise(self) -> tuple[Complex[Array, "d_model modes"], Complex[Array, "d_model modes"]]:
-        r"""$(\bar A, \bar B)$ of the zero-order hold with step $\Delta_h = e^{\log\Delta_h}$."""
-        (lam_re, lam_im), (b_re, b_im) = self._pairs()
-        return jax.lax.complex(lam_re, lam_im), jax.lax.complex(b_re, b_im)
+    def _drive(self, u: Array, b: Pair) -> Pair:
+        return u[..., None] * b[0], u[..., None] * b[1]
 
-    def _algebra(self):
-        return RotationScaling() if self.form == "real" else Diagonal()
+    def _readout(self, x_re: Array, x_im: Array) -> Array:
+        return jnp.sum(self.C_re * x_re - self.C_im * x_im, axis=-1)
 
-    def _join(self, re: Array, im: Array) -> Array:
-        """A (real, imaginary) pair in the form's layout: complex, or planar `(..., 2, M)`."""
-        return jnp.stack([re, im], axis=-2) if self.form == "real" else jax.lax.complex(re, im)
+    def _state_shape(self) -> tuple[int, ...]:
+        return self.A_im.shape
 
-    def _split(self, x: Array) -> tuple[Array, Array]:
-        return (x[..., 0, :], x[..., 1, :]) if self.form == "real" else (x.real, x.imag)
-
-    def init_state(self) -> Inexact[Array, "d_model ..."]:
-        """The zero state $x_{-1}$: complex `(d_model, d_state // 2)`, or real
-        `(d_model, 2, d_state // 2)` with `form="real"`."""
-        if self.form == "real":
-            return jnp.zeros((self.d_model, 2, self.d_state // 2), self.D.dtype)
-        return jnp.zeros(self.A_im.shape, complex_dtype(self.D.dtype))
-
-    def _output(self, x: Array, u: Array) -> Array:
-        x_re, x_im = self._split(x)
-        return 2 * jnp.sum(self.C_re * x_re - self.C_im * x_im, axis=-1) + self.D * u
-
-    @jaxtyped(typechecker=beartype)
-    def __call__(
-        self,
-        u: Float[Array, "length d_model"],
-        *,
-        initial_state: Inexact[Array, "d_model ..."] | None = None,
-        reverse: bool = False,
-        key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "length d_model"]:
-        r"""**Arguments:** `u` `(length, d_model)`, one sequence (batch with `jax.vmap`);
-        `initial_state` (default zero); `reverse=True` runs from the last step; `key` ignored.
-
-        **Returns:** $y_k = 2 \operatorname{Re}(C x_k) + D u_k$, shape `(length, d_model)`.
-        """
-        del key
-        if self.mode == "convolution":
-            if initial_state is not None:
-                raise ValueError("`initial_state` needs `mode='recurrence'` (S4D convolution "
-                                 "mode starts from zero).")
-            return self._convolve(u, reverse)
-        return self._output(self.hidden_states(u, initial_state, reverse), u)
+    def _run(self, u: Array, initial_state: Array | None, reverse: bool) -> Array:
+        if self.mode == "recurrence":
+            return self._output(self.hidden_states(u, initial_state, reverse), u)
+        if initial_state is not None:
+            raise ValueError("`initial_state` needs `mode='recurrence'` (S4D convolution "
+                             "mode starts from zero).")
+        return self._convolve(u, reverse)
 
     def kernel(self, length: int) -> Float[Array, "length d_model"]:
         r"""The convolution kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n
@@ -231,31 +190,3 @@ class S4D(eqx.Module):
         spectrum = jnp.fft.rfft(x, size, axis=0) * jnp.fft.rfft(self.kernel(length), size, axis=0)
         y = jnp.fft.irfft(spectrum, size, axis=0)[:length].astype(u.dtype)
         return (y[::-1] if reverse else y) + self.D * u
-
-    def hidden_states(
-        self, u: Array, initial_state: Array | None = None, reverse: bool = False
-    ) -> Inexact[Array, "length d_model ..."]:
-        """All states $x_0, \\dots, x_{L-1}$ in the form's layout (see `init_state`)."""
-        check_sequence(u, self.d_model, self.D.dtype)
-        if initial_state is not None:
-            check_state(initial_state, self.init_state(), "initial_state")
-        (lam_re, lam_im), (b_re, b_im) = self._pairs()
-        drive = self._join(u[:, :, None] * b_re, u[:, :, None] * b_im)
-        return linear_recurrence(
-            self._join(lam_re, lam_im), drive, algebra=self._algebra(),
-            initial_state=initial_state, reverse=reverse, method=self.method,
-        )
-
-    @jaxtyped(typechecker=beartype)
-    def step(
-        self, state: Inexact[Array, "d_model ..."], u_t: Float[Array, " d_model"]
-    ) -> tuple[Inexact[Array, "d_model ..."], Float[Array, " d_model"]]:
-        r"""One token in RNN mode: $x_t = \bar A x_{t-1} + \bar B u_t$; returns
-        `(x_t, y_t)`. Repeated from `init_state()` it equals the parallel call."""
-        check_sequence(u_t[None], self.d_model, self.D.dtype)
-        check_state(state, self.init_state())
-        (lam_re, lam_im), (b_re, b_im) = self._pairs()
-        u = u_t[:, None]
-        lam = self._join(lam_re, lam_im)
-        state = self._algebra().apply(lam, state) + self._join(u * b_re, u * b_im)
-        return state, self._output(state, u_t)

@@ -8,23 +8,21 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from beartype import beartype
-from jaxtyping import Array, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
-from .. import Diagonal, RotationScaling, linear_recurrence
 from ._common import (
+    Pair,
     check_even_state,
     check_form,
-    cmul,
-    check_sequence,
     check_size,
-    check_state,
     check_steps,
+    cmul,
     complex_dtype,
     float_dtype,
     resolve_method,
     zoh_pairs,
 )
+from ._ssm import AbstractDiagonalSSM
 
 
 def hippo_n(size: int) -> np.ndarray:
@@ -60,7 +58,7 @@ def s5_eigenbasis(d_state: int, blocks: int) -> tuple[np.ndarray, np.ndarray]:
     return np.tile(lam, blocks), vectors
 
 
-class S5(eqx.Module):
+class S5(AbstractDiagonalSSM):
     r"""The S5 core: one MIMO SSM over all $H$ channels,
 
     $$\dot x = \Lambda x + \tilde B u, \qquad y = 2\operatorname{Re}(\tilde C x) + D \odot u,$$
@@ -162,88 +160,22 @@ class S5(eqx.Module):
         self.form = form
         self.method = resolve_method(method)
 
-    @property
-    def d_model(self) -> int:
-        return self.D.shape[0]
-
-    @property
-    def d_state(self) -> int:
-        return 2 * self.Lambda_re.shape[0]
-
     def continuous(self) -> Complex[Array, " modes"]:
         r"""The continuous-time eigenvalues $\Lambda$."""
         return jax.lax.complex(self.Lambda_re, self.Lambda_im)
 
-    def _pairs(self) -> tuple[tuple[Array, Array], tuple[Array, Array]]:
+    def _pairs(self) -> tuple[Pair, Pair]:
         lam, (f_re, f_im) = zoh_pairs(self.Lambda_re, self.Lambda_im, jnp.exp(self.log_step))
         return lam, cmul((f_re[:, None], f_im[:, None]), (self.B_re, self.B_im))
 
-    def discretise(self) -> tuple[Complex[Array, " modes"], Complex[Array, "modes d_model"]]:
-        r"""$(\bar\Lambda, \bar B)$ of the zero-order hold with per-mode steps."""
-        (lam_re, lam_im), (b_re, b_im) = self._pairs()
-        return jax.lax.complex(lam_re, lam_im), jax.lax.complex(b_re, b_im)
+    def _drive(self, u: Array, b: Pair) -> Pair:
+        return u @ b[0].T, u @ b[1].T
 
-    def _algebra(self):
-        return RotationScaling() if self.form == "real" else Diagonal()
+    def _readout(self, x_re: Array, x_im: Array) -> Array:
+        return x_re @ self.C_re.T - x_im @ self.C_im.T
 
-    def _join(self, re: Array, im: Array) -> Array:
-        """A (real, imaginary) pair in the form's layout: complex, or planar `(..., 2, M)`."""
-        return jnp.stack([re, im], axis=-2) if self.form == "real" else jax.lax.complex(re, im)
+    def _state_shape(self) -> tuple[int, ...]:
+        return self.Lambda_re.shape
 
-    def _split(self, x: Array) -> tuple[Array, Array]:
-        return (x[..., 0, :], x[..., 1, :]) if self.form == "real" else (x.real, x.imag)
-
-    def init_state(self) -> Inexact[Array, "..."]:
-        """The zero state $x_{-1}$: complex `(d_state // 2,)`, or real `(2, d_state // 2)`
-        with `form="real"`."""
-        if self.form == "real":
-            return jnp.zeros((2,) + self.Lambda_re.shape, self.D.dtype)
-        return jnp.zeros(self.Lambda_re.shape, complex_dtype(self.D.dtype))
-
-    def _output(self, x: Array, u: Array) -> Array:
-        x_re, x_im = self._split(x)
-        return 2 * (x_re @ self.C_re.T - x_im @ self.C_im.T) + self.D * u
-
-    @jaxtyped(typechecker=beartype)
-    def __call__(
-        self,
-        u: Float[Array, "length d_model"],
-        *,
-        initial_state: Inexact[Array, "..."] | None = None,
-        reverse: bool = False,
-        key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "length d_model"]:
-        r"""**Arguments:** `u` `(length, d_model)`, one sequence (batch with `jax.vmap`);
-        `initial_state` (default zero); `reverse=True` runs from the last step; `key` ignored.
-
-        **Returns:** $y_k = 2\operatorname{Re}(\tilde C x_k) + D \odot u_k$, `(length, d_model)`.
-        """
-        del key
+    def _run(self, u: Array, initial_state: Array | None, reverse: bool) -> Array:
         return self._output(self.hidden_states(u, initial_state, reverse), u)
-
-    def hidden_states(
-        self, u: Array, initial_state: Array | None = None, reverse: bool = False
-    ) -> Inexact[Array, "length ..."]:
-        """All states $x_0, \\dots, x_{L-1}$ in the form's layout (see `init_state`)."""
-        check_sequence(u, self.d_model, self.D.dtype)
-        if initial_state is not None:
-            check_state(initial_state, self.init_state(), "initial_state")
-        (lam_re, lam_im), (b_re, b_im) = self._pairs()
-        return linear_recurrence(
-            self._join(lam_re, lam_im), self._join(u @ b_re.T, u @ b_im.T),
-            algebra=self._algebra(), initial_state=initial_state, reverse=reverse,
-            method=self.method,
-        )
-
-    @jaxtyped(typechecker=beartype)
-    def step(
-        self, state: Inexact[Array, "..."], u_t: Float[Array, " d_model"]
-    ) -> tuple[Inexact[Array, "..."], Float[Array, " d_model"]]:
-        r"""One token in RNN mode: $x_t = \bar\Lambda x_{t-1} + \bar B u_t$; returns
-        `(x_t, y_t)`. Repeated from `init_state()` it equals the parallel call."""
-        check_sequence(u_t[None], self.d_model, self.D.dtype)
-        check_state(state, self.init_state())
-        (lam_re, lam_im), (b_re, b_im) = self._pairs()
-        lam = self._join(lam_re, lam_im)
-        state = self._algebra().apply(lam, state) + self._join(b_re @ u_t, b_im @ u_t)
-        return state, self._output(state, u_t)
