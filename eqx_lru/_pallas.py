@@ -182,6 +182,15 @@ def _pallas_scan(a, x, h0, *, shared, reverse, chunk, block, interpret):
     )(a, x, h0)
 
 
+def _scan_as(state: tuple[int, int, int], a, x, h0, *, shared: bool, **kw) -> Array:
+    """`_pallas_scan` with each step's state viewed as `state` = (K, P, M); the result
+    has the shape of `x`."""
+    length = x.shape[0]
+    a = a.reshape(state if shared else (length,) + state)
+    out = _pallas_scan(a, x.reshape((length,) + state), h0.reshape(state), shared=shared, **kw)
+    return out.reshape(x.shape)
+
+
 def _check(a, x, h0, *, pair: bool, chunk: int, block: int, name: str) -> tuple[bool, Array]:
     """Validate the plain-array arguments; return (shared, h0)."""
     if x.ndim < (3 if pair else 2) or x.shape[0] == 0:
@@ -235,13 +244,10 @@ def diagonal_scan(
     - `interpret`: Pallas interpret mode; `None`: everywhere but on GPUs.
     """
     shared, h0 = _check(a, x, h0, pair=False, chunk=chunk, block=block, name="diagonal_scan")
-    length, channels = x.shape[0], x[0].size
-    a4 = a.reshape((1, 1, channels) if shared else (length, 1, 1, channels))
-    out = _pallas_scan(
-        a4, x.reshape(length, 1, 1, channels), h0.reshape(1, 1, channels), shared=shared,
-        reverse=reverse, chunk=chunk, block=block, interpret=interpret,
+    return _scan_as(
+        (1, 1, x[0].size), a, x, h0, shared=shared, reverse=reverse, chunk=chunk, block=block,
+        interpret=interpret,
     )
-    return out.reshape(x.shape)
 
 
 def rotation_scan(
@@ -262,14 +268,11 @@ def rotation_scan(
     `x` has shape `(length, ..., 2, M)`; the other arguments as in `diagonal_scan`.
     """
     shared, h0 = _check(a, x, h0, pair=True, chunk=chunk, block=block, name="rotation_scan")
-    length, width = x.shape[0], x.shape[-1]
-    lead = x[0].size // (2 * width)
-    a4 = a.reshape((lead, 2, width) if shared else (length, lead, 2, width))
-    out = _pallas_scan(
-        a4, x.reshape(length, lead, 2, width), h0.reshape(lead, 2, width), shared=shared,
-        reverse=reverse, chunk=chunk, block=block, interpret=interpret,
+    width = x.shape[-1]
+    return _scan_as(
+        (x[0].size // (2 * width), 2, width), a, x, h0, shared=shared, reverse=reverse,
+        chunk=chunk, block=block, interpret=interpret,
     )
-    return out.reshape(x.shape)
 
 
 # --- the scan method ---------------------------------------------------------------------
