@@ -62,9 +62,8 @@ FULL = {
         ("listops", "s5", "complex", None, 2),
     ],
 }
-# What fits in about 25 minutes on a loaded 2-core CPU: one H, three rounds, no peak-RSS
-# processes, no block-size section, one huge-pages case; every task's step compiled
-# (memory) but only ListOps timed.
+# What fits in about 25 minutes on a 2-core CPU: one H, three rounds, no peak-RSS
+# processes, no block-size section, one huge-pages case; one timed step per task.
 REDUCED = dict(
     FULL,
     H=(256,),
@@ -77,9 +76,9 @@ REDUCED = dict(
     peak_rss=False,
     autodiff=False,
     model=[
-        *((t, "lru", "complex", None, 0) for t in TASKS[1:-1]),
+        *((t, "lru", "complex", None, 1) for t in TASKS[1:-1]),
         ("pathx", "lru", "complex", False, 0),
-        ("pathx", "lru", "complex", True, 0),
+        ("pathx", "lru", "complex", True, 1),
         ("listops", "lru", "complex", None, 1),
         ("listops", "lru", "real", None, 1),
         ("listops", "s4d", "complex", None, 1),
@@ -243,12 +242,7 @@ def run(grid, runner, *, quick, backend):
                 rounds = grid["key_rounds"] if key else grid["rounds"]
                 runner.interleaved("grid", config(mode, H, L, variants=variants, rounds=rounds))
     # One training step per LRA task.
-    for task, core, form, remat, calls in grid["model"]:
-        if core != "lru" and not _has_baselines():
-            continue
-        spec = {"task": task, "core": core, "form": form, "remat": remat, "calls": calls}
-        if remat is None:
-            spec["remat"] = _default_remat(task)
+    for spec in _model_specs(grid):
         runner.model(spec)
     # Peak memory: one process per case, at the longest length (and a process that only
     # imports JAX and makes the data).
@@ -269,6 +263,16 @@ def run(grid, runner, *, quick, backend):
         runner.hugetlb(case, grid["hugetlb"]["pairs"])
     runner.extra("step", grid["step"])
     runner.extra("precision", grid["precision"])
+
+
+def _model_specs(grid) -> list[dict]:
+    specs = []
+    for task, core, form, remat, calls in grid["model"]:
+        if core != "lru" and not _has_baselines():
+            continue
+        remat = _default_remat(task) if remat is None else remat
+        specs.append({"task": task, "core": core, "form": form, "remat": remat, "calls": calls})
+    return specs
 
 
 def _has_baselines() -> bool:
@@ -354,7 +358,7 @@ def render(grid, runner, info, *, name, end_load) -> str:
             entries = {L: _grid_entry(runner, mode, H, N, L) for L in grid["L"]}
             lines += [f"## {title}, H={H}, N={N}", ""]
             lines += report.grid_table(entries, peaks, names, mode=mode, H=H) + [""]
-    lines += _model_lines(runner, backend)
+    lines += _model_lines(runner, backend, _model_specs(grid))
     data_rss = [
         e for e in (_memory_entry(runner, "data_only", "-", H, N, largest) for H in grid["H"]) if e
     ]
@@ -425,8 +429,12 @@ def _method_note(backend) -> list[str]:
     ]
 
 
-def _model_lines(runner, backend) -> list[str]:
-    rows = [r for r in runner.data["model"].values() if "spec" in r or "error" in r]
+def _model_lines(runner, backend, specs) -> list[str]:
+    rows = []
+    for spec in specs:
+        result = runner.data["model"].get(_key(spec))
+        if result is not None:
+            rows.append(result if "spec" in result else dict(result, spec=spec))
     if not rows:
         return []
     peak = "peak device memory (`memory_stats()`)" if backend != "cpu" else "no peak device memory (the CPU backend reports none)"
