@@ -120,8 +120,8 @@ class Auto(AbstractScanMethod):
 
     CPU: `Sequential()`, measured (experiments/bench/RESULTS-cpu.md): the fastest and
     lightest method at every size of the grid, forward and forward+backward — at batch 16,
-    H = N = 256, L = 16384 forward+backward of the layer takes 0.17-0.21× the time of the
-    paper's App. A and 0.29× its XLA temp memory, against 0.31-0.34× and 0.58-0.71× with
+    H = N = 256, L = 16384 forward+backward of the layer takes 0.30-0.32× the time of the
+    paper's App. A and 0.29× its XLA temp memory, against 0.49-0.51× and 0.54-0.71× with
     `Associative()`. GPUs and TPUs: `Associative()`; measured on one H100 (JAX 0.11.2,
     batch 16, H = N = 256), the sequential loop was 16-25× slower there (one kernel launch
     per step) and the associative layer's forward+backward ran at 0.64× App. A.
