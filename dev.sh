@@ -3,7 +3,7 @@
 # ./.venv, installs eqx_lru with its extras there (again only when pyproject.toml changes),
 # then runs the job:
 #   ./dev.sh demo   the main job: a short offline demo (no download)
-#   ./dev.sh test   the test suite
+#   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change)
 #   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
 #   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
 #                   Markdown report (experiments/gpu_check.py); exits 2 without a GPU.
@@ -29,7 +29,12 @@ job=${1:-}
 [ $# -gt 0 ] && shift
 case "$job" in
     demo) exec .venv/bin/python -m experiments.demo "$@" ;;
-    test) exec .venv/bin/python -m pytest "$@" ;;
+    test)
+        # Two workers (pytest-xdist): the suite takes about half the time on two cores.
+        # PYTEST_WORKERS=0 runs it in one process. Several processes share a GPU, so none
+        # preallocates most of its memory unless you say so.
+        export XLA_PYTHON_CLIENT_PREALLOCATE="${XLA_PYTHON_CLIENT_PREALLOCATE:-false}"
+        exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@" ;;
     bench) exec .venv/bin/python -m experiments.bench "$@" ;;
     gpu-check) exec .venv/bin/python -m experiments.gpu_check "$@" ;;
     *) echo "usage: ./dev.sh {demo|test|bench|gpu-check} [args...]" >&2; exit 2 ;;

@@ -99,6 +99,11 @@ def make_core(cfg: dict[str, Any]) -> Callable:
         raise ValueError(f"--core {cfg['core']}: this eqx_lru has no eqx_lru.baselines.{cfg['core'].upper()}.") from None
     except KeyError:
         raise ValueError(f"--core must be one of {CORES}, got {cfg['core']!r}.") from None
+    if cls is baselines.S4D:
+        # S4D trains as a convolution, as in its own code: its recurrence keeps L x H x N/2
+        # complex states per example (199 GB of XLA temp for the ListOps step at Table 9
+        # sizes, experiments/bench/RESULTS-cpu.md), the FFT convolution the same outputs.
+        return functools.partial(cls, mode="convolution")
     return functools.partial(cls, method=cfg["method"])
 
 
