@@ -209,12 +209,21 @@ class LRUBlock(eqx.Module):
         """
         x = jnp.asarray(x)
         check_length(x, "x")
+        remat = self.remat
+        return self._apply(x, state, length, key, inference, remat=remat, checkpoint=remat)
+
+    def _apply(self, x, state, length, key, inference, *, remat: bool, checkpoint: bool):
+        """`__call__` without its checks. `remat`: a bidirectional block's backward pass
+        recomputes each direction just before its own backward pass, one direction after
+        the other (`_both_directions`); `checkpoint`: the whole forward pass is
+        recomputed in the backward pass. `LRUModel(remat=True)` calls this inside its own
+        rematerialised scan body with `remat=True, checkpoint=False`."""
         mask = valid_mask(length, x.shape[0])
-        forward = eqx.filter_checkpoint(_forward) if self.remat else _forward
-        return forward(self, x, state, mask, key, inference)
+        forward = eqx.filter_checkpoint(_forward) if checkpoint else _forward
+        return forward(self, x, state, mask, key, inference, sequential=remat)
 
 
-def _forward(block: LRUBlock, x, state, mask, key, inference):
+def _forward(block: LRUBlock, x, state, mask, key, inference, *, sequential: bool = False):
     """The block's formula (Fig. 1) on one sequence with a validity `mask` (or `None`)."""
     x = where_valid(mask, x)
     if isinstance(block.norm, MaskedBatchNorm):
@@ -224,9 +233,43 @@ def _forward(block: LRUBlock, x, state, mask, key, inference):
     # Zero pads before the recurrence: the norm's shift makes them non-zero, and a
     # reverse scan starting at the padded end would carry them into valid positions.
     z = where_valid(mask, z)
-    h = block.core(z)
-    if block.reverse_core is not None:
-        h = h + block.reverse_core(z, reverse=True)
+    if block.reverse_core is None:
+        h = block.core(z)
+    elif sequential:
+        h = _both_directions((block.core, block.reverse_core, z))
+    else:
+        h = block.core(z) + block.reverse_core(z, reverse=True)
     h = jax.vmap(block.glu)(jax.nn.gelu(h))
     h = block.dropout(h, key=key, inference=inference)
     return where_valid(mask, x + h), state
+
+
+@eqx.filter_custom_vjp
+def _both_directions(cores_and_input):
+    r"""$\overrightarrow{\text{core}}(z) + \overleftarrow{\text{core}}(z)$, whose
+    backward pass runs one direction after the other: it keeps only the cores and $z$,
+    and recomputes each direction's forward pass just before that direction's backward
+    pass, so one direction's states (and their adjoints) are live at a time."""
+    core, reverse_core, z = cores_and_input
+    return core(z) + reverse_core(z, reverse=True)
+
+
+@_both_directions.def_fwd
+def _both_directions_fwd(perturbed, cores_and_input):
+    del perturbed
+    return _both_directions.fn(cores_and_input), None
+
+
+@_both_directions.def_bwd
+def _both_directions_bwd(residuals, grad, perturbed, cores_and_input):
+    del residuals, perturbed
+    core, reverse_core, z = cores_and_input
+    _, vjp = eqx.filter_vjp(lambda c, z: c(z), core, z)
+    d_core, dz = vjp(grad)
+    # The reverse direction may start only once the forward direction's gradients exist:
+    # a data dependency (`+ 0 * dz[0, 0]`, exact for finite gradients) that XLA keeps on
+    # every backend, where the CPU compiler drops `lax.optimization_barrier`.
+    z = z + jnp.zeros((), z.dtype) * dz[0, 0]
+    _, vjp = eqx.filter_vjp(lambda c, z: c(z, reverse=True), reverse_core, z)
+    d_reverse, dz_reverse = vjp(grad)
+    return d_core, d_reverse, dz + dz_reverse

@@ -83,7 +83,12 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference):
         sub = jax.tree_util.tree_map(lambda x: x, template_state)  # a fresh State
         for index, value in zip(indices, block_values):
             sub = sub.set(index, value)
-        h, sub = block(h, sub, length=length, key=block_key, inference=inference)
+        if isinstance(block, LRUBlock):  # directions one after the other, see LRUBlock
+            h, sub = block._apply(
+                h, sub, length, block_key, inference, remat=True, checkpoint=False
+            )
+        else:
+            h, sub = block(h, sub, length=length, key=block_key, inference=inference)
         return h, [sub.get(index) for index in indices]
 
     h, new_values = jax.lax.scan(body, h, (stacked, values, keys))

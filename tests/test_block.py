@@ -303,8 +303,12 @@ def test_dropout():
 # --- remat ---------------------------------------------------------------------------------
 
 
-def test_block_remat_same_values_and_gradients():
-    (plain, state), (remat, _) = (_block(remat=r) for r in (False, True))
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_block_remat_same_values_and_gradients(bidirectional):
+    """Bidirectional: the remat backward pass runs the two directions one after the other
+    (`_both_directions`, its own VJP); the same values and gradients."""
+    plain, state = _block(bidirectional=bidirectional)
+    remat, _ = _block(remat=True, bidirectional=bidirectional)
     assert remat.remat and not plain.remat
     x, lengths = _inputs(), jnp.array([L, 4, 1])
 

@@ -263,11 +263,13 @@ def test_retrieval_model():
 # --- remat ---------------------------------------------------------------------------------
 
 
-def test_remat_same_values_and_gradients():
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_remat_same_values_and_gradients(bidirectional):
     """Training mode with padding, batch norm and dropout: the scanned,
     rematerialised blocks give the unrolled model's outputs, running statistics and
-    gradients."""
+    gradients (bidirectional: with the directions' backward passes one after the other)."""
     kw = dict(encoder="embedding", norm="batch", dropout=0.25, depth=2)
+    kw.update(bidirectional=bidirectional)
     (plain, state), (remat, _) = (_model(**kw, remat=r) for r in (False, True))
     x, length = _inputs("embedding", 3, 8), jnp.array([8, 5, 2])
     keys = jax.random.split(jax.random.PRNGKey(4), 3)
