@@ -119,9 +119,11 @@ class AbstractLRU(eqx.Module):
             `jnp.bfloat16` for the projections' operands and the stored states, with
             accumulation in the parameters' dtype: the matmuls accumulate in it
             (`preferred_element_type`) and the recurrence carries its state in it, rounding
-            only what it stores. The output, `init_state()` and `step`'s state keep the
-            parameters' dtype. Halves the memory of the sequence-long arrays; the error
-            against float32 is measured in `experiments/bench/RESULTS.md`. `None` (default):
+            only what it stores. Gradients flow the same way: the projections' backward
+            products take the cotangents rounded to it. The output, `init_state()` and
+            `step`'s state keep the parameters' dtype. Halves the memory of the
+            sequence-long arrays; the error against float32 is measured in
+            `experiments/bench/RESULTS-cpu.md`. `None` (default):
             compute in the parameters' dtype.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters in both forms.
         """

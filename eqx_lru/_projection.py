@@ -14,8 +14,11 @@ Shared by `ComplexLRU`, `RealLRU` and the ablation cores (`γ` all ones for core
 `precision` is passed to every matmul (`jax.lax.Precision`, a string such as `"highest"`,
 or `None` for JAX's default — TF32 on NVIDIA GPUs). `compute_dtype` (e.g. `"bfloat16"`)
 rounds the operands to it and accumulates in the weights' dtype
-(`preferred_element_type`); `None` computes in the weights' dtype.
+(`preferred_element_type`); so do the gradients, which round the output's cotangent to it
+(`_low_matmul`); `None` computes in the weights' dtype.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -41,15 +44,51 @@ def check_precision(precision) -> jax.lax.Precision | None:
 
 def _matmul(x: Array, weight: Array, precision, compute_dtype) -> Array:
     """`x @ weight.T` with `precision`; with a `compute_dtype`, on operands of that dtype,
-    accumulated in `weight`'s dtype."""
+    accumulated in `weight`'s dtype (see `_low_matmul`)."""
     if compute_dtype is None:
         return jnp.matmul(x, weight.T, precision=precision)
+    return _low_matmul(x, weight, precision, jnp.dtype(compute_dtype).name, x.dtype.name)
+
+
+def _low_dot(a: Array, b: Array, precision, compute_dtype: str, acc_dtype) -> Array:
     return jnp.matmul(
-        x.astype(compute_dtype),
-        weight.astype(compute_dtype).T,
+        a.astype(compute_dtype),
+        b.astype(compute_dtype),
         precision=precision,
-        preferred_element_type=weight.dtype,
+        preferred_element_type=acc_dtype,
     )
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _low_matmul(x: Array, weight: Array, precision, compute_dtype: str, x_dtype: str) -> Array:
+    r"""`x @ weight.T` on `compute_dtype` operands, accumulated in `weight`'s dtype.
+
+    The VJP keeps the forward's arithmetic: with $c$ the rounding to `compute_dtype`,
+    $\bar x = c(\bar y)\, c(W)$ and $\bar W = c(\bar y)^\top c(x)$, accumulated in
+    `weight`'s dtype. JAX's own transpose of the mixed product multiplies the
+    full-precision cotangent by the low-precision operand, which XLA on the CPU does by
+    converting that sequence-long operand to float32 (one more copy of the sequence in
+    memory and one more pass over it, per product).
+    """
+    del x_dtype
+    return _low_dot(x, weight.T, precision, compute_dtype, weight.dtype)
+
+
+def _low_matmul_fwd(x, weight, precision, compute_dtype, x_dtype):
+    out = _low_matmul(x, weight, precision, compute_dtype, x_dtype)
+    return out, (x.astype(compute_dtype), weight.astype(compute_dtype))
+
+
+def _low_matmul_bwd(precision, compute_dtype, x_dtype, residuals, g):
+    x_low, weight_low = residuals
+    g_low = g.astype(compute_dtype)
+    acc = g.dtype  # the output's dtype: the weights'
+    ct_x = _low_dot(g_low, weight_low, precision, compute_dtype, acc).astype(x_dtype)
+    ct_weight = _low_dot(g_low.T, x_low, precision, compute_dtype, acc)
+    return ct_x, ct_weight
+
+
+_low_matmul.defvjp(_low_matmul_fwd, _low_matmul_bwd)
 
 
 def input_weight(

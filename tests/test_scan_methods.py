@@ -420,3 +420,29 @@ def test_complex_form_has_no_low_precision_compute_dtype():
     assert eqx_lru.ComplexLRU(6, 5, compute_dtype=jnp.float32, key=key).compute_dtype is None
     round_trip = eqx_lru.RealLRU.from_complex(eqx_lru.ComplexLRU.from_real(_lru_pair()[0]))
     assert round_trip.compute_dtype is None
+
+
+def test_low_precision_projection_gradient_rounds_like_the_forward():
+    """With a `compute_dtype`, the projections' backward products are the forward's: the
+    output cotangent and both operands rounded to bfloat16, products accumulated in float32
+    (a float64 NumPy oracle on the rounded values), not JAX's mixed float32 × bfloat16
+    transpose (which makes XLA on the CPU convert whole sequences to float32)."""
+    from eqx_lru._projection import _matmul
+
+    keys = jax.random.split(jax.random.PRNGKey(3), 3)
+    x = jax.random.normal(keys[0], (7, 5))
+    w = jax.random.normal(keys[1], (3, 5))
+    g = jax.random.normal(keys[2], (7, 3))
+    y, vjp = jax.vjp(lambda x, w: _matmul(x, w, None, "bfloat16"), x, w)
+    ct_x, ct_w = vjp(g)
+
+    def r(a):
+        return np.asarray(a.astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+
+    assert y.dtype == ct_x.dtype == ct_w.dtype == jnp.float32
+    np.testing.assert_allclose(y, r(x) @ r(w).T, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ct_x, r(g) @ r(w), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ct_w, r(g).T @ r(x), rtol=1e-6, atol=1e-6)
+    # A bfloat16 operand gets a bfloat16 cotangent.
+    _, vjp = jax.vjp(lambda x: _matmul(x, w, None, "bfloat16"), x.astype(jnp.bfloat16))
+    assert vjp(g)[0].dtype == jnp.bfloat16
