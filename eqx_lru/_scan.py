@@ -124,8 +124,8 @@ def _shifted_cotangent_sum(
     count = hs.shape[0] - 1
 
     def block_sum(start, size):
-        lam = storage.load_cotangent(jax.lax.dynamic_slice_in_dim(lam_stored, start + dl, size, 0))
-        h = storage.load(jax.lax.dynamic_slice_in_dim(hs, start + dh, size, 0))
+        lam = storage.load_cotangent(_slice(lam_stored, start + dl, size))
+        h = storage.load(_slice(hs, start + dh, size))
         return algebra.transition_cotangent_sum(lam, h)
 
     shape = jax.eval_shape(lambda: block_sum(0, 1))
@@ -139,6 +139,17 @@ def _shifted_cotangent_sum(
     if tail:
         total = total + block_sum(n_blocks * block, tail)
     return total
+
+
+def _slice(x: Array, start, size: int) -> Array:
+    """`x[start:start + size]` for a traced `start`. A 16-bit float array is sliced as its
+    bits: under `vmap` the slice is a gather, which XLA on the CPU cannot do in bfloat16,
+    so it would first convert the whole sequence to float32 (a copy the size of two)."""
+    if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype.itemsize == 2:
+        bits = jax.lax.bitcast_convert_type(x, jnp.uint16)
+        bits = jax.lax.dynamic_slice_in_dim(bits, start, size, 0)
+        return jax.lax.bitcast_convert_type(bits, x.dtype)
+    return jax.lax.dynamic_slice_in_dim(x, start, size, 0)
 
 
 def _recurrence_fwd(a, b, h0, cfg):
