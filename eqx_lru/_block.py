@@ -250,6 +250,10 @@ def _both_directions(cores_and_input):
     backward pass runs one direction after the other: it keeps only the cores and $z$,
     and recomputes each direction's forward pass just before that direction's backward
     pass, so one direction's states (and their adjoints) are live at a time."""
+    return _sum_of_directions(cores_and_input)
+
+
+def _sum_of_directions(cores_and_input):
     core, reverse_core, z = cores_and_input
     return core(z) + reverse_core(z, reverse=True)
 
@@ -257,7 +261,7 @@ def _both_directions(cores_and_input):
 @_both_directions.def_fwd
 def _both_directions_fwd(perturbed, cores_and_input):
     del perturbed
-    return _both_directions.fn(cores_and_input), None
+    return _sum_of_directions(cores_and_input), None  # no residuals but the inputs
 
 
 @_both_directions.def_bwd
@@ -268,8 +272,11 @@ def _both_directions_bwd(residuals, grad, perturbed, cores_and_input):
     d_core, dz = vjp(grad)
     # The reverse direction may start only once the forward direction's gradients exist:
     # a data dependency (`+ 0 * dz[0, 0]`, exact for finite gradients) that XLA keeps on
-    # every backend, where the CPU compiler drops `lax.optimization_barrier`.
-    z = z + jnp.zeros((), z.dtype) * dz[0, 0]
+    # every backend, where the CPU compiler drops `lax.optimization_barrier`. Both the
+    # reverse core's input and its cotangent depend on it, or XLA computes the reverse
+    # output projection's transpose (a state-sized buffer) early.
+    zero = jnp.zeros((), z.dtype) * dz[0, 0]
+    z, grad = z + zero, grad + zero.astype(grad.dtype)
     _, vjp = eqx.filter_vjp(lambda c, z: c(z, reverse=True), reverse_core, z)
     d_reverse, dz_reverse = vjp(grad)
     return d_core, d_reverse, dz + dz_reverse
