@@ -446,3 +446,19 @@ def test_low_precision_projection_gradient_rounds_like_the_forward():
     # A bfloat16 operand gets a bfloat16 cotangent.
     _, vjp = jax.vjp(lambda x: _matmul(x, w, None, "bfloat16"), x.astype(jnp.bfloat16))
     assert vjp(g)[0].dtype == jnp.bfloat16
+
+
+@pytest.mark.slow
+def test_bfloat16_gradient_takes_less_memory_than_float32():
+    """`RealLRU(compute_dtype=bfloat16)` under `vmap`, forward and backward, needs less XLA
+    scratch memory than float32 (compile-only memory analysis). Guards against float32
+    copies of its sequence-long bfloat16 arrays: XLA on the CPU made one per array for a
+    gather in bfloat16 and for the mixed float32 × bfloat16 transposed matmuls."""
+    u = jnp.zeros((2, 1024, 24))
+
+    def temp(compute_dtype):
+        layer = eqx_lru.RealLRU(24, 16, compute_dtype=compute_dtype, key=jax.random.PRNGKey(0))
+        grad = jax.grad(lambda p, u: jnp.mean(jax.vmap(p)(u)), argnums=(0, 1))
+        return jax.jit(grad).lower(layer, u).compile().memory_analysis().temp_size_in_bytes
+
+    assert temp(jnp.bfloat16) < temp(None)
