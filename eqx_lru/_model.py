@@ -1,5 +1,6 @@
 r"""Deep LRU models: encoder → depth × block → pooling → head (paper Fig. 1, §D.1)."""
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -10,7 +11,7 @@ import numpy as np
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, jaxtyped
 
-from ._block import LRUBlock
+from ._block import RECURRENCE, LRUBlock
 from ._init import Size, check_key, check_size
 from ._norm import MaskedBatchNorm
 from ._padding import check_length, valid_mask, where_valid
@@ -20,6 +21,7 @@ Pooling = Literal["mean", "last"] | None
 #: key, inference) -> (y, state)` maps `(length, d_model)` to the same shape.
 BlockFactory = Callable[..., eqx.Module]
 _PAIR_AXIS = "eqx_lru_pair"
+_SAVE_RECURRENCE = jax.checkpoint_policies.save_only_these_names(RECURRENCE)
 
 
 def _call_block(block, h, state, length, key, inference):
@@ -66,7 +68,12 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference):
     """`h` through every block in turn, as a `lax.scan` whose body (one block) is
     rematerialised: the backward pass recomputes one block at a time, so only the blocks'
     inputs are kept — XLA cannot hoist the recomputation as it can for checkpoints in an
-    unrolled loop. Each block's batch-norm state travels through the scan beside it."""
+    unrolled loop. Each block's batch-norm state travels through the scan beside it.
+
+    Bidirectional `LRUBlock`s also keep their summed recurrence output (`RECURRENCE`: one
+    `(length, d_model)` array per block), so the recomputation reruns no scan, and run
+    their two directions' backward passes one after the other (`_both_directions`), so
+    one direction's states are live at a time: PathX (Table 9) 9.2 → 7.5 GB of temp."""
     template = blocks[0]
     params, static = eqx.partition(template, eqx.is_array)
     treedef = jax.tree_util.tree_structure(params)
@@ -76,7 +83,7 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference):
     template_state = state.substate(template)
     keys = None if key is None else jax.random.split(key, len(blocks))
 
-    @jax.checkpoint
+    @functools.partial(jax.checkpoint, policy=_SAVE_RECURRENCE)
     def body(h, xs):
         leaves, block_values, block_key = xs
         block = eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
@@ -177,8 +184,11 @@ class LRUModel(eqx.Module):
             blocks run as a `jax.lax.scan` over their stacked parameters with a
             rematerialised body, which bounds memory on every backend (a checkpoint per
             block of an unrolled loop, as `LRUBlock(remat=True)`, lets XLA schedule the
-            recomputation early; on the CPU it saves nothing). Blocks of different
-            structures fall back to one `eqx.filter_checkpoint` per block.
+            recomputation early; on the CPU it saves nothing). Bidirectional `LRUBlock`s
+            keep their recurrence output, and their backward pass recomputes and
+            differentiates one direction after the other, so one direction's states are
+            live at a time. Blocks of different structures fall back to one
+            `eqx.filter_checkpoint` per block.
         - `check_tokens`: with `encoder="embedding"`, raise if a token id at a valid
             position is outside `[0, in_size)` (JAX would silently clamp it): a
             `ValueError` naming the id when called eagerly, an `eqx.error_if` under `jit`.
