@@ -72,3 +72,17 @@ def tree_allclose(x, y, *, rtol=1e-5, atol=1e-8):
 def max_rel_err(x, y):
     x, y = jnp.asarray(x), jnp.asarray(y)
     return float(jnp.max(jnp.abs(x - y)) / jnp.maximum(jnp.max(jnp.abs(y)), 1e-30))
+
+
+@pytest.fixture(scope="module")
+def restore_backend_env():
+    """The LRA trainer sets XLA_FLAGS / XLA_PYTHON_CLIENT_PREALLOCATE in `os.environ`
+    (harmless on the CPU); put them back for the test modules that follow."""
+    names = ("XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE")
+    saved = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -50,18 +50,8 @@ def _last_tree(out):
     return (Path(out) / "last.eqx").read_bytes()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _restore_backend_env():
-    """The trainer sets XLA_FLAGS / XLA_PYTHON_CLIENT_PREALLOCATE in `os.environ` (harmless
-    on the CPU); put them back for the tests that follow."""
-    names = ("XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE")
-    saved = {name: os.environ.get(name) for name in names}
-    yield
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+# The trainer sets XLA_FLAGS / XLA_PYTHON_CLIENT_PREALLOCATE; conftest puts them back.
+pytestmark = pytest.mark.usefixtures("restore_backend_env")
 
 
 @pytest.fixture(scope="module")

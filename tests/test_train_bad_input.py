@@ -7,7 +7,6 @@ by the module; the settings match `test_lra_train.py`, so the jitted steps compi
 """
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -32,18 +31,8 @@ def _args(data, out, *extra):
     ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _restore_backend_env():
-    """The trainer sets XLA_FLAGS / XLA_PYTHON_CLIENT_PREALLOCATE in `os.environ` (harmless
-    on the CPU); put them back for the tests that follow."""
-    names = ("XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE")
-    saved = {name: os.environ.get(name) for name in names}
-    yield
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+# The trainer sets XLA_FLAGS / XLA_PYTHON_CLIENT_PREALLOCATE; conftest puts them back.
+pytestmark = pytest.mark.usefixtures("restore_backend_env")
 
 
 @pytest.fixture(scope="module")
