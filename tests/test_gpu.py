@@ -15,9 +15,9 @@ reason). The rest of the suite runs at `"highest"` precision (conftest), checked
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
-import re
 import textwrap
 from pathlib import Path
 
