@@ -125,7 +125,8 @@ def _child(module, *argv, env_extra=None, timeout=3600):
     )
     lines = [x for x in proc.stdout.splitlines() if x[:1] in "[{"]
     if proc.returncode or not lines:
-        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-5:]}
+        # The exception's own line only: the traceback above it names this machine's paths.
+        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
     return json.loads(lines[-1])
 
 
