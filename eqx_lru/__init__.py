@@ -7,6 +7,7 @@ from ._init import gamma_log_init as gamma_log_init
 from ._init import lru_init as lru_init
 from ._init import projection_init as projection_init
 from ._init import ring_init as ring_init
+from ._core import AbstractRecurrentCore as AbstractRecurrentCore
 from ._lru import AbstractLRU as AbstractLRU
 from ._lru import ComplexLRU as ComplexLRU
 from ._lru import RealLRU as RealLRU
@@ -61,6 +62,7 @@ __all__ = [
     "AbstractDenseRNN",
     "AbstractDiagonalRNN",
     "AbstractLRU",
+    "AbstractRecurrentCore",
     "AbstractScanMethod",
     "Associative",
     "Auto",

@@ -25,9 +25,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, Integer, PRNGKeyArray, jaxtyped
 
 from . import _projection as projection
+from ._core import AbstractRecurrentCore
 from ._init import Size, check_key, check_size, lru_init
 from ._projection import Precision, check_precision
 from ._algebra import AbstractAlgebra, Diagonal, RotationScaling
@@ -36,7 +37,7 @@ from ._scan import ScanMethod, recurrence
 from ._storage import Cast, ComplexPairs, Storage
 
 
-class AbstractLRU(eqx.Module):
+class AbstractLRU(AbstractRecurrentCore):
     r"""A Linear Recurrent Unit layer (Orvieto et al. 2023); see `ComplexLRU`, `RealLRU`.
 
     **Fields** (real arrays, shared by both forms):
@@ -255,7 +256,11 @@ class AbstractLRU(eqx.Module):
         return self._from_algebra(self._storage().load(pairs))
 
     def _state_pairs(
-        self, u: Array, initial_state: ArrayLike | None, reverse: bool
+        self,
+        u: Array,
+        initial_state: ArrayLike | None,
+        reverse: bool,
+        segment_ids: ArrayLike | None = None,
     ) -> Float[Array, "length 2 d_state"]:
         r"""All states as planar real pairs $[\operatorname{Re} x; \operatorname{Im} x]$: the
         scan reads the input projection and writes the states in this layout, in place, and
@@ -277,7 +282,37 @@ class AbstractLRU(eqx.Module):
             initial_state=initial_state,
             reverse=reverse,
             method=self.method,
+            segment_ids=None if segment_ids is None else jnp.asarray(segment_ids),
         )
+
+    @jaxtyped(typechecker=beartype)
+    def run(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+    ) -> tuple[Float[Array, "length d_model"], Inexact[Array, "d_state ..."]]:
+        r"""`__call__` that also returns the state after the last valid position: position
+        `length - 1` (forward; all positions if `length` is `None`) or position 0
+        (reverse). Feed it back as `initial_state=` to continue the sequence in the next
+        chunk: chunked calls equal one call and `step` token by token.
+
+        **Returns:** `(y, final_state)`, `final_state` in `init_state()`'s layout.
+        """
+        u = jnp.asarray(u)
+        pairs = self._state_pairs(u, initial_state, reverse, segment_ids)
+        y = projection.project_out(pairs, self.C_re, self.C_im, **self._projection_options())
+        if reverse:
+            last = pairs[:1]
+        elif length is None:
+            last = pairs[-1:]
+        else:
+            last = jax.lax.dynamic_slice_in_dim(pairs, jnp.asarray(length) - 1, 1, 0)
+        final = self._from_algebra(self._storage().load(last)[0])
+        return y + self.D * u, final.astype(self.init_state().dtype)
 
     @jaxtyped(typechecker=beartype)
     def __call__(
@@ -286,6 +321,7 @@ class AbstractLRU(eqx.Module):
         *,
         initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
         reverse: bool = False,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "length d_model"]:
         r"""Run the layer over one sequence.
@@ -299,15 +335,17 @@ class AbstractLRU(eqx.Module):
             `[Re x, Im x]` per mode — not `(2, d_state)`.
         - `reverse`: run the recurrence from the last step to the first
             ($x_k = \lambda x_{k+1} + \gamma B u_k$), for bidirectional models.
+        - `segment_ids`: packed sequences: integers of shape `(length,)`, a new segment
+            where the value changes; no state crosses a segment boundary.
         - `key`: ignored; accepted for compatibility with other Equinox layers.
 
         **Returns:** $y$, shape `(length, d_model)`.
         """
         del key
-        u = jnp.asarray(u)
-        pairs = self._state_pairs(u, initial_state, reverse)
-        y = projection.project_out(pairs, self.C_re, self.C_im, **self._projection_options())
-        return y + self.D * u
+        y, _ = self.run(
+            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids
+        )
+        return y
 
     @jaxtyped(typechecker=beartype)
     def step(

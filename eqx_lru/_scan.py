@@ -35,7 +35,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, Inexact, jaxtyped
+from jaxtyping import Array, Inexact, Integer, jaxtyped
 
 from ._algebra import AbstractAlgebra as AbstractAlgebra
 from ._algebra import Block2x2 as Block2x2
@@ -166,6 +166,29 @@ _recurrence = jax.custom_vjp(_forward, nondiff_argnums=(3,))
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
+def segment_starts(segment_ids: Array, *, reverse: bool) -> Array:
+    """`True` at each position whose state must not depend on the position processed just
+    before it: where the segment id differs from the previous one (forward) or the next
+    one (reverse). The first position processed is never a start (the initial state enters
+    the first segment)."""
+    ids = jnp.asarray(segment_ids)
+    if reverse:
+        return jnp.concatenate([ids[:-1] != ids[1:], jnp.zeros((1,), bool)])
+    return jnp.concatenate([jnp.zeros((1,), bool), ids[1:] != ids[:-1]])
+
+
+def reset_transitions(a: Array, segment_ids: Array, *, shared: bool, reverse: bool) -> Array:
+    r"""One transition per step, zero at segment starts: $h_k = 0 \otimes h_{k-1} + b_k$
+    there, so no state crosses a segment boundary, for every algebra and method (and the
+    custom VJP, whose adjoint recurrence then stops at the same boundaries)."""
+    starts = segment_starts(segment_ids, reverse=reverse)
+    length = starts.shape[0]
+    if shared:
+        a = jnp.broadcast_to(a, (length,) + a.shape)
+    starts = starts.reshape((length,) + (1,) * (a.ndim - 1))
+    return jnp.where(starts, jnp.zeros((), a.dtype), a)
+
+
 def recurrence(
     a: Array,
     b: Array,
@@ -175,6 +198,7 @@ def recurrence(
     initial_state: Array | None = None,
     reverse: bool = False,
     method: ScanMethod = "auto",
+    segment_ids: Array | None = None,
 ) -> Array:
     """`linear_recurrence` without argument checks, over stored states (see `Storage`).
 
@@ -186,6 +210,8 @@ def recurrence(
     state = jax.eval_shape(storage.load, jax.ShapeDtypeStruct((1,) + b.shape[1:], b.dtype))
     state_shape = state.shape[1:]
     shared = a.ndim == len(algebra.transition_shape(state_shape))
+    if segment_ids is not None:
+        a, shared = reset_transitions(a, segment_ids, shared=shared, reverse=reverse), False
     if initial_state is None:
         initial_state = jnp.zeros(state_shape, state.dtype)
     cfg = _Config(algebra, storage, method, shared, reverse)
@@ -201,6 +227,7 @@ def linear_recurrence(
     initial_state: Inexact[Array, "..."] | None = None,
     reverse: bool = False,
     method: ScanMethod = "auto",
+    segment_ids: Integer[Array, " length"] | None = None,
 ) -> Inexact[Array, "length ..."]:
     r"""All states of the linear recurrence $h_k = a_k \otimes h_{k-1} + b_k$.
 
@@ -223,6 +250,10 @@ def linear_recurrence(
         whose backward is the same method on the reverse recurrence with the transposed
         transitions, so reverse-mode memory is the states alone; forward-mode autodiff
         (`jax.jvp`) is not available through it.
+    - `segment_ids`: packed sequences: integers of shape `(length,)`, a new segment where
+        the value changes. No state crosses a segment boundary (in either direction): the
+        transition into each segment's first step is replaced by zero. `initial_state`
+        enters the first segment processed.
 
     **Returns:**
 
@@ -258,6 +289,17 @@ def linear_recurrence(
                 f"`initial_state` must have dtype {b.dtype} like `b`; got "
                 f"{initial_state.dtype}."
             )
+    if segment_ids is not None and segment_ids.shape != b.shape[:1]:
+        raise ValueError(
+            f"`segment_ids` must have shape ({b.shape[0]},), one integer per step of `b`; "
+            f"got {segment_ids.shape}."
+        )
     return recurrence(
-        a, b, algebra=algebra, initial_state=initial_state, reverse=reverse, method=method
+        a,
+        b,
+        algebra=algebra,
+        initial_state=initial_state,
+        reverse=reverse,
+        method=method,
+        segment_ids=segment_ids,
     )

@@ -1,0 +1,94 @@
+r"""`AbstractRecurrentCore`: the contract every recurrent core of the library follows.
+
+A core maps one input sequence $u_0, \dots, u_{L-1}$ to one output sequence through a
+recurrent state $x$,
+
+$$x_k = f(x_{k-1}, u_k), \qquad y_k = g(x_k, u_k), \qquad x_{-1} = \text{init\_state}(),$$
+
+and can be run three ways that agree: in parallel over a whole sequence (`__call__`, `run`),
+one token at a time (`step`), or over chunks that carry the state from one to the next
+(`run` with `initial_state=` and `length=`). `LRUBlock`, `LRUModel` and the optimiser's
+parameter labels (`lru_param_labels`) rely on this contract only: a new core is a subclass,
+with no other change anywhere.
+"""
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+from jaxtyping import Array, ArrayLike, Integer, PRNGKeyArray, PyTree
+
+
+class AbstractRecurrentCore(eqx.Module):
+    r"""A recurrent core: `ComplexLRU`, `RealLRU`, the ablation cores, `baselines.S4D`,
+    `baselines.S5`, the LDS cores, or your own.
+
+    Subclasses implement `init_state`, `step` and `run`, and declare `recurrent_fields`;
+    `__call__` is `run` without its final state.
+
+    **Class attributes:**
+
+    - `recurrent_fields`: the names of the top-level fields that get the optimiser's
+        recurrent group (smaller learning rate, no weight decay; paper §D.2; see
+        `eqx_lru.lru_param_labels`). `()` puts every field in the ordinary group.
+    - `causal`: `True` (default) when the output at position $k$ of a forward run depends on
+        $u_0, \dots, u_k$ only (and of a reverse run on $u_k, \dots, u_{L-1}$), and zero
+        input keeps a zero state. Blocks rely on it for padding and streaming.
+    """
+
+    recurrent_fields: eqx.AbstractClassVar[tuple[str, ...]]
+    causal: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def init_state(self) -> PyTree[Array]:
+        """The state before the first position, $x_{-1}$ (zeros)."""
+
+    @abc.abstractmethod
+    def step(self, state: PyTree[Array], u_t: ArrayLike) -> tuple[PyTree[Array], Array]:
+        r"""One position in RNN mode: `(x_{t-1}, u_t) -> (x_t, y_t)`. Repeated from
+        `init_state()` over a sequence, equal to `__call__`."""
+
+    @abc.abstractmethod
+    def run(
+        self,
+        u: ArrayLike,
+        *,
+        initial_state: PyTree[ArrayLike] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+    ) -> tuple[Array, PyTree[Array]]:
+        r"""Run over one sequence in parallel, from `initial_state` (default
+        `init_state()`).
+
+        **Arguments:**
+
+        - `u`: one input sequence, leading length axis.
+        - `initial_state`: the state before the first position processed (as returned by
+            `init_state`, `step` or `run`).
+        - `reverse`: run from the last position to the first.
+        - `length`: the number of valid leading positions; the returned state is the one
+            after position `length - 1` (forward). `None`: all positions are valid.
+        - `segment_ids`: integers per position; a new segment starts where the value
+            changes, and no state crosses a segment boundary (in either direction). The
+            initial state enters the first segment processed.
+
+        **Returns:** `(y, final_state)`: the outputs, and the state after the last valid
+        position processed (forward: position `length - 1`; reverse: position 0).
+        """
+
+    def __call__(
+        self,
+        u: ArrayLike,
+        *,
+        initial_state: PyTree[ArrayLike] | None = None,
+        reverse: bool = False,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        key: PRNGKeyArray | None = None,
+    ) -> Array:
+        """The outputs of `run` (`key` is ignored, as in other Equinox layers)."""
+        del key
+        y, _ = self.run(
+            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids
+        )
+        return y
