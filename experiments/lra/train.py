@@ -59,7 +59,6 @@ import argparse
 import concurrent.futures
 import dataclasses
 import json
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -76,9 +75,10 @@ from . import _env
 from . import _parallel as par
 from ._loop import Abort, Carry, Deadline, Speed, Stop, data_fingerprint
 from ._metrics import MetricsLog, plot_curves, read_records
+from .cli import _CHECKS, OTHER_KEYS, REMAT_TASKS, TRAINING_KEYS, parse_args
 from .configs import get_config
-from .data import TASKS, TaskData, batch_indices, load_task
-from .steps import CORES, build_model, compile_train_step, host_batch, make_optimizer, make_steps, task_spec
+from .data import TaskData, batch_indices, load_task
+from .steps import build_model, compile_train_step, host_batch, make_optimizer, make_steps, task_spec
 
 
 try:
@@ -101,128 +101,6 @@ class UsageError(Exception):
 class RunError(Exception):
     """The run failed for a reason the user can act on (a non-finite loss, out of
     memory): the CLI prints the message and exits with status 1, without a traceback."""
-
-
-#: Settings that determine the trajectory of a run; `--resume` refuses to change them.
-TRAINING_KEYS = (
-    "task", "core", "form", "depth", "d_model", "d_state", "steps", "batch_size", "lr",
-    "lr_factor", "weight_decay", "dropout", "warmup_fraction", "bidirectional", "r_min",
-    "r_max", "max_phase", "glu", "norm", "pooling", "seed", "max_examples", "method",
-)
-#: Settings that change what is logged/saved when, where data comes from, or how the
-#: program runs (not what it computes, up to rounding: `remat`, `deterministic`).
-OTHER_KEYS = (
-    "data_root", "cache_dir", "eval_every", "checkpoint_every", "log_every", "eval_batch_size",
-    "remat", "deterministic",
-)
-#: Tasks trained with rematerialised blocks by default: those whose Table 9 step needs more
-#: than 16 GB of XLA temp without remat (experiments/lra/MEMORY.md: Retrieval 24-45 GB,
-#: PathX 29-67 GB; with remat 6-11 and 9-16 GB), at about the same step time.
-REMAT_TASKS = ("retrieval", "pathx")
-
-
-# --------------------------------------------------------------------------- flags
-
-
-def _number(kind: type, *, low: float | None = None, high: float | None = None, open_low=False, open_high=True):
-    """An argparse `type` accepting finite numbers of `kind` in the given range; the error
-    names the flag (argparse prefixes 'argument --flag:')."""
-    bounds = []
-    if low is not None:
-        bounds.append(f"{'>' if open_low else '>='} {low:g}")
-    if high is not None:
-        bounds.append(f"{'<' if open_high else '<='} {high:g}")
-    what = ("an integer" if kind is int else "a finite number") + (f" {' and '.join(bounds)}" if bounds else "")
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        ok = math.isfinite(value)
-        ok = ok and (low is None or (value > low if open_low else value >= low))
-        ok = ok and (high is None or (value < high if open_high else value <= high))
-        if not ok:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-
-    parse.__name__ = what  # shown by argparse for unconvertible values
-    return parse
-
-
-_POSITIVE_INT = _number(int, low=1)
-_POSITIVE = _number(float, low=0, open_low=True)
-_FRACTION = _number(float, low=0, high=1)
-#: Every numeric setting, its check (also applied to saved and default settings).
-_CHECKS = {
-    "depth": _POSITIVE_INT, "d_model": _POSITIVE_INT, "d_state": _POSITIVE_INT,
-    "steps": _POSITIVE_INT, "batch_size": _POSITIVE_INT, "eval_every": _POSITIVE_INT,
-    "checkpoint_every": _POSITIVE_INT, "log_every": _POSITIVE_INT,
-    "eval_batch_size": _POSITIVE_INT, "max_examples": _POSITIVE_INT,
-    "seed": _number(int, low=0), "lr": _POSITIVE, "lr_factor": _POSITIVE,
-    "weight_decay": _number(float, low=0), "warmup_fraction": _FRACTION, "dropout": _FRACTION,
-}
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m experiments.lra.train",
-        description="Train a deep LRU on a Long Range Arena task. Unset flags take the "
-        "task's defaults (paper Table 9, experiments/lra/configs.py) or, with --resume, the "
-        "values saved in OUT/config.json.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("--task", choices=TASKS, help="the LRA task (required unless --resume)")
-    p.add_argument("--data-root", help="folder containing the task's data (searched up to 4 levels deep)")
-    p.add_argument("--out", required=True, help="output folder: metrics, curves, checkpoints")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.eqx, exactly")
-    p.add_argument("--allow-data-change", action="store_true",
-                   help="with --resume: continue although the data differ from the checkpoint's")
-    g = p.add_argument_group("model (defaults: the task config)")
-    g.add_argument("--core", choices=CORES, help="recurrent core: the LRU or the S4D/S5 baselines [lru]")
-    g.add_argument("--form", choices=("complex", "real"), help="LRU form [complex]")
-    g.add_argument("--depth", type=_CHECKS["depth"], help="number of blocks")
-    g.add_argument("--d-model", type=_CHECKS["d_model"], help="H, features per position")
-    g.add_argument("--d-state", type=_CHECKS["d_state"], help="N, complex modes per layer")
-    g.add_argument("--dropout", type=_CHECKS["dropout"])
-    g.add_argument("--bidirectional", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--norm", choices=("batch", "layer"))
-    g.add_argument("--method", choices=("auto", "sequential", "associative"),
-                   help="scan method of the recurrent layers [auto: chosen per backend]")
-    g.add_argument("--remat", action=argparse.BooleanOptionalAction, default=None,
-                   help="recompute each block in the backward pass: a quarter of the memory "
-                   f"(experiments/lra/MEMORY.md) [on for {' and '.join(REMAT_TASKS)}]")
-    g = p.add_argument_group("optimisation (defaults: the task config)")
-    g.add_argument("--steps", type=_CHECKS["steps"], help="optimiser steps (the schedule's length)")
-    g.add_argument("--batch-size", type=_CHECKS["batch_size"], help="global batch size (all devices together)")
-    g.add_argument("--lr", type=_CHECKS["lr"], help="peak (base) learning rate")
-    g.add_argument("--lr-factor", type=_CHECKS["lr_factor"], help="recurrent parameters get lr x this")
-    g.add_argument("--weight-decay", type=_CHECKS["weight_decay"])
-    g.add_argument("--warmup-fraction", type=_CHECKS["warmup_fraction"])
-    g.add_argument("--seed", type=_CHECKS["seed"], help="model init, data order and dropout [0]")
-    g = p.add_argument_group("run")
-    g.add_argument("--eval-every", type=_CHECKS["eval_every"], help="validate every N steps [one epoch]")
-    g.add_argument("--checkpoint-every", type=_CHECKS["checkpoint_every"], help="write last.eqx every N steps [1000]")
-    g.add_argument("--log-every", type=_CHECKS["log_every"], help="train record every N steps [50]")
-    g.add_argument("--eval-batch-size", type=_CHECKS["eval_batch_size"], help="[--batch-size]")
-    g.add_argument("--max-examples", type=_CHECKS["max_examples"], help="use at most N examples of each split (quick runs)")
-    g.add_argument("--cache-dir", help="cache the built arrays here (recommended; needed for PathX)")
-    g.add_argument("--stop-at", type=_POSITIVE_INT, help="checkpoint and exit after this step")
-    g.add_argument("--time-limit", type=_POSITIVE, metavar="MINUTES",
-                   help="checkpoint and exit (status 0, resumable) before MINUTES have passed")
-    g.add_argument("--nondeterministic", dest="deterministic", action="store_const", const=False,
-                   default=None, help="allow XLA's faster nondeterministic GPU ops (resume is "
-                   "then not bit-exact on GPUs)")
-    g.add_argument("--distributed", choices=("auto", "on", "off"), default="auto",
-                   help="multi-host: call jax.distributed.initialize() ('auto': when "
-                   "JAX_COORDINATOR_ADDRESS or a SLURM/Open MPI launch with >1 task is detected)")
-    g.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (it is shown on a terminal only anyway)")
-    return p
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return _parser().parse_args(argv)
 
 
 def task_defaults(task: str) -> dict[str, Any]:
