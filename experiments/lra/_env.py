@@ -14,8 +14,9 @@ therefore run before any of those; importing `jax` is harmless.
 - **Allocator.** JAX preallocates 75% of a GPU's memory by default; on an 80 GB card the
   PathX step then failed with `RESOURCE_EXHAUSTED` on a 35.67 GiB allocation, and ran
   with `XLA_PYTHON_CLIENT_PREALLOCATE=false` (allocate on demand). For the big tasks
-  (`ON_DEMAND_TASKS`) that is the default, unless the user set
-  `XLA_PYTHON_CLIENT_PREALLOCATE` or `XLA_PYTHON_CLIENT_MEM_FRACTION` themselves.
+  (`allocate_on_demand` in their `experiments/lra/tasks.py` entry) that is the default,
+  unless the user set `XLA_PYTHON_CLIENT_PREALLOCATE` or `XLA_PYTHON_CLIENT_MEM_FRACTION`
+  themselves.
 """
 
 import os
@@ -25,7 +26,6 @@ from typing import Any
 
 __all__ = [
     "DETERMINISTIC_FLAG",
-    "ON_DEMAND_TASKS",
     "backend_env",
     "configure_backend",
     "is_out_of_memory",
@@ -33,10 +33,15 @@ __all__ = [
 ]
 
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
-#: Tasks whose training step needs the most memory (experiments/lra/MEMORY.md): the
-#: allocator allocates on demand for them unless the user chose otherwise.
-ON_DEMAND_TASKS = ("text", "retrieval", "pathx")
 _ALLOCATOR_VARS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
+
+
+def _on_demand(task: str) -> bool:
+    """Whether `task`'s registry entry asks for on-demand allocation (experiments/lra/MEMORY.md:
+    the tasks whose training step needs the most memory)."""
+    from .tasks import REGISTRY
+
+    return task in REGISTRY and REGISTRY[task].allocate_on_demand
 
 
 def backend_env(environ: Mapping[str, str], *, deterministic: bool, task: str) -> dict[str, Any]:
@@ -56,7 +61,7 @@ def backend_env(environ: Mapping[str, str], *, deterministic: bool, task: str) -
         updates["XLA_FLAGS"] = flags
     if any(name in environ for name in _ALLOCATOR_VARS):
         allocator = "user"
-    elif task in ON_DEMAND_TASKS:
+    elif _on_demand(task):
         updates["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         allocator = "on demand"
     else:

@@ -9,10 +9,10 @@ import argparse
 import math
 from collections.abc import Sequence
 
-from .data import TASKS
+from . import tasks
 from .steps import CORES
 
-__all__ = ["TRAINING_KEYS", "OTHER_KEYS", "REMAT_TASKS", "parse_args"]
+__all__ = ["TRAINING_KEYS", "OTHER_KEYS", "parse_args"]
 
 
 #: Settings that determine the trajectory of a run; `--resume` refuses to change them.
@@ -53,10 +53,6 @@ OTHER_KEYS = (
     "remat",
     "deterministic",
 )
-#: Tasks trained with rematerialised blocks by default: those whose Table 9 step needs more
-#: than 16 GB of XLA temp without remat (experiments/lra/MEMORY.md: Retrieval 24-45 GB,
-#: PathX 29-67 GB; with remat 6-11 and 9-16 GB), at about the same step time.
-REMAT_TASKS = ("retrieval", "pathx")
 
 
 # --------------------------------------------------------------------------- flags
@@ -122,6 +118,7 @@ _CHECKS = {
 
 
 def _parser() -> argparse.ArgumentParser:
+    remat_tasks = [t.name for t in tasks.REGISTRY.values() if t.remat]  # the registry's
     p = argparse.ArgumentParser(
         prog="python -m experiments.lra.train",
         description="Train a deep LRU on a Long Range Arena task. Unset flags take the "
@@ -129,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
         "values saved in OUT/config.json.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--task", choices=TASKS, help="the LRA task (required unless --resume)")
+    p.add_argument("--task", choices=tasks.names(), help="the LRA task (required unless --resume)")
     p.add_argument(
         "--data-root", help="folder containing the task's data (searched up to 4 levels deep)"
     )
@@ -161,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="recompute each block in the backward pass: a quarter of the memory "
-        f"(experiments/lra/MEMORY.md) [on for {' and '.join(REMAT_TASKS)}]",
+        f"(experiments/lra/MEMORY.md) [on for {' and '.join(remat_tasks)}]",
     )
     g = p.add_argument_group("optimisation (defaults: the task config)")
     g.add_argument("--steps", type=_CHECKS["steps"], help="optimiser steps (the schedule's length)")

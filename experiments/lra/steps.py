@@ -29,7 +29,8 @@ from jax.sharding import PartitionSpec as P
 import eqx_lru
 
 from . import _parallel as par
-from .data import IMAGE_SIDE, IN_CHANNELS, L_MAX, NUM_CLASSES, TaskData
+from .data import TaskData
+from .tasks import get_task
 
 
 __all__ = [
@@ -57,8 +58,6 @@ PROGRAM_KEYS = (
     "lr_factor", "weight_decay", "dropout", "warmup_fraction", "bidirectional", "r_min",
     "r_max", "max_phase", "glu", "norm", "pooling", "method", "remat",
 )
-#: Vocabulary sizes of the official data (specials included), for `task_spec`.
-_VOCAB_SIZES = {"listops": 18, "text": 135, "retrieval": 98}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,10 +78,8 @@ def task_spec(task: str | TaskData | TaskSpec, seq_len: int | None = None) -> Ta
     if isinstance(task, TaskData):
         vocab = None if task.vocab is None else len(task.vocab)
         return TaskSpec(task.task, task.num_classes, seq_len or task.seq_len, vocab, task.in_channels)
-    if task not in NUM_CLASSES:
-        raise ValueError(f"Unknown task {task!r}; expected one of {tuple(NUM_CLASSES)}.")
-    length = L_MAX[task] if task in L_MAX else IMAGE_SIDE[task] ** 2
-    return TaskSpec(task, NUM_CLASSES[task], seq_len or length, _VOCAB_SIZES.get(task), IN_CHANNELS.get(task))
+    t = get_task(task)
+    return TaskSpec(task, t.num_classes, seq_len or t.seq_len, t.vocab_size, t.in_channels)
 
 
 def make_core(cfg: dict[str, Any]) -> Callable:
@@ -104,7 +101,7 @@ def make_core(cfg: dict[str, Any]) -> Callable:
         # complex states per example (199 GB of XLA temp for the ListOps step at Table 9
         # sizes, experiments/bench/RESULTS-cpu.md), the FFT convolution the same outputs.
         return functools.partial(cls, mode="convolution")
-    return functools.partial(cls, method=cfg["method"])
+    return functools.partial(cls, form=cfg["form"], method=cfg["method"])
 
 
 def build_model(cfg: dict[str, Any], data: TaskData | TaskSpec, key) -> tuple[eqx.Module, eqx.nn.State]:
@@ -127,7 +124,7 @@ def _build(cfg, spec: TaskSpec, key):
     )
     model = dict(encoder="embedding" if tokens else "linear", pooling=cfg["pooling"], block=block,
                  remat=bool(cfg["remat"]))
-    if spec.task != "retrieval":
+    if get_task(spec.task).model != "retrieval":
         return eqx_lru.LRUModel(in_size, spec.num_classes, *sizes, key=key, **model)
     enc_key, head_key = jax.random.split(key)
     encoder = eqx_lru.LRUModel(in_size, None, *sizes, key=enc_key, **model)
@@ -225,7 +222,7 @@ def _jit_steps(static, optim, schedule, mesh: Mesh) -> Steps:
 def host_batch(data: TaskData, split, indices: np.ndarray, *, padded: bool) -> dict[str, np.ndarray]:
     """Model-ready host arrays: `x`, `label`, `length` (token tasks), `weight` (eval)."""
     raw = data.batch(split, indices)
-    if data.task == "retrieval":
+    if raw.get("inputs2") is not None:  # a pair of documents (Retrieval)
         out = {
             "x": np.stack([raw["inputs"], raw["inputs2"]], axis=1),
             "length": np.stack([raw["lengths"], raw["lengths2"]], axis=1),
@@ -246,7 +243,7 @@ def example_batch(spec: TaskSpec, batch_size: int) -> dict[str, np.ndarray]:
     b, length = batch_size, spec.seq_len
     if spec.vocab_size is None:
         out = {"x": np.zeros((b, length, spec.in_channels), np.float32)}
-    elif spec.task == "retrieval":
+    elif get_task(spec.task).model == "retrieval":
         out = {"x": np.full((b, 2, length), 3, np.int32), "length": np.full((b, 2), length, np.int32)}
     else:
         out = {"x": np.full((b, length), 3, np.int32), "length": np.full((b,), length, np.int32)}

@@ -75,10 +75,11 @@ from . import _env
 from . import _parallel as par
 from ._loop import Abort, Carry, Deadline, Speed, Stop, data_fingerprint
 from ._metrics import MetricsLog, plot_curves, read_records
-from .cli import _CHECKS, OTHER_KEYS, REMAT_TASKS, TRAINING_KEYS, parse_args
+from .cli import _CHECKS, OTHER_KEYS, TRAINING_KEYS, parse_args
 from .configs import get_config
 from .data import TaskData, batch_indices, load_task
 from .steps import build_model, compile_train_step, host_batch, make_optimizer, make_steps, task_spec
+from .tasks import get_task
 
 
 try:
@@ -115,7 +116,7 @@ def task_defaults(task: str) -> dict[str, Any]:
         "norm": c.norm, "pooling": c.pooling, "seed": 0, "max_examples": None,
         "method": "auto", "data_root": None, "cache_dir": None,
         "eval_every": c.eval_every, "checkpoint_every": 1000, "log_every": 50,
-        "eval_batch_size": None, "remat": task in REMAT_TASKS, "deterministic": True,
+        "eval_batch_size": None, "remat": get_task(task).remat, "deterministic": True,
     }
 
 
