@@ -5,6 +5,7 @@
 #   ./dev.sh demo   the main job: a short offline demo (no download)
 #   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change)
 #   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
+#   ./dev.sh docs   the documentation site (MkDocs, strict) into site/; `docs serve` to preview
 #   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
 #                   Markdown report (experiments/gpu_check.py); exits 2 without a GPU.
 #                   Where nvidia-smi exists it installs the `cuda` extra (JAX for CUDA).
@@ -14,7 +15,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-extras=experiments,test
+extras=experiments,test,docs
 if [ "${1:-}" = gpu-check ] && command -v nvidia-smi >/dev/null 2>&1; then
     extras=$extras,cuda
 fi
@@ -37,5 +38,11 @@ case "$job" in
         exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@" ;;
     bench) exec .venv/bin/python -m experiments.bench "$@" ;;
     gpu-check) exec .venv/bin/python -m experiments.gpu_check "$@" ;;
-    *) echo "usage: ./dev.sh {demo|test|bench|gpu-check} [args...]" >&2; exit 2 ;;
+    docs)
+        # The documentation site (mkdocs.yml, docs/): built strictly into site/;
+        # `./dev.sh docs serve` serves it with live reload while you edit.
+        export NO_MKDOCS_2_WARNING=1
+        if [ "${1:-}" = serve ]; then shift; exec .venv/bin/mkdocs serve "$@"; fi
+        exec .venv/bin/mkdocs build --strict "$@" ;;
+    *) echo "usage: ./dev.sh {demo|test|bench|gpu-check|docs} [args...]" >&2; exit 2 ;;
 esac
