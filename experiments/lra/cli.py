@@ -122,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m experiments.lra.train",
         description="Train a deep LRU on a Long Range Arena task. Unset flags take the "
-        "task's defaults (paper Table 9, experiments/lra/configs.py) or, with --resume, the "
+        "task's defaults (paper Table 9, experiments/lra/tasks.py) or, with --resume, the "
         "values saved in OUT/config.json.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

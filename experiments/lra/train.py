@@ -3,10 +3,10 @@
     python -m experiments.lra.train --task listops --data-root DATA --out runs/listops
     python -m experiments.lra.train --task listops --data-root DATA --out runs/listops --resume
 
-Defaults come from `experiments/lra/configs.py` (Table 9); flags override them. The run
-trains with the optimiser of §D.2 (`eqx_lru.lru_optimizer`), evaluates on val every
-`--eval-every` steps (keeping the best weights in `OUT/best.eqx`), evaluates the
-best-val weights on test at the end, and writes to `OUT/`:
+Defaults come from the task's entry in `experiments/lra/tasks.py` (Table 9); flags
+override them. The run trains with the optimiser of §D.2 (`eqx_lru.lru_optimizer`),
+evaluates on val every `--eval-every` steps (keeping the best weights in `OUT/best.eqx`),
+evaluates the best-val weights on test at the end, and writes to `OUT/`:
 
 | file | content |
 |---|---|
@@ -105,7 +105,7 @@ class RunError(Exception):
 
 
 def task_defaults(task: str) -> dict[str, Any]:
-    """The settings of a new run of `task` without flags (Table 9, configs.py)."""
+    """The settings of a new run of `task` without flags (its registry entry, tasks.py)."""
     c = get_config(task)
     return {
         "task": task, "core": "lru", "form": "complex", "depth": c.depth, "d_model": c.d_model,
