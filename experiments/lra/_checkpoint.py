@@ -5,25 +5,36 @@ A checkpoint named `NAME` in a folder is two files:
 - `NAME.eqx`: the leaves of a pytree (for training: model, BatchNorm state, optimiser
   state, RNG key and the step as an int64 array), written by `eqx.tree_serialise_leaves`.
   Reading it needs a pytree of the same structure, `like`.
-- `NAME.json`: small metadata (step, best validation accuracy, the run's config, ...).
+- `NAME.json`: small metadata (step, best validation accuracy, the run's config, ...) and
+  the SHA-256 of the `.eqx` file (`"sha256"`).
 
-Each file is written to a temporary name in the same folder, flushed with `fsync`, then
-`os.replace`d over the old one, so a crash or Ctrl-C at any moment leaves either the old
-or the new file, never a torn one. The `.eqx` file is replaced first; the JSON records the
-step, and `load` checks it against the step stored in the `.eqx` leaves, so a crash
-between the two replaces is detected instead of silently mixing two checkpoints.
+**One unit.** The JSON names its `.eqx` by content (the SHA-256), so a pair is complete
+exactly when a JSON and an `.eqx` with that digest are both on disk, whatever their names.
+`save` keeps the previous complete pair as `NAME.prev.eqx` / `NAME.prev.json` (moved there
+`.eqx` first, then JSON) until the new pair is complete; each new file is written to a
+temporary name, flushed with `fsync` and `os.replace`d, and the folder is `fsync`ed after
+the renames. Whatever instant the process dies (`kill -9`, power loss), the folder holds
+the new pair or the previous one complete, and `locate` finds the newest complete pair.
 
-**Integrity.** The JSON stores the SHA-256 of the `.eqx` file (`"sha256"`); `load` checks
-it before reading a leaf, so a truncated or corrupted file is reported by name
-(`CheckpointError`) rather than as a shape mismatch, and `finite=True` refuses leaves that
-hold NaN or infinity. A JSON file that does not parse, or lacks a required entry, is
-reported by name as corrupt (`read_json`).
+**Integrity.** `load` checks the SHA-256 before reading a leaf, so a truncated or corrupted
+file is reported by name (`CheckpointError`) rather than as a shape mismatch, and
+`finite=True` refuses leaves that hold NaN or infinity. A JSON file that does not parse,
+or lacks a required entry, is reported by name as corrupt (`read_json`). A crash never
+produces these (every file is replaced whole), so they are refused rather than skipped.
+
+**Owner.** `RunLock` holds an exclusive `flock` on `FOLDER/.lock` (which records the
+owner's pid and host) while a trainer writes the folder; the kernel releases it when the
+owner dies, so a dead owner never leaves the folder locked.
 """
 
+import dataclasses
+import errno
 import hashlib
 import io
 import json
 import os
+import socket
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,8 +43,13 @@ import equinox as eqx
 import jax
 import numpy as np
 
+__all__ = [
+    "CheckpointError", "FolderInUse", "Pair", "RunLock", "save", "load", "locate", "load_pair", "exists",
+    "to_host", "write_atomic", "read_json", "sha256", "nonfinite_leaves", "PREVIOUS",
+]
 
-__all__ = ["CheckpointError", "save", "load", "exists", "to_host", "write_atomic", "read_json", "sha256", "nonfinite_leaves"]
+#: The suffix of the previous complete pair: `NAME.prev.eqx`, `NAME.prev.json`.
+PREVIOUS = ".prev"
 
 
 class CheckpointError(ValueError):
@@ -86,6 +102,34 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the renames in `folder` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_temp(path: Path, data: bytes) -> Path:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
 
 
 def to_host(tree: Any) -> Any:
@@ -106,15 +150,74 @@ def to_host(tree: Any) -> Any:
 
 
 def exists(folder: str | os.PathLike, name: str) -> bool:
+    """Whether `folder` holds any file of checkpoint `name` (complete or not)."""
     folder = Path(folder)
-    return (folder / f"{name}.eqx").is_file() and (folder / f"{name}.json").is_file()
+    return any((folder / f"{name}{gen}{ext}").exists() for gen in ("", PREVIOUS) for ext in (".eqx", ".json"))
 
 
-def save(folder: str | os.PathLike, name: str, tree: Any, meta: Mapping[str, Any]) -> None:
-    """Write `tree` to `folder/name.eqx` and `meta` to `folder/name.json`, atomically.
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """A checkpoint's JSON and the `.eqx` it names; `intact`: the digests agree."""
 
+    json_path: Path
+    eqx_path: Path
+    meta: dict[str, Any]
+    intact: bool
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return sha256(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def locate(folder: str | os.PathLike, name: str, *, sha256: str | None = None) -> Pair | None:
+    """The newest checkpoint `name` in `folder`: `NAME.json` (else `NAME.prev.json`) with the
+    `.eqx` of the same SHA-256 (`intact=True`), or, if no `.eqx` matches, with its own
+    `.eqx` (`intact=False`: damaged or missing; `load_pair` says which). None if neither
+    JSON exists (no save finished yet). With `sha256`: the pair whose JSON records that
+    digest (None if neither does).
+
+    **Raises:** `CheckpointError` if `NAME.json` is not valid JSON (a crash never leaves one:
+    every file is replaced whole); not with `sha256`, where such a JSON is skipped.
+    """
+    folder = Path(folder)
+    for first, other in (("", PREVIOUS), (PREVIOUS, "")):
+        json_path = folder / f"{name}{first}.json"
+        if not json_path.is_file():
+            continue
+        if sha256 is not None:
+            try:
+                meta = read_json(json_path)
+            except (CheckpointError, OSError):
+                continue
+            if not isinstance(meta, dict) or meta.get("sha256") != sha256:
+                continue
+        else:
+            meta = read_json(json_path)
+        if not isinstance(meta, dict):
+            raise CheckpointError(f"{json_path} is corrupt (not a JSON object). Restore it from a backup, "
+                                  "or start a new run with another --out.")
+        own = folder / f"{name}{first}.eqx"
+        if "sha256" not in meta:  # written before digests were recorded
+            return Pair(json_path, own, meta, own.is_file())
+        for eqx_path in (own, folder / f"{name}{other}.eqx"):
+            if _digest(eqx_path) == meta["sha256"]:
+                return Pair(json_path, eqx_path, meta, True)
+        return Pair(json_path, own, meta, False)
+    return None
+
+
+def save(folder: str | os.PathLike, name: str, tree: Any, meta: Mapping[str, Any]) -> str:
+    """Write `tree` to `folder/name.eqx` and `meta` to `folder/name.json` as one unit.
+
+    The newest complete pair already there becomes `name.prev.*` (see the module
+    docstring), so a crash at any instant leaves a complete pair for `locate`.
     `meta["step"]` (an int) is required; it is the consistency check `load` uses, so the
     caller must also keep the same step inside `tree` (see `load`'s `step_of`).
+
+    **Returns:** the SHA-256 of the `.eqx` file (recorded in the JSON as `"sha256"`).
     """
     if "step" not in meta:
         raise ValueError("checkpoint metadata needs a 'step' entry.")
@@ -123,9 +226,31 @@ def save(folder: str | os.PathLike, name: str, tree: Any, meta: Mapping[str, Any
     buffer = io.BytesIO()
     eqx.tree_serialise_leaves(buffer, to_host(tree))
     data = buffer.getvalue()
-    write_atomic(folder / f"{name}.eqx", data)
-    text = json.dumps({**meta, "sha256": sha256(data)}, indent=1, sort_keys=True, allow_nan=True)
-    write_atomic(folder / f"{name}.json", text.encode())
+    digest = sha256(data)
+    text = json.dumps({**meta, "sha256": digest}, indent=1, sort_keys=True, allow_nan=True)
+    eqx_path, json_path = folder / f"{name}.eqx", folder / f"{name}.json"
+    tmp_eqx = _write_temp(eqx_path, data)
+    try:
+        tmp_json = _write_temp(json_path, text.encode())
+        try:
+            try:
+                current = locate(folder, name)
+            except CheckpointError:  # a damaged NAME.json: keep NAME.prev.*, replace NAME.*
+                current = None
+            if current is not None and current.intact:  # keep it as the previous pair
+                for path, ext in ((current.eqx_path, ".eqx"), (current.json_path, ".json")):
+                    previous = folder / f"{name}{PREVIOUS}{ext}"
+                    if path != previous:
+                        os.replace(path, previous)
+                _fsync_folder(folder)
+            os.replace(tmp_eqx, eqx_path)
+            os.replace(tmp_json, json_path)
+            _fsync_folder(folder)
+        finally:
+            tmp_json.unlink(missing_ok=True)
+    finally:
+        tmp_eqx.unlink(missing_ok=True)
+    return digest
 
 
 def load(
@@ -150,7 +275,15 @@ def load(
     holds non-finite values (with `finite`), or the two files disagree.
     """
     folder = Path(folder)
-    eqx_path, json_path = folder / f"{name}.eqx", folder / f"{name}.json"
+    return load_pair(folder / f"{name}.json", folder / f"{name}.eqx", like, step_of=step_of, finite=finite,
+                     required=required)
+
+
+def load_pair(
+    json_path: Path, eqx_path: Path, like: Any, *, step_of=None, finite: bool = False,
+    required: tuple[str, ...] = (),
+) -> tuple[Any, dict[str, Any]]:
+    """`load` of an explicit pair of files (e.g. a `Pair` found by `locate`)."""
     for path in (eqx_path, json_path):
         if not path.is_file():
             raise FileNotFoundError(f"No checkpoint file {str(path)!r}.")
@@ -197,3 +330,96 @@ def _corrupt(eqx_path: Path, json_path: Path, data: bytes, detail: str = "") -> 
         f"{json_path.name} ({len(data)} bytes on disk{detail}). Restore it from a backup, or "
         "start again with a fresh --out."
     )
+
+
+class FolderInUse(CheckpointError):
+    """Another live process holds the folder's `RunLock`."""
+
+
+class RunLock:
+    """An exclusive lock on a run folder while one process writes it.
+
+    `flock` on `FOLDER/.lock`: the kernel drops it when its owner exits or dies (even by
+    `kill -9`), so a dead owner's lock is simply taken over. The file records the owner's
+    pid, host and start time (UTC) for the refusal's message. Where the file system has no
+    `flock` (some network mounts), the recorded owner is checked instead: a live pid on this
+    host holds the folder, anything else is taken over.
+
+    **Raises** (on `acquire`): `FolderInUse` naming the owner.
+    """
+
+    def __init__(self, folder: str | os.PathLike, *, what: str = "--out"):
+        self.folder, self.what = Path(folder), what
+        self.path = self.folder / ".lock"
+        self._fd: int | None = None
+
+    def _owner(self) -> str:
+        try:
+            owner = json.loads(self.path.read_text() or "{}")
+            return (f"pid {owner.get('pid', '?')} on {owner.get('host', '?')}, since "
+                    f"{owner.get('since', '?')}")
+        except (OSError, ValueError):
+            return "another process"
+
+    def _refuse(self) -> FolderInUse:
+        return FolderInUse(
+            f"{self.what} {str(self.folder)!r} is in use by another trainer ({self._owner()}): two "
+            "trainers would overwrite each other's checkpoints and metrics. Wait for it to end "
+            f"(or stop it), or choose another {self.what}."
+        )
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise self._refuse() from None
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                os.close(fd)
+                raise
+            if self._live_owner():
+                os.close(fd)
+                raise self._refuse() from None
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        self._fd = fd
+        return self
+
+    def _live_owner(self) -> bool:
+        try:
+            owner = json.loads(self.path.read_text() or "{}")
+        except (OSError, ValueError):
+            return False
+        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+            return False
+        if owner["pid"] == os.getpid():
+            return False
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:
+                pass
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> bool:
+        self.release()
+        return False

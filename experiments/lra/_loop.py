@@ -1,10 +1,11 @@
 """Small pieces of the training loop: the run's state, signals, speed, deadline, data
 fingerprint."""
 
+import contextlib
 import dataclasses
 import hashlib
+import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -12,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["Carry", "Abort", "Stop", "Speed", "Deadline", "data_fingerprint", "process_age", "SIGNALS"]
 
-__all__ = ["Carry", "Abort", "Stop", "Speed", "Deadline", "data_fingerprint"]
+#: The signals that stop a run cleanly: Ctrl-C, `kill`/batch schedulers, a closed terminal.
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +24,10 @@ class Carry:
     """The whole state of a run between two steps; replaced as one object.
 
     `pending` holds `(loss, accuracy, lr)` of the steps since the last train record; `best`
-    the best validation result so far (`{"val_accuracy", "val_loss", "step"}` or None).
+    the best validation result so far (`{"val_accuracy", "val_loss", "step"}` or None);
+    `best_tree` its `(model, bn_state)` on the host while not yet written to `best.eqx`
+    (it is written with the next checkpoint, so that `best.*` and `last.*` change together),
+    `best_sha256` the digest of the `best.eqx` that holds it once written.
     """
 
     step: int
@@ -31,6 +37,8 @@ class Carry:
     run_key: Any
     pending: tuple = ()
     best: dict | None = None
+    best_tree: Any = None
+    best_sha256: str | None = None
 
     def tree(self):
         """What `last.eqx` holds."""
@@ -38,32 +46,71 @@ class Carry:
 
 
 class Abort(BaseException):
-    """A second Ctrl-C: leave at once (the checkpoint on disk stays valid)."""
+    """A signal that ends the process without a new checkpoint (the one on disk stays valid)."""
 
 
 class Stop:
-    """SIGINT/SIGTERM -> a flag the loop checks between steps."""
+    """SIGINT, SIGTERM and SIGHUP as flags; nothing but flag-setting (and one `os.write`)
+    happens inside the handler.
+
+    - Before training (`training` False: loading data, compiling): the first signal raises
+      `Abort` there and then (nothing to save yet).
+    - While training: the first signal sets `reason`; the loop finishes its step, writes a
+      checkpoint and exits with status 130.
+    - A second signal during a checkpoint write (`with stop.saving():`) waits for the write
+      to finish, then raises `Abort`; outside one it ends the process at once with
+      `os._exit(130)` (no unwinding through JAX), the last checkpoint on disk being complete.
+    """
 
     def __init__(self):
         self.reason: str | None = None
+        self.training = False
+        self._saving = 0
+        self._abort: str | None = None
         self._previous: dict[int, Any] = {}
 
+    def _say(self, text: str) -> None:
+        with contextlib.suppress(OSError):
+            os.write(2, text.encode())
+
     def _handle(self, signum, frame):
-        if self.reason is not None:
-            raise Abort(f"second {signal.Signals(signum).name}")
-        self.reason = signal.Signals(signum).name
-        print(f"\n{self.reason}: finishing this step, then saving a checkpoint (again to "
-              "abort; the last checkpoint on disk stays valid).", file=sys.stderr, flush=True)
+        name = signal.Signals(signum).name
+        if not self.training:
+            self.reason = name
+            raise Abort(f"{name} before training started; nothing to save")
+        if self.reason is None:
+            self.reason = name
+            self._say(f"\n{name}: finishing this step, then saving a checkpoint (again to abort; the "
+                      "last checkpoint on disk stays valid).\n")
+        elif self._saving:
+            self._abort = name
+            self._say(f"\n{name} again: aborting once the checkpoint being written is complete.\n")
+        else:
+            self._say(f"\n{name} again: aborted; the last checkpoint on disk is complete (resume with "
+                      "--resume).\n")
+            os._exit(130)
+
+    @contextlib.contextmanager
+    def saving(self):
+        """A checkpoint write: a second signal waits for its end."""
+        self._saving += 1
+        try:
+            yield
+        finally:
+            self._saving -= 1
+        if self._abort is not None and not self._saving:
+            raise Abort(f"second {self._abort}, after the checkpoint was written")
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._previous.clear()
         return False
 
 
@@ -114,12 +161,16 @@ class Deadline:
 
     The reserve is 1.5x the slowest iteration seen (step + logging + evaluation +
     checkpoint; the first one, which compiles, only until others are seen) plus the
-    slowest checkpoint write, plus 2 s. `clock` is injectable (seconds, monotonic).
+    slowest checkpoint write, plus 2 s. `clock` is injectable (seconds, monotonic);
+    `started` is the `clock` reading the limit counts from (default: now; the CLI passes
+    the start of the process, so that loading and compiling count too).
     """
 
-    def __init__(self, minutes: float | None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, minutes: float | None, clock: Callable[[], float] = time.monotonic,
+                 started: float | None = None):
         self.clock = clock
-        self.end = None if minutes is None else clock() + 60.0 * minutes
+        self.started = clock() if started is None else started
+        self.end = None if minutes is None else self.started + 60.0 * minutes
         self._iterations: list[float] = []
         self.save_seconds = 0.0
         self._mark: float | None = None
@@ -133,10 +184,11 @@ class Deadline:
             self._iterations = self._iterations[:1] + sorted(self._iterations[1:])[-1:]
             self._mark = None
 
-    def timed_save(self, save: Callable[[], None]) -> None:
+    def timed_save(self, save: Callable[[], Any]) -> Any:
         t0 = self.clock()
-        save()
+        result = save()
         self.save_seconds = max(self.save_seconds, self.clock() - t0)
+        return result
 
     def expired(self) -> bool:
         """True when the next iteration might not end (and be saved) before the deadline."""
@@ -145,6 +197,21 @@ class Deadline:
         seen = self._iterations[1:] or self._iterations
         reserve = 1.5 * max(seen, default=0.0) + self.save_seconds + 2.0
         return self.clock() + reserve > self.end
+
+
+def process_age() -> float:
+    """Seconds since this process started (Linux: from `/proc/self/stat`; elsewhere since
+    this module was imported)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time since boot
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.monotonic() - _IMPORTED
+
+
+_IMPORTED = time.monotonic()
 
 
 def data_fingerprint(splits: dict[str, Any]) -> dict[str, Any]:

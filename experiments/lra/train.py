@@ -14,7 +14,9 @@ evaluates the best-val weights on test at the end, and writes to `OUT/`:
 | `metrics.jsonl` | one JSON record per line: train (every `--log-every` steps), val, test (see `_metrics.py`) |
 | `curves.png` | loss and accuracy against step |
 | `last.eqx` + `last.json` | the full training state every `--checkpoint-every` steps, on Ctrl-C, `--stop-at` and `--time-limit` |
-| `best.eqx` + `best.json` | `(model, bn_state)` with the best val accuracy so far |
+| `best.eqx` + `best.json` | `(model, bn_state)` with the best val accuracy so far (written with the next checkpoint) |
+| `last.prev.*`, `best.prev.*` | the previous complete checkpoints, kept while a new one is written |
+| `.lock` | held while a trainer runs: a second trainer on the same `--out` is refused |
 | `results.json` | test accuracy, best val accuracy and step, speed, wall time |
 
 **Model** (`steps.build_model`). Token tasks (ListOps, Text) embed tokens, pixel tasks
@@ -36,31 +38,50 @@ recurrent core: the LRU (`--form complex|real`), or the paper's S4D / S5 baselin
 So `--resume` continues with the very same losses, bit for bit, as an uninterrupted run
 (same hardware, device count and data; on GPUs with the default deterministic XLA ops).
 
-**Trust.** Each checkpoint's JSON stores the SHA-256 of its `.eqx` file and a
-fingerprint of the data (sizes and SHA-256 of every split); `--resume` refuses a corrupt
-or truncated file, non-finite parameters or optimiser state, and changed data (unless
-`--allow-data-change`). A non-finite training loss stops the run (status 1) without
-overwriting the last good checkpoint.
+**Trust.** Each checkpoint's JSON stores the SHA-256 of its `.eqx` file, the run's id and
+settings, and a fingerprint of the data (sizes and SHA-256 of every split); `--resume`
+refuses, before training, a corrupt or truncated file, non-finite parameters or optimiser
+state, a checkpoint (`last.*` or `best.*`) of another run or one whose settings differ from
+`config.json` (an edited `config.json`), and changed data (unless `--allow-data-change`).
+A non-finite training loss stops the run (status 1) without overwriting the last good
+checkpoint.
+
+**No lost run.** A checkpoint is one unit (`_checkpoint.py`): its JSON names its `.eqx`
+by SHA-256, and the previous complete pair is kept as `last.prev.*` until the new one is
+complete, so whatever instant the process dies (`kill -9` included) `--resume` continues
+from the newest complete checkpoint, bit-exactly. `best.*` is written together with
+`last.*` (each checkpoint records the digest of its `best.eqx`), so the best weights always
+belong to the checkpoint resumed from. A run stopped before its first checkpoint resumes
+from step 0. `OUT/.lock` keeps a second trainer off a folder in use (a dead owner's lock is
+released by the kernel).
 
 **Devices.** Data parallel over every visible device (`_parallel.py`): batch sharded on a
 1-D mesh, state replicated, one jitted SPMD step. `--batch-size` must be a multiple of the
 device count. Multi-host: see `--distributed`.
 
-Ctrl-C (SIGINT) or SIGTERM: the current step finishes, `last.eqx` is written and the
-process exits with status 130 (resume with `--resume`). A second Ctrl-C aborts at once
-(the previous checkpoint is intact: checkpoints are written atomically).
+Ctrl-C (SIGINT), SIGTERM or SIGHUP (a closed terminal): the current step finishes,
+`last.eqx` is written and the process exits with status 130 (resume with `--resume`).
+A second signal aborts at once, or, while a checkpoint is being written, as soon as it is
+complete. Before training starts (loading data), the first signal exits at once.
+
+`--time-limit` counts from the start of the process (loading data and compiling count);
+a limit that leaves no time for a single step is an error (status 1), so a chain of jobs
+each resuming the last either progresses or fails loudly.
 
 Exit status: 0 finished or stopped (`--stop-at`, `--time-limit`), 130 interrupted, 2 a
-user error (flags, data, run folder, corrupt checkpoint: one `error:` line), 1 a failed
-run (non-finite loss, out of memory: one `error:` line) or a bug (a traceback).
+user error (flags, data, run folder, corrupt checkpoint, a file-system error: one `error:`
+line), 1 a failed run (non-finite loss, out of memory, a checkpoint that could not be
+written, a time limit too short: one `error:` line) or a bug (a traceback).
 """
 
 import argparse
 import concurrent.futures
 import dataclasses
+import errno
 import json
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,7 +94,7 @@ import numpy as np
 from . import _checkpoint as ckpt
 from . import _env
 from . import _parallel as par
-from ._loop import Abort, Carry, Deadline, Speed, Stop, data_fingerprint
+from ._loop import Abort, Carry, Deadline, Speed, Stop, data_fingerprint, process_age
 from ._metrics import MetricsLog, plot_curves, read_records
 from .cli import _CHECKS, OTHER_KEYS, TRAINING_KEYS, parse_args
 from .configs import get_config
@@ -148,10 +169,12 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
             )
         # Settings added since the run started take their defaults (old runs: the LRU core).
         cfg = {**task_defaults(saved["task"]), "remat": False, **saved, **given}
+        cfg.setdefault("run_id", uuid.uuid4().hex)  # runs from before run ids
     else:
         if args.task is None:
             raise UsageError("--task is required (unless --resume picks it up from OUT/config.json).")
-        cfg = {**task_defaults(args.task), **given}
+        cfg = _core_settings({**task_defaults(args.task), **given}, given)
+        cfg["run_id"] = uuid.uuid4().hex  # binds every checkpoint to this run
     if cfg.get("eval_batch_size") is None:
         cfg["eval_batch_size"] = cfg["batch_size"]
     if not cfg.get("data_root"):
@@ -163,6 +186,24 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
             except argparse.ArgumentTypeError as e:
                 raise UsageError(f"--{name.replace('_', '-')}: {e}.") from None
     return cfg
+
+
+def _core_settings(cfg: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """A new run's settings with those its core does not use refused (when given as flags)
+    or recorded as None (defaults), so that config.json records what is trained."""
+    if cfg["core"] == "lru":
+        return cfg
+    if cfg["core"] == "s4d":
+        unused = [f"--{k} {given[k]}" for k in ("form", "method") if k in given and given[k] != "complex"]
+        if unused:
+            raise UsageError(
+                f"--core s4d trains as an FFT convolution (as in S4D's own code; its recurrence "
+                f"needs N/2 times the LRU's memory), which has no scan method and no real form: "
+                f"{' and '.join(unused)} would not be used. Drop it, or use --core s5 or --core lru."
+            )
+        cfg = {**cfg, "method": None}
+    # The LRU's ring initialisation (Table 9) does not apply to the baselines.
+    return {**cfg, "r_min": None, "r_max": None, "max_phase": None}
 
 
 # --------------------------------------------------------------------------- the run
@@ -185,6 +226,9 @@ class _Run:
     log: MetricsLog | None = None
     bar: Any = None
     speed: Speed | None = None
+    started: float | None = None  # the `clock` reading `--time-limit` counts from
+    stop: Stop | None = None
+    lock: ckpt.RunLock | None = None
 
     def say(self, msg: str) -> None:
         if self.bar is not None:
@@ -198,6 +242,7 @@ def run(
     *,
     hook: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    started: float | None = None,
 ) -> dict[str, Any]:
     """Train (or continue) one run; the body of the CLI.
 
@@ -207,6 +252,8 @@ def run(
     - `hook`: called as `hook(step)` after each step and its logging, evaluation and
         checkpointing (tests raise `KeyboardInterrupt` or send SIGINT from it).
     - `clock`: seconds, for `--time-limit` (tests inject a fake one).
+    - `started`: the `clock` reading `--time-limit` counts from (default: now; the CLI
+        passes the process's start).
 
     **Returns:** a dict: `status` (`"finished"`, `"stopped"` by `--stop-at` or
     `--time-limit`, or `"interrupted"`), `step`, `steps_per_sec`, `best_val_accuracy`,
@@ -216,19 +263,24 @@ def run(
     **Raises:** `UsageError` for bad settings, data, run folders or checkpoints;
     `RunError` for a non-finite loss or an out-of-memory error.
     """
-    r = _set_up(args)
-    try:
-        _load_data(r)
-        carry = _build(r)
-        carry, status = _train(r, carry, hook, clock)
-        return _outputs(r, carry, status)
-    except Exception as e:
-        if _env.is_out_of_memory(e):
-            raise RunError(_env.out_of_memory_message(e, r.cfg, devices=r.mesh.size if r.mesh else None)) from e
-        raise
-    finally:
-        if r.log is not None:
-            r.log.close()
+    started = clock() if started is None else started
+    with Stop() as stop:  # signals: flags; before training they end the run at once
+        r = _set_up(args)
+        r.started, r.stop = started, stop
+        try:
+            _load_data(r)
+            carry = _build(r)
+            carry, status = _train(r, carry, hook, clock)
+            return _outputs(r, carry, status)
+        except Exception as e:
+            if _env.is_out_of_memory(e):
+                raise RunError(_env.out_of_memory_message(e, r.cfg, devices=r.mesh.size if r.mesh else None)) from e
+            raise
+        finally:
+            if r.log is not None:
+                r.log.close()
+            if r.lock is not None:
+                r.lock.release()
 
 
 def _set_up(args) -> _Run:
@@ -245,15 +297,24 @@ def _set_up(args) -> _Run:
         par.check_batch_size(cfg["eval_batch_size"], r.mesh, what="--eval-batch-size")
     except ValueError as e:
         raise UsageError(str(e)) from None
-    has_run = ckpt.exists(r.out, "last")
-    if args.resume and not has_run:
-        raise UsageError(f"--resume: no checkpoint {r.out / 'last.eqx'} (with last.json) to continue from.")
-    if not args.resume and has_run:
-        raise UsageError(f"{r.out} already holds a run (last.eqx). Pass --resume to continue it, or choose another --out.")
     if r.primary:
         _writable_folder(r.out, "--out")
-    if cfg["cache_dir"] is not None:
-        _writable_folder(Path(cfg["cache_dir"]).expanduser(), "--cache-dir")
+        try:  # before anything in the folder is read for the run or written
+            r.lock = ckpt.RunLock(r.out).acquire()
+        except ckpt.FolderInUse as e:
+            raise UsageError(str(e)) from None
+        except OSError as e:
+            raise UsageError(f"--out {str(r.out)!r}: cannot create its lock file ({e.strerror or e}).") from None
+    try:
+        if not args.resume and ckpt.exists(r.out, "last"):
+            raise UsageError(f"{r.out} already holds a run (last.eqx). Pass --resume to continue it, or choose "
+                             "another --out.")
+        if cfg["cache_dir"] is not None:
+            _writable_folder(Path(cfg["cache_dir"]).expanduser(), "--cache-dir")
+    except BaseException:
+        if r.lock is not None:
+            r.lock.release()
+        raise
     return r
 
 
@@ -282,6 +343,13 @@ def _load_data(r: _Run) -> None:
         r.data = load_task(cfg["task"], root, cache_dir=cfg["cache_dir"], max_examples=cfg["max_examples"])
     except user_errors as e:
         raise UsageError(str(e)) from None
+    except OSError as e:  # permissions, a symlink loop, a full cache disk...
+        if e.filename is None:
+            raise
+        raise UsageError(
+            f"cannot read the {cfg['task']} data: {e.filename}: {e.strerror or e}. Check that --data-root "
+            f"{str(root)!r} (and --cache-dir, if given) can be read and written by this user."
+        ) from None
     sizes = {name: len(getattr(r.data, name)) for name in ("train", "val", "test")}
     if sizes["train"] < cfg["batch_size"]:
         raise UsageError(
@@ -330,13 +398,29 @@ def _build(r: _Run) -> Carry:
 
 
 def _resume(r: _Run, carry: Carry) -> Carry:
-    """The checkpointed state, verified (checksum, finiteness, same data)."""
+    """The newest complete checkpoint, verified (checksum, finiteness, this run's, same data,
+    its best weights present), or step 0 if the run stopped before its first checkpoint."""
     try:
-        (p, s, o, k, step), meta = ckpt.load(
-            r.out, "last", carry.tree(), step_of=lambda t: t[-1], finite=True, required=("pending", "best")
+        pair = ckpt.locate(r.out, "last")
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
+    if pair is None:
+        r.say(f"Note: {r.out} holds no complete checkpoint (the run stopped before its first one was "
+              "written): starting it again from step 0, with its saved settings.")
+        return carry
+    _check_run(r, pair.meta, pair.json_path)
+    try:
+        (p, s, o, k, step), meta = ckpt.load_pair(
+            pair.json_path, pair.eqx_path, carry.tree(), step_of=lambda t: t[-1], finite=True,
+            required=("pending", "best"),
         )
     except ckpt.CheckpointError as e:
         raise UsageError(str(e)) from None
+    except FileNotFoundError as e:
+        raise UsageError(f"--resume: {e} Restore it from a backup, or start a new run with another --out.") from None
+    if pair.json_path.name != "last.json":
+        r.say(f"Note: the newest checkpoint was being written when the run stopped; resuming from the "
+              f"previous one ({pair.json_path.name}).")
     saved = meta.get("data")
     if saved is not None and saved != r.fingerprint:
         changed = [n for n in r.fingerprint if saved.get(n) != r.fingerprint[n]]
@@ -349,8 +433,93 @@ def _resume(r: _Run, carry: Carry) -> Carry:
                 "or pass --allow-data-change to continue anyway."
             )
         r.say(f"Note: continuing on changed data ({detail}), as --allow-data-change asks.")
+    best_sha256 = _check_best(r, meta, (eqx.combine(carry.params, r.static), carry.bn_state))
     r.say(f"Resuming {r.out} at step {int(step)}/{r.cfg['steps']}.")
-    return Carry(int(step), p, s, o, k, tuple(map(tuple, meta["pending"])), meta["best"])
+    return Carry(int(step), p, s, o, k, tuple(map(tuple, meta["pending"])), meta["best"], None, best_sha256)
+
+
+def _check_run(r: _Run, meta: dict[str, Any], path: Path) -> None:
+    """Refuse a checkpoint of another run, or one whose settings differ from config.json."""
+    theirs = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    diff = [k for k in TRAINING_KEYS if k in theirs and k in r.cfg and theirs[k] != r.cfg[k]]
+    run_id, own = meta.get("run_id"), r.cfg.get("run_id")
+    if diff:
+        what = "; ".join(f"{k}: {theirs[k]!r} in {path.name}, {r.cfg[k]!r} in config.json" for k in diff)
+    elif run_id is not None and run_id != own:
+        what = f"run id {run_id} in {path.name}, {own} in config.json: another run with the same settings"
+    else:
+        return
+    raise UsageError(
+        f"--resume: {path} does not belong to the run in {r.out / 'config.json'} ({what}); it was copied "
+        "from another run, or config.json was edited. Restore the run's own files, or start a new run "
+        "with another --out."
+    )
+
+
+def _check_best(r: _Run, meta: dict[str, Any], like) -> str | None:
+    """Verify the `best.eqx` the checkpoint refers to, before training (the test score at the
+    end comes from it); put it back in place if a crash left it as `best.prev.*`. Returns
+    its SHA-256."""
+    best = meta.get("best")
+    if best is None:
+        return None
+    want = meta.get("best_sha256")
+    expected = f"the weights of step {best.get('step')} (val accuracy {best.get('val_accuracy')})"
+    try:
+        pair = ckpt.locate(r.out, "best", sha256=want) if want else ckpt.locate(r.out, "best")
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
+    if pair is None or not pair.intact:
+        newest = None
+        try:
+            newest = ckpt.locate(r.out, "best")
+        except ckpt.CheckpointError:
+            pass
+        if newest is None:
+            why = f"{r.out / 'best.eqx'} (with best.json) is missing"
+        elif not newest.intact:
+            why = f"{newest.eqx_path} is missing, corrupt or truncated (its SHA-256 differs from {newest.json_path.name}'s)"
+        elif newest.meta.get("run_id") not in (None, r.cfg.get("run_id")):
+            why = f"{newest.json_path} is from another run (run id {newest.meta.get('run_id')})"
+        else:
+            why = f"{newest.json_path} holds the weights of step {newest.meta.get('step')}, another file"
+        raise UsageError(
+            f"--resume: the checkpoint's best weights are not in {r.out}: {why}; the checkpoint expects "
+            f"{expected}. The test score at the end would come from other weights. Restore the run's own "
+            "best.eqx and best.json, or start a new run with another --out."
+        )
+    _check_run(r, pair.meta, pair.json_path)
+    try:
+        tree, best_meta = ckpt.load_pair(pair.json_path, pair.eqx_path, like, finite=True)
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
+    if best_meta.get("step") != best.get("step"):
+        raise UsageError(
+            f"--resume: {pair.json_path} holds the weights of step {best_meta.get('step')}, but the checkpoint "
+            f"expects {expected}. Restore the run's own best.eqx and best.json, or start a new run with "
+            "another --out."
+        )
+    if r.primary and (pair.json_path.name, pair.eqx_path.name) != ("best.json", "best.eqx"):
+        # A crash between writing best.* and last.*: the checkpoint's best is the previous one.
+        meta = {k: v for k, v in best_meta.items() if k != "sha256"}
+        return _write_checkpoint(r, lambda: ckpt.save(r.out, "best", tree, meta))
+    return pair.meta.get("sha256")
+
+
+def _write_checkpoint(r: _Run, write: Callable[[], Any]):
+    """Run `write` (a checkpoint save): a second signal waits for it; file-system errors
+    become one line that says the previous checkpoint is kept."""
+    try:
+        if r.stop is None:
+            return write()
+        with r.stop.saving():
+            return write()
+    except OSError as e:
+        where = e.filename or r.out
+        raise RunError(
+            f"could not write a checkpoint in {r.out}: {where}: {e.strerror or e}. The previous complete "
+            "checkpoint is kept; free space or make the folder writable, then continue with --resume."
+        ) from None
 
 
 # --------------------------------------------------------------------------- the loop
@@ -396,7 +565,7 @@ class _Loop:
             c = self.validate(c)
         if done % self.cfg["checkpoint_every"] == 0 or done == self.stop_at:
             self.speed.pause(done)
-            self.save(c)
+            c = self.save(c)
         if self.r.bar is not None:
             self.r.bar.update(done - self.r.bar.n)
             self.r.bar.set_postfix(self.postfix, refresh=False)
@@ -419,10 +588,11 @@ class _Loop:
         val = _evaluate(self.r, c.params, c.bn_state, self.r.data.val)
         self.r.log.write({"split": "val", "step": c.step, **val})
         if c.best is None or val["accuracy"] > c.best["val_accuracy"]:
-            c = dataclasses.replace(c, best={"val_accuracy": val["accuracy"], "val_loss": val["loss"], "step": c.step})
-            if self.r.primary:
-                ckpt.save(self.r.out, "best", (eqx.combine(c.params, self.r.static), c.bn_state),
-                          {**c.best, "config": self.cfg})
+            # Kept on the host and written with the next checkpoint (`save`): `best.*` and
+            # `last.*` then always belong together.
+            tree = ckpt.to_host((eqx.combine(c.params, self.r.static), c.bn_state)) if self.r.primary else None
+            best = {"val_accuracy": val["accuracy"], "val_loss": val["loss"], "step": c.step}
+            c = dataclasses.replace(c, best=best, best_tree=tree, best_sha256=None)
         self.postfix.update(val=f"{val['accuracy']:.3f}")
         rate = self.speed.rate
         self.r.say(
@@ -432,8 +602,9 @@ class _Loop:
         )
         return c
 
-    def save(self, c: Carry) -> None:
-        """Write `last.eqx`/`last.json` (refusing non-finite state: the previous stays)."""
+    def save(self, c: Carry) -> Carry:
+        """Write `best.*` (if it changed) and then `last.*` (refusing non-finite state: the
+        previous stays); returns the carry with the best weights marked as written."""
         if c.pending:
             _check_finite(self.r, np.asarray(ckpt.to_host(list(c.pending)), np.float64), c.step)
         if self.r.primary:
@@ -443,9 +614,20 @@ class _Loop:
                 raise RunError(_diverged(self.r, c.step, f"the parameters or optimiser state ({bad[0]})"))
             meta = {"step": c.step, "epoch": c.step // self.per_epoch, "position": c.step % self.per_epoch,
                     "best": c.best, "pending": [list(map(float, x)) for x in ckpt.to_host(c.pending)],
-                    "config": self.cfg, "data": self.r.fingerprint}
-            self.deadline.timed_save(lambda: ckpt.save(self.r.out, "last", tree, meta))
+                    "config": self.cfg, "data": self.r.fingerprint, "run_id": self.cfg["run_id"]}
+
+            def write():
+                digest = c.best_sha256
+                if c.best_tree is not None:
+                    digest = ckpt.save(self.r.out, "best", c.best_tree,
+                                       {**c.best, "config": self.cfg, "run_id": self.cfg["run_id"]})
+                ckpt.save(self.r.out, "last", tree, {**meta, "best_sha256": digest})
+                return digest
+
+            digest = _write_checkpoint(self.r, lambda: self.deadline.timed_save(write))
+            c = dataclasses.replace(c, best_tree=None, best_sha256=digest)
         self.saved_step = c.step
+        return c
 
 
 def _check_finite(r: _Run, values: np.ndarray, step: int) -> None:
@@ -457,7 +639,11 @@ def _check_finite(r: _Run, values: np.ndarray, step: int) -> None:
 
 
 def _diverged(r: _Run, step: int, what: str) -> str:
-    last = ckpt.read_json(r.out / "last.json").get("step") if ckpt.exists(r.out, "last") else None
+    try:
+        pair = ckpt.locate(r.out, "last")
+    except (ckpt.CheckpointError, OSError):
+        pair = None
+    last = pair.meta.get("step") if pair is not None and pair.intact else None
     kept = (f"the last checkpoint {r.out / 'last.eqx'} (step {last}) is kept" if last is not None
             else "no checkpoint was written")
     return (
@@ -472,7 +658,7 @@ def _train(r: _Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
     complete carry and the status."""
     total, args = r.cfg["steps"], r.args
     stop_at = total if args.stop_at is None else min(max(args.stop_at, carry.step), total)
-    loop = _Loop(r, stop_at, hook, Deadline(args.time_limit, clock))
+    loop = _Loop(r, stop_at, hook, Deadline(args.time_limit, clock, started=r.started))
     status = "finished" if stop_at == total else "stopped"
     if r.primary and not args.no_progress and carry.step < stop_at:
         from tqdm import tqdm
@@ -481,18 +667,19 @@ def _train(r: _Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
         r.bar = tqdm(total=total, initial=carry.step, unit="step", dynamic_ncols=True,
                      desc=f"{r.cfg['task']} {r.cfg['core']}", file=sys.stderr, disable=None)
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lra-data")
+    stopper = r.stop if r.stop is not None else Stop()
+    stopper.training = True  # from now on a signal stops the run after a checkpoint
     try:
-        with Stop() as stopper:
-            try:
-                carry, timed_out = _steps(loop, carry, pool, stopper)
-            except KeyboardInterrupt:
-                carry, timed_out = loop.complete, False
-                status = "interrupted"
+        try:
+            carry, timed_out = _steps(loop, carry, pool, stopper)
+        except KeyboardInterrupt:
+            carry, timed_out = loop.complete, False
+            status = "interrupted"
         if timed_out:
             status = "stopped"
             r.say(f"--time-limit {args.time_limit:g} min: stopping before the deadline.")
         if status != "finished" and loop.saved_step != carry.step:
-            loop.save(carry)
+            carry = loop.save(carry)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         if r.bar is not None:
@@ -505,12 +692,21 @@ def _train(r: _Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
 def _steps(loop: _Loop, carry: Carry, pool, stopper) -> tuple[Carry, bool]:
     """The loop proper; `loop.complete` is the last carry whose step, logging, evaluation
     and checkpoint all finished (what an interrupt saves)."""
-    loop.complete = carry
+    loop.complete, first = carry, carry.step
     future = pool.submit(loop.batch, carry.step) if carry.step < loop.stop_at else None
     while carry.step < loop.stop_at:
         if stopper.reason is not None:
             raise KeyboardInterrupt
         if loop.deadline.expired():
+            if carry.step == first:  # not one step: a chain of such jobs would never progress
+                d = loop.deadline
+                used = d.clock() - d.started
+                raise RunError(
+                    f"--time-limit {loop.r.args.time_limit:g} min is too short for one step: {used:.0f} s of it "
+                    "went to starting the process, loading the data and building the model, and what is "
+                    "left cannot fit a step and its checkpoint. The run made no progress (its checkpoint, "
+                    f"if any, is unchanged at step {carry.step}). Raise --time-limit."
+                )
             return carry, True
         loop.deadline.start_iteration()
         batch = future.result()
@@ -544,7 +740,11 @@ def _evaluate(r: _Run, params, bn_state, split) -> dict[str, Any]:
 def _test(r: _Run, carry: Carry) -> dict[str, Any]:
     """Evaluate the best-val weights, read back from `OUT/best.eqx`, on test."""
     template = (eqx.combine(carry.params, r.static), carry.bn_state)
-    (model, bn_state), meta = ckpt.load(r.out, "best", template)
+    pair = ckpt.locate(r.out, "best", sha256=carry.best_sha256) if carry.best_sha256 else None
+    if pair is not None:  # the run's own best.eqx, by digest
+        (model, bn_state), meta = ckpt.load_pair(pair.json_path, pair.eqx_path, template)
+    else:  # another host (it does not write), or a checkpoint from before digests
+        (model, bn_state), meta = ckpt.load(r.out, "best", template)
     params = par.replicate(eqx.filter(model, eqx.is_inexact_array), r.mesh)
     test = _evaluate(r, params, par.replicate(bn_state, r.mesh), r.data.test)
     r.log.write({"split": "test", "step": carry.step, "checkpoint": "best", "checkpoint_step": meta["step"], **test})
@@ -579,10 +779,27 @@ def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
     return results
 
 
-def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time.monotonic) -> int:
-    """The CLI: `run(argv)`, with user errors as one `error:` line; returns the exit status."""
+#: File-system errors that are the environment's, not the program's: one line, status 2.
+_USER_ERRNOS = {
+    errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENOSPC,
+    errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG, errno.EEXIST, errno.EIO, errno.ENOTEMPTY,
+}
+
+
+def main(
+    argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time.monotonic, started: float | None = None
+) -> int:
+    """The CLI: `run(argv)`, with user errors as one `error:` line; returns the exit status.
+    `started`: the `clock` reading `--time-limit` counts from (`python -m` passes the
+    process's start)."""
     try:
-        results = run(argv, clock=clock)
+        results = run(argv, clock=clock, started=started)
+    except OSError as e:  # a file or folder the user can fix; anything else is a bug
+        if e.errno not in _USER_ERRNOS or e.filename is None:
+            raise
+        print(f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the free space, then "
+              "run again (with --resume if the run had started).", file=sys.stderr)
+        return 2
     except SystemExit as e:  # argparse: it printed "error: argument --flag: ..."
         return e.code if isinstance(e.code, int) else 2
     except (UsageError, ckpt.CheckpointError) as e:
@@ -598,4 +815,4 @@ def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(started=time.monotonic() - process_age()))
