@@ -7,78 +7,90 @@ applied to one sequence `x` of shape `(length, d_model)`. Padded positions (thos
 after `length`) are masked so they never change an output at a valid position.
 """
 
-import functools
+import inspect
 from collections.abc import Callable, Hashable, Sequence
 from typing import Literal
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.ad_checkpoint import checkpoint_name
 from beartype import beartype
+from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, jaxtyped
 
+from ._checks import Size, check_key, check_size
+from ._core import AbstractRecurrentCore
 from ._glu import GLU
-from ._init import Size, check_key, check_size
-from ._lru import AbstractLRU, ComplexLRU, RealLRU
+from ._lru import ComplexLRU, RealLRU
 from ._norm import MaskedBatchNorm
 from ._padding import check_length, valid_mask, where_valid
 
-#: `make_core(d_model, d_state, *, key) -> core`, where
-#: `core(u: Float[Array, "length d_model"], *, reverse: bool = False)` has the same shape.
-CoreFactory = Callable[..., eqx.Module]
+#: `make_core(d_model, d_state, *, key)` (and `dtype=` when the block has one) returning an
+#: `eqx_lru.AbstractRecurrentCore`.
+CoreFactory = Callable[..., AbstractRecurrentCore]
 Core = Literal["complex", "real"] | CoreFactory
 
 #: The name (`jax.ad_checkpoint.checkpoint_name`) of a bidirectional block's summed
-#: recurrence output under remat, which `LRUModel(remat=True)` saves.
+#: recurrence output in `LRUBlock.scan_body`, which `LRUModel(remat=True)` saves.
 RECURRENCE = "eqx_lru_recurrence"
 
-_SHORTCUTS: dict[str, type[AbstractLRU]] = {"complex": ComplexLRU, "real": RealLRU}
+_SHORTCUTS: dict[str, CoreFactory] = {"complex": ComplexLRU, "real": RealLRU}
 
 
-def core_factory(core: Core, dtype=None) -> CoreFactory:
+def core_factory(core: Core) -> CoreFactory:
     """The factory `make_core(d_model, d_state, *, key)` that `core=` stands for:
-    `"complex"`/`"real"` build `ComplexLRU`/`RealLRU` with their defaults and `dtype`; a
-    callable is used as is."""
+    `"complex"`/`"real"` give `ComplexLRU`/`RealLRU`; a callable is used as is."""
     if isinstance(core, str):
         if core not in _SHORTCUTS:
             raise ValueError(
                 "`core` must be 'complex', 'real' or a callable "
                 f"`make_core(d_model, d_state, *, key)`; got {core!r}."
             )
-        return functools.partial(_SHORTCUTS[core], dtype=dtype)
+        return _SHORTCUTS[core]
     if not callable(core):
         raise TypeError(
             "`core` must be 'complex', 'real' or a callable `make_core(d_model, d_state, *, "
-            f"key)` returning a recurrent core; got {type(core).__name__}."
+            f"key)` returning an eqx_lru.AbstractRecurrentCore; got {type(core).__name__}."
         )
     return core
 
 
-def _make_core(make_core: CoreFactory, d_model: int, d_state: int, key: PRNGKeyArray):
-    core = make_core(d_model, d_state, key=key)
-    if not isinstance(core, eqx.Module):
-        raise TypeError(f"`core` must build an `eqx.Module`; got {type(core).__name__}.")
-    if not isinstance(core, AbstractLRU):
-        # Check the contract once, at trace cost only.
-        u = jax.ShapeDtypeStruct((3, d_model), jnp.zeros((), _core_dtype(core)).dtype)
-        for reverse in (False, True):
-            out = eqx.filter_eval_shape(lambda c, u: c(u, reverse=reverse), core, u)
-            if getattr(out, "shape", None) != (3, d_model) or out.dtype != u.dtype:
-                raise ValueError(
-                    "A recurrent core must map `u` of shape (length, d_model) to the same "
-                    f"shape and dtype (core(u, *, reverse=False)); {type(core).__name__} "
-                    f"mapped {u.shape} {u.dtype} to {out}."
-                )
-    return core
+def _takes_dtype(make_core: CoreFactory) -> bool:
+    """Whether `make_core` accepts a `dtype=` keyword (`True` when its signature is
+    unknown)."""
+    try:
+        parameters = inspect.signature(make_core).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(
+        p.name == "dtype" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
+    )
 
 
-def _core_dtype(core: eqx.Module):
-    """The floating dtype of the first floating array in `core` (default float if none)."""
-    for leaf in jax.tree_util.tree_leaves(core):
-        if eqx.is_inexact_array(leaf) and jnp.issubdtype(leaf.dtype, jnp.floating):
-            return leaf.dtype
-    return None
+def build_core(
+    core: Core, d_model: int, d_state: int, *, dtype=None, key: PRNGKeyArray
+) -> AbstractRecurrentCore:
+    """The core that `core=` builds: `make_core(d_model, d_state, key=key)`, with
+    `dtype=dtype` when `dtype` is not `None`; a `TypeError` unless it is an
+    `eqx_lru.AbstractRecurrentCore`."""
+    factory = core_factory(core)
+    options = {}
+    if dtype is not None:
+        if not _takes_dtype(factory):
+            raise TypeError(
+                f"`core` ({getattr(factory, '__name__', factory)!r}) takes no `dtype=`, but "
+                f"the block's `dtype` is {dtype!r}: the block passes its dtype to the core. "
+                "Accept `dtype=` in the factory, or leave the block's `dtype` as None."
+            )
+        options["dtype"] = dtype
+    built = factory(d_model, d_state, key=key, **options)
+    if not isinstance(built, AbstractRecurrentCore):
+        raise TypeError(
+            f"`core` must build an eqx_lru.AbstractRecurrentCore; got "
+            f"{type(built).__name__}. Subclass eqx_lru.AbstractRecurrentCore (implement "
+            "`init_state`, `step`, `run` and declare `recurrent_fields`) — see its docstring."
+        )
+    return built
 
 
 class LRUBlock(eqx.Module):
@@ -102,22 +114,24 @@ class LRUBlock(eqx.Module):
     output is zero at padded positions.
 
     **Recurrent cores.** `core=` is the one knob of the recurrence: `"complex"`,
-    `"real"`, or a callable `make_core(d_model, d_state, *, key)` returning any
-    `eqx.Module` called as `core(u: Float[Array, "length d_model"], *, reverse=False)` and
-    returning `Float[Array, "length d_model"]` — e.g.
+    `"real"`, or a callable `make_core(d_model, d_state, *, key)` returning an
+    `eqx_lru.AbstractRecurrentCore` (the LRU forms, `eqx_lru.ablation`'s and
+    `eqx_lru.baselines`' cores, or your own subclass) — e.g.
     `functools.partial(eqx_lru.RealLRU, r_min=0.9, method="associative")`: the ring,
-    scan method, precision and storage dtype are options of the core. For the padding
-    guarantee a core must be causal in its direction (a forward core's output at `t`
-    depends on `u[:t+1]` only, a reverse core's on `u[t:]`) and keep a zero state on zero
-    input (any linear recurrence without bias does; so do $\tanh$/ReLU RNNs without bias).
-    A core opts in to the optimiser's recurrent group with a class attribute
-    `recurrent_fields` (see `lru_param_labels`). `eqx_lru.to_real` / `eqx_lru.to_complex`
-    convert the LRU cores of a block (or any pytree) between forms.
+    scan method, precision and storage dtype are options of the core. The block relies on
+    the contract only: it calls `core(u)` and `core(u, reverse=True)`; for the padding
+    guarantee the core must be `causal` (see `AbstractRecurrentCore`), and its
+    `recurrent_fields` give the optimiser's recurrent group (see `lru_param_labels`).
+    `eqx_lru.to_real` / `eqx_lru.to_complex` convert the cores of a block (or any pytree)
+    between forms.
+
+    **Remat.** `remat=True` checkpoints the whole block (`__call__`). An enclosing
+    rematerialised scan over blocks (`LRUModel(remat=True)`) calls `scan_body` instead.
     """
 
     norm: MaskedBatchNorm | eqx.nn.LayerNorm
-    core: eqx.Module
-    reverse_core: eqx.Module | None
+    core: AbstractRecurrentCore
+    reverse_core: AbstractRecurrentCore | None
     glu: GLU
     dropout: eqx.nn.Dropout
     remat: bool = eqx.field(static=True)
@@ -142,8 +156,9 @@ class LRUBlock(eqx.Module):
         - `d_model`: $H$, the features of the residual stream.
         - `d_state`: $N$, the state size passed to the core (LRU: complex modes).
         - `core`: `"complex"` (`ComplexLRU`), `"real"` (`RealLRU`; same parameters, same
-            function, real arithmetic only) — both with their default options and `dtype` —
-            or a callable `make_core(d_model, d_state, *, key)` (see above).
+            function, real arithmetic only) — both with their default options — or a
+            callable `make_core(d_model, d_state, *, key)` returning an
+            `eqx_lru.AbstractRecurrentCore` (see above).
         - `norm`: `"batch"` (`MaskedBatchNorm`, what the paper used) or `"layer"`
             (`eqx.nn.LayerNorm`, per position; no batch axis needed). With layer norm the
             block still takes and returns a state, unchanged, so model code is uniform.
@@ -158,8 +173,11 @@ class LRUBlock(eqx.Module):
             bidirectional model); for a stack of blocks use `LRUModel(remat=True)`, which
             scans over the blocks and does bound the memory (53 MB there).
         - `axis_name`: the `jax.vmap` axis name batch norm reduces over in training.
-        - `dtype`: parameter dtype (default: JAX's default float). Not passed to a
-            callable `core`.
+        - `dtype`: parameter dtype of the norm, the GLU and the cores (default: JAX's
+            default float). When not `None` it is passed to the core factory as
+            `make_core(d_model, d_state, dtype=dtype, key=key)` (a `TypeError` if the
+            factory takes no `dtype`), so `LRUModel(dtype=...)` reaches every core:
+            the LRU's, S4D's, S5's, the ablation cores'.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters for
             `core="complex"` and `core="real"`.
         """
@@ -167,7 +185,7 @@ class LRUBlock(eqx.Module):
         check_key(key)
         if not 0 <= dropout < 1:
             raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
-        make_core = core_factory(core, dtype)
+        core_factory(core)  # check `core` before building anything
         core_key, reverse_key, glu_key = jax.random.split(key, 3)
         if norm == "batch":
             self.norm = MaskedBatchNorm(d_model, axis_name, dtype=dtype)
@@ -175,9 +193,11 @@ class LRUBlock(eqx.Module):
             self.norm = eqx.nn.LayerNorm(d_model, dtype=dtype)
         else:
             raise ValueError(f"`norm` must be 'batch' or 'layer', got {norm!r}.")
-        self.core = _make_core(make_core, d_model, d_state, core_key)
+        self.core = build_core(core, d_model, d_state, dtype=dtype, key=core_key)
         self.reverse_core = (
-            _make_core(make_core, d_model, d_state, reverse_key) if bidirectional else None
+            build_core(core, d_model, d_state, dtype=dtype, key=reverse_key)
+            if bidirectional
+            else None
         )
         self.glu = GLU(d_model, glu, dtype, key=glu_key)
         self.dropout = eqx.nn.Dropout(dropout)
@@ -215,18 +235,39 @@ class LRUBlock(eqx.Module):
         """
         x = jnp.asarray(x)
         check_length(x, "x")
-        remat = self.remat
-        return self._apply(x, state, length, key, inference, remat=remat, checkpoint=remat)
-
-    def _apply(self, x, state, length, key, inference, *, remat: bool, checkpoint: bool):
-        """`__call__` without its checks. `remat`: a bidirectional block's backward pass
-        recomputes each direction just before its own backward pass, one direction after
-        the other (`_both_directions`); `checkpoint`: the whole forward pass is
-        recomputed in the backward pass. `LRUModel(remat=True)` calls this inside its own
-        rematerialised scan body with `remat=True, checkpoint=False`."""
         mask = valid_mask(length, x.shape[0])
-        forward = eqx.filter_checkpoint(_forward) if checkpoint else _forward
-        return forward(self, x, state, mask, key, inference, sequential=remat)
+        forward = eqx.filter_checkpoint(_forward) if self.remat else _forward
+        return forward(self, x, state, mask, key, inference, sequential=self.remat)
+
+    @jaxtyped(typechecker=beartype)
+    def scan_body(
+        self,
+        x: Float[ArrayLike, "length d_model"],
+        state: eqx.nn.State,
+        *,
+        length: Integer[ArrayLike, ""] | None = None,
+        key: PRNGKeyArray | None = None,
+        inference: bool | None = None,
+    ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
+        """The block as the body of an enclosing rematerialised scan over blocks — what
+        `LRUModel(remat=True)` runs. The same values and gradients as `__call__`, for
+        a caller that checkpoints the body itself (with
+        `jax.checkpoint_policies.save_only_these_names(RECURRENCE)`):
+
+        - no checkpoint of the block's own, whatever its `remat` (a nested one would hide
+            the saved output from the enclosing policy);
+        - a bidirectional block's summed recurrence output is named
+            `eqx_lru._block.RECURRENCE` (`jax.ad_checkpoint.checkpoint_name`), so the
+            enclosing policy can keep it and the recomputation reruns no scan;
+        - a bidirectional block's backward pass recomputes and differentiates one
+            direction after the other, so one direction's states are live at a time.
+
+        Same arguments and returns as `__call__`.
+        """
+        x = jnp.asarray(x)
+        check_length(x, "x")
+        mask = valid_mask(length, x.shape[0])
+        return _forward(self, x, state, mask, key, inference, sequential=True)
 
 
 def _forward(block: LRUBlock, x, state, mask, key, inference, *, sequential: bool = False):

@@ -13,9 +13,12 @@ with no other change anywhere.
 """
 
 import abc
-from typing import ClassVar
+import dataclasses
+from typing import ClassVar, Literal
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Integer, PRNGKeyArray, PyTree
 
 
@@ -24,7 +27,9 @@ class AbstractRecurrentCore(eqx.Module):
     `baselines.S5`, the LDS cores, or your own.
 
     Subclasses implement `init_state`, `step` and `run`, and declare `recurrent_fields`;
-    `__call__` is `run` without its final state.
+    `__call__` is `run` without its final state. A core with two forms (complex states, or
+    the same recurrence in real arithmetic) also implements `to_form`, which
+    `eqx_lru.to_real` and `eqx_lru.to_complex` use.
 
     **Class attributes:**
 
@@ -77,6 +82,21 @@ class AbstractRecurrentCore(eqx.Module):
         position processed (forward: position `length - 1`; reverse: position 0).
         """
 
+    def to_form(self, form: Literal["complex", "real"]) -> "AbstractRecurrentCore":
+        """This core in `form`: `"complex"` (complex states) or `"real"` (the same
+        recurrence as 2×2 rotation-scaling blocks, real arithmetic only), with the same
+        parameters and the same function; itself if it is in `form` already.
+
+        The default refuses (`TypeError`): a core with one form only. `ComplexLRU`,
+        `RealLRU`, `baselines.S4D` and `baselines.S5` have both.
+        """
+        raise TypeError(
+            f"{type(self).__name__} has no {form!r} form to convert to: `to_real`/"
+            "`to_complex` convert cores with both forms (ComplexLRU/RealLRU, baselines.S4D, "
+            f"baselines.S5). Take {type(self).__name__} out of the converted tree, or "
+            "implement `to_form` on it."
+        )
+
     def __call__(
         self,
         u: ArrayLike,
@@ -92,3 +112,34 @@ class AbstractRecurrentCore(eqx.Module):
             u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids
         )
         return y
+
+
+def final_state(
+    states: PyTree[Array], *, reverse: bool, length: Integer[ArrayLike, ""] | None
+) -> PyTree[Array]:
+    """The state `run` returns, from all states (a pytree of arrays with a leading length
+    axis): after position `length - 1` (forward; the last position if `length` is `None`)
+    or after position 0 (reverse)."""
+
+    def pick(x: Array) -> Array:
+        if reverse:
+            return x[0]
+        if length is None:
+            return x[-1]
+        index = jnp.asarray(length).astype(jnp.int32) - 1
+        return jax.lax.dynamic_index_in_dim(x, index, 0, keepdims=False)
+
+    return jax.tree_util.tree_map(pick, states)
+
+
+def rebuild(cls: type, module: eqx.Module, **changes) -> eqx.Module:
+    """A `cls` holding `module`'s fields (shared, not copied), with `changes` replacing
+    some: a conversion between forms, or a change of a static field, without re-running
+    `__init__`."""
+    new = object.__new__(cls)
+    for field in dataclasses.fields(module):
+        value = changes.pop(field.name, getattr(module, field.name))
+        object.__setattr__(new, field.name, value)
+    if changes:
+        raise TypeError(f"{type(module).__name__} has no fields {sorted(changes)}.")
+    return new

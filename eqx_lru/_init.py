@@ -8,67 +8,9 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-
-def check_ring(r_min: float, r_max: float, max_phase: float) -> None:
-    """Raise a `ValueError` naming the argument if the ring hyperparameters are invalid."""
-    for name, value in (("r_min", r_min), ("r_max", r_max), ("max_phase", max_phase)):
-        if not math.isfinite(value):
-            raise ValueError(f"`{name}` must be a finite number, got {value}.")
-    if r_min < 0:
-        raise ValueError(f"`r_min` must be >= 0 (a modulus), got r_min={r_min}.")
-    if r_max > 1:
-        raise ValueError(
-            f"`r_max` must be <= 1 so the recurrence is stable, got r_max={r_max}."
-        )
-    if r_min > r_max:
-        raise ValueError(
-            f"`r_min` must be <= `r_max`, got r_min={r_min} > r_max={r_max}."
-        )
-    if max_phase <= 0:
-        raise ValueError(
-            f"`max_phase` must be > 0 (phases are sampled in [0, max_phase]), got "
-            f"max_phase={max_phase}."
-        )
-
-
-def float_dtype(dtype) -> jnp.dtype:
-    """The floating dtype to initialise in: `dtype`, or JAX's default float if `None`."""
-    dtype = jnp.dtype(dtype) if dtype is not None else jnp.zeros(()).dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(
-            f"`dtype` must be a real floating dtype (parameters are stored real), got {dtype}."
-        )
-    return dtype
-
-
-#: A size argument: a Python or NumPy integer.
-Size = int | np.integer
-
-
-def check_size(name: str, value: object) -> int:
-    """`value` as an `int`; a `ValueError` naming `name` unless it is a positive integer
-    (Python or NumPy; `bool` is not a size)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    if value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    return int(value)
-
-
-def check_key(key) -> None:
-    """A `TypeError` naming `key` unless it is a JAX PRNG key (typed, or raw `uint32`)."""
-    if isinstance(key, jax.Array):
-        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-            return
-        if key.dtype == jnp.uint32 and key.ndim >= 1 and key.shape[-1] in (2, 4):
-            return
-    raise TypeError(
-        "`key` must be a JAX PRNG key such as `jax.random.key(0)` or "
-        f"`jax.random.PRNGKey(0)`; got {key!r}."
-    )
+from ._checks import Size, check_key, check_ring, check_size, float_dtype
 
 
 def ring_init(

@@ -17,9 +17,8 @@ $\operatorname{Re}(C x) = C_\text{re} \operatorname{Re} x - C_\text{im} \operato
 """
 
 import abc
-import dataclasses
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import equinox as eqx
 import jax
@@ -28,16 +27,222 @@ from beartype import beartype
 from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, Integer, PRNGKeyArray, jaxtyped
 
 from . import _projection as projection
-from ._core import AbstractRecurrentCore
-from ._init import Size, check_key, check_size, lru_init
-from ._projection import Precision, check_precision
 from ._algebra import AbstractAlgebra, Diagonal, RotationScaling
+from ._checks import (
+    Size,
+    check_form,
+    check_key,
+    check_segment_ids,
+    check_sequence,
+    check_size,
+    check_state,
+    check_token,
+    complex_dtype,
+    complex_float_dtype,
+    float_dtype,
+)
+from ._core import AbstractRecurrentCore, final_state, rebuild
+from ._init import lru_init
 from ._methods import AbstractScanMethod, scan_method
+from ._projection import Precision, check_precision
 from ._scan import ScanMethod, recurrence
 from ._storage import Cast, ComplexPairs, Storage
 
 
-class AbstractLRU(AbstractRecurrentCore):
+class AbstractModalCore(AbstractRecurrentCore):
+    r"""A diagonal linear core with real projections and planar states (the LRU forms and
+    `eqx_lru.ablation.DiagonalRNN`):
+
+    $$x_k = \lambda \odot x_{k-1} + \gamma \odot (B u_k), \qquad
+    y_k = \operatorname{Re}(C x_k) + D \odot u_k,$$
+
+    $B = B_\text{re} + i B_\text{im}$, $C = C_\text{re} + i C_\text{im}$. The scan reads
+    the input projection and writes the states as planar real pairs
+    $[\operatorname{Re} x; \operatorname{Im} x]$ `(length, 2, d_state)`, and the output
+    projection reads them, so no pass over the sequence converts layouts
+    (`eqx_lru._projection`). Subclasses give $\lambda$ in their algebra (`_transition`),
+    $\gamma$, the storage and the state layout; `run`, `step` and `__call__` are shared.
+    """
+
+    B_re: eqx.AbstractVar[Float[Array, "d_state d_model"]]
+    B_im: eqx.AbstractVar[Float[Array, "d_state d_model"]]
+    C_re: eqx.AbstractVar[Float[Array, "d_model d_state"]]
+    C_im: eqx.AbstractVar[Float[Array, "d_model d_state"]]
+    D: eqx.AbstractVar[Float[Array, " d_model"]]
+    method: eqx.AbstractVar[AbstractScanMethod]
+    precision: eqx.AbstractVar[jax.lax.Precision | None]
+    algebra: eqx.AbstractClassVar[AbstractAlgebra]
+    #: The state layout, for error messages.
+    _state_layout: eqx.AbstractClassVar[str]
+
+    @property
+    def d_model(self) -> int:
+        return self.D.shape[-1]
+
+    @property
+    def d_state(self) -> int:
+        return self.B_re.shape[0]
+
+    @abc.abstractmethod
+    def init_state(self) -> Inexact[Array, "d_state ..."]:
+        """The zero state $x_{-1}$ (complex `(N,)` or real `(N, 2)`)."""
+
+    @abc.abstractmethod
+    def _transition(self) -> Inexact[Array, "..."]:
+        r"""$\lambda$ as one transition of the algebra (shared by every step)."""
+
+    @abc.abstractmethod
+    def _gamma(self) -> Float[Array, " d_state"]:
+        r"""The input normalisation $\gamma$ (ones for cores without it)."""
+
+    @abc.abstractmethod
+    def _storage(self) -> Storage:
+        """How the scan stores the sequence of states: as the planar real pairs `(length, 2,
+        d_state)` that the projections write and read (see `eqx_lru._storage`)."""
+
+    @abc.abstractmethod
+    def _to_algebra(self, state: Inexact[Array, "..."]) -> Array:
+        """A state in the public layout (`init_state()`'s) → the algebra's layout."""
+
+    @abc.abstractmethod
+    def _from_algebra(self, h: Array) -> Inexact[Array, "..."]:
+        """A state in the algebra's layout → the public layout."""
+
+    def _projection_options(self) -> dict:
+        return dict(precision=self.precision)
+
+    def _state_hint(self, state: Array) -> str:
+        del state
+        return ""
+
+    def _check_state(self, state: Array) -> None:
+        check_state(state, self.init_state(), type(self).__name__, self._state_hint(state))
+
+    def _state_pairs(
+        self,
+        u: Array,
+        initial_state: ArrayLike | None,
+        reverse: bool,
+        segment_ids: ArrayLike | None = None,
+    ) -> Float[Array, "length 2 d_state"]:
+        r"""All states as planar real pairs $[\operatorname{Re} x; \operatorname{Im} x]$."""
+        check_sequence(u, self.d_model)
+        if initial_state is not None:
+            initial_state = jnp.asarray(initial_state)
+            self._check_state(initial_state)
+            initial_state = self._to_algebra(initial_state)
+        drive = projection.project_in(
+            u, self.B_re, self.B_im, self._gamma(), **self._projection_options()
+        )
+        return recurrence(
+            self._transition(),
+            drive,
+            algebra=self.algebra,
+            storage=self._storage(),
+            initial_state=initial_state,
+            reverse=reverse,
+            method=self.method,
+            segment_ids=check_segment_ids(segment_ids, u.shape[0]),
+        )
+
+    @jaxtyped(typechecker=beartype)
+    def hidden_states(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
+        reverse: bool = False,
+    ) -> Inexact[Array, "length d_state ..."]:
+        """All hidden states $x_0, \\dots, x_{L-1}$, in the form's state layout.
+
+        Same arguments as `__call__`; for analysis and plots. With a `compute_dtype`, the
+        states as stored (rounded to it), in the parameters' dtype.
+        """
+        pairs = self._state_pairs(jnp.asarray(u), initial_state, reverse)
+        return self._from_algebra(self._storage().load(pairs))
+
+    @jaxtyped(typechecker=beartype)
+    def run(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+    ) -> tuple[Float[Array, "length d_model"], Inexact[Array, "d_state ..."]]:
+        r"""`__call__` that also returns the state after the last valid position: position
+        `length - 1` (forward; all positions if `length` is `None`) or position 0
+        (reverse). Feed it back as `initial_state=` to continue the sequence in the next
+        chunk: chunked calls equal one call and `step` token by token.
+
+        **Returns:** `(y, final_state)`, `final_state` in `init_state()`'s layout.
+        """
+        u = jnp.asarray(u)
+        pairs = self._state_pairs(u, initial_state, reverse, segment_ids)
+        y = projection.project_out(pairs, self.C_re, self.C_im, **self._projection_options())
+        last = final_state(pairs, reverse=reverse, length=length)
+        final = self._from_algebra(self._storage().load(last[None])[0])
+        return y + self.D * u, final.astype(self.init_state().dtype)
+
+    @jaxtyped(typechecker=beartype)
+    def __call__(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
+        reverse: bool = False,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "length d_model"]:
+        r"""Run the layer over one sequence.
+
+        **Arguments:**
+
+        - `u`: the input sequence, shape `(length, d_model)`, `length >= 1` (a JAX or NumPy
+            array). One example: batch with `jax.vmap`.
+        - `initial_state`: start from this state (as returned by `init_state`/`step`)
+            instead of zero, e.g. to continue a sequence. `RealLRU`: shape `(d_state, 2)`,
+            `[Re x, Im x]` per mode — not `(2, d_state)`.
+        - `reverse`: run the recurrence from the last step to the first
+            ($x_k = \lambda x_{k+1} + \gamma B u_k$), for bidirectional models.
+        - `segment_ids`: packed sequences: integers of shape `(length,)`, a new segment
+            where the value changes; no state crosses a segment boundary.
+        - `key`: ignored; accepted for compatibility with other Equinox layers.
+
+        **Returns:** $y$, shape `(length, d_model)`.
+        """
+        del key
+        y, _ = self.run(
+            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids
+        )
+        return y
+
+    @jaxtyped(typechecker=beartype)
+    def step(
+        self, state: Inexact[ArrayLike, "d_state ..."], u_t: Float[ArrayLike, " d_model"]
+    ) -> tuple[Inexact[Array, "d_state ..."], Float[Array, " d_model"]]:
+        r"""One token in RNN mode: $x_t = \lambda x_{t-1} + \gamma B u_t$,
+        $y_t = \operatorname{Re}(C x_t) + D u_t$.
+
+        `state`: as `init_state()` (`RealLRU`: `(d_state, 2)`, `[Re x, Im x]` per mode).
+
+        **Returns:** `(new_state, y_t)`. Repeating `step` over a sequence from
+        `init_state()` equals the parallel `__call__`.
+        """
+        state, u_t = jnp.asarray(state), jnp.asarray(u_t)
+        check_token(u_t, self.d_model)
+        self._check_state(state)
+        storage, options = self._storage(), self._projection_options()
+        pair = projection.project_in(u_t, self.B_re, self.B_im, self._gamma(), **options)
+        drive = storage.load(pair[None])[0]
+        h = self.algebra.apply(self._transition(), self._to_algebra(state)) + drive
+        pair = storage.store(h[None])[0]
+        y_t = projection.project_out(pair, self.C_re, self.C_im, **options)
+        return self._from_algebra(h), y_t + self.D * u_t
+
+
+class AbstractLRU(AbstractModalCore):
     r"""A Linear Recurrent Unit layer (Orvieto et al. 2023); see `ComplexLRU`, `RealLRU`.
 
     **Fields** (real arrays, shared by both forms):
@@ -130,6 +335,7 @@ class AbstractLRU(AbstractRecurrentCore):
         """
         d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
         check_key(key)
+        dtype = self._check_dtype(dtype)
         method = scan_method(method)
         params = lru_init(
             d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, dtype=dtype, key=key
@@ -145,14 +351,6 @@ class AbstractLRU(AbstractRecurrentCore):
         self.method = method
         self.precision = check_precision(precision)
         self.compute_dtype = self._check_compute_dtype(compute_dtype, self.nu_log.dtype)
-
-    @property
-    def d_model(self) -> int:
-        return self.D.shape[-1]
-
-    @property
-    def d_state(self) -> int:
-        return self.nu_log.shape[-1]
 
     # --- the maths shared by both forms -------------------------------------------------
 
@@ -184,203 +382,35 @@ class AbstractLRU(AbstractRecurrentCore):
     def _projection_options(self) -> dict:
         return dict(precision=self.precision, compute_dtype=self.compute_dtype)
 
-    def _check_input(self, u: Array, name: str, expected: tuple[int, ...]) -> None:
-        if u.shape != expected:
-            dims = "(length, d_model)" if len(expected) == 2 else "(d_model,)"
-            raise ValueError(
-                f"`{name}` must have shape {dims} with d_model={self.d_model}; got shape "
-                f"{u.shape}. Batch with `jax.vmap`: the layer acts on one sequence."
-            )
-        if u.shape[0] == 0:
-            raise ValueError(
-                f"`{name}` has length 0; a sequence needs at least one position (shape "
-                f"(length, d_model) with length >= 1)."
-            )
+    def _gamma(self) -> Float[Array, " d_state"]:
+        return jnp.exp(self.gamma_log)
 
-    def _check_state(self, state: Array) -> None:
-        expected = self.init_state()
-        if state.shape != expected.shape or state.dtype != expected.dtype:
-            raise ValueError(
-                f"`initial_state`/`state` must have shape {expected.shape} and dtype "
-                f"{expected.dtype} for {type(self).__name__} ({self._state_layout}; see "
-                f"`init_state()`); got shape {state.shape}, dtype {state.dtype}."
-                + self._state_hint(state)
-            )
-
-    #: The state layout, for error messages.
-    _state_layout: eqx.AbstractClassVar[str]
-
-    def _state_hint(self, state: Array) -> str:
-        del state
-        return ""
+    def to_form(self, form: Literal["complex", "real"]) -> "AbstractLRU":
+        """`RealLRU.from_complex(self)` for `"real"`, `ComplexLRU.from_real(self)` for
+        `"complex"` (itself if it is in `form` already); see
+        `AbstractRecurrentCore.to_form`."""
+        if check_form(form) == self.form:
+            return self
+        return RealLRU.from_complex(self) if form == "real" else ComplexLRU.from_real(self)
 
     # --- what differs between the forms --------------------------------------------------
 
+    #: `"complex"` or `"real"`.
+    form: eqx.AbstractClassVar[str]
+
+    @classmethod
     @abc.abstractmethod
-    def init_state(self) -> Inexact[Array, "d_state ..."]:
-        """The zero state $x_{-1}$ (complex `(N,)` or real `(N, 2)`)."""
-
-    @abc.abstractmethod
-    def _transition(self) -> Inexact[Array, "..."]:
-        """One transition of the form's algebra (shared by every step)."""
-
-    @abc.abstractmethod
-    def _storage(self) -> Storage:
-        """How the scan stores the sequence of states: as the planar real pairs `(length, 2,
-        d_state)` that the projections write and read (see `eqx_lru._scan.Storage`)."""
-
-    @abc.abstractmethod
-    def _to_algebra(self, state: Inexact[Array, "..."]) -> Array:
-        """A state in the public layout (`init_state()`'s) → the algebra's layout."""
-
-    @abc.abstractmethod
-    def _from_algebra(self, h: Array) -> Inexact[Array, "..."]:
-        """A state in the algebra's layout → the public layout."""
-
-    # --- public calls --------------------------------------------------------------------
-
-    @jaxtyped(typechecker=beartype)
-    def hidden_states(
-        self,
-        u: Float[ArrayLike, "length d_model"],
-        *,
-        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
-        reverse: bool = False,
-    ) -> Inexact[Array, "length d_state ..."]:
-        """All hidden states $x_0, \\dots, x_{L-1}$, in the form's state layout.
-
-        Same arguments as `__call__`; for analysis and plots. With a `compute_dtype`, the
-        states as stored (rounded to it), in the parameters' dtype.
-        """
-        pairs = self._state_pairs(jnp.asarray(u), initial_state, reverse)
-        return self._from_algebra(self._storage().load(pairs))
-
-    def _state_pairs(
-        self,
-        u: Array,
-        initial_state: ArrayLike | None,
-        reverse: bool,
-        segment_ids: ArrayLike | None = None,
-    ) -> Float[Array, "length 2 d_state"]:
-        r"""All states as planar real pairs $[\operatorname{Re} x; \operatorname{Im} x]$: the
-        scan reads the input projection and writes the states in this layout, in place, and
-        the output projection reads it, so no pass over the sequence converts layouts."""
-        self._check_input(u, "u", (u.shape[0], self.d_model))
-        if initial_state is not None:
-            initial_state = jnp.asarray(initial_state)
-            self._check_state(initial_state)
-            initial_state = self._to_algebra(initial_state)
-        gamma = jnp.exp(self.gamma_log)
-        drive = projection.project_in(
-            u, self.B_re, self.B_im, gamma, **self._projection_options()
-        )
-        return recurrence(
-            self._transition(),
-            drive,
-            algebra=self.algebra,
-            storage=self._storage(),
-            initial_state=initial_state,
-            reverse=reverse,
-            method=self.method,
-            segment_ids=None if segment_ids is None else jnp.asarray(segment_ids),
-        )
-
-    @jaxtyped(typechecker=beartype)
-    def run(
-        self,
-        u: Float[ArrayLike, "length d_model"],
-        *,
-        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
-        reverse: bool = False,
-        length: Integer[ArrayLike, ""] | None = None,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
-    ) -> tuple[Float[Array, "length d_model"], Inexact[Array, "d_state ..."]]:
-        r"""`__call__` that also returns the state after the last valid position: position
-        `length - 1` (forward; all positions if `length` is `None`) or position 0
-        (reverse). Feed it back as `initial_state=` to continue the sequence in the next
-        chunk: chunked calls equal one call and `step` token by token.
-
-        **Returns:** `(y, final_state)`, `final_state` in `init_state()`'s layout.
-        """
-        u = jnp.asarray(u)
-        pairs = self._state_pairs(u, initial_state, reverse, segment_ids)
-        y = projection.project_out(pairs, self.C_re, self.C_im, **self._projection_options())
-        if reverse:
-            last = pairs[:1]
-        elif length is None:
-            last = pairs[-1:]
-        else:
-            last = jax.lax.dynamic_slice_in_dim(pairs, jnp.asarray(length) - 1, 1, 0)
-        final = self._from_algebra(self._storage().load(last)[0])
-        return y + self.D * u, final.astype(self.init_state().dtype)
-
-    @jaxtyped(typechecker=beartype)
-    def __call__(
-        self,
-        u: Float[ArrayLike, "length d_model"],
-        *,
-        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
-        reverse: bool = False,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
-        key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "length d_model"]:
-        r"""Run the layer over one sequence.
-
-        **Arguments:**
-
-        - `u`: the input sequence, shape `(length, d_model)`, `length >= 1` (a JAX or NumPy
-            array). One example: batch with `jax.vmap`.
-        - `initial_state`: start from this state (as returned by `init_state`/`step`)
-            instead of zero, e.g. to continue a sequence. `RealLRU`: shape `(d_state, 2)`,
-            `[Re x, Im x]` per mode — not `(2, d_state)`.
-        - `reverse`: run the recurrence from the last step to the first
-            ($x_k = \lambda x_{k+1} + \gamma B u_k$), for bidirectional models.
-        - `segment_ids`: packed sequences: integers of shape `(length,)`, a new segment
-            where the value changes; no state crosses a segment boundary.
-        - `key`: ignored; accepted for compatibility with other Equinox layers.
-
-        **Returns:** $y$, shape `(length, d_model)`.
-        """
-        del key
-        y, _ = self.run(
-            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids
-        )
-        return y
-
-    @jaxtyped(typechecker=beartype)
-    def step(
-        self, state: Inexact[ArrayLike, "d_state ..."], u_t: Float[ArrayLike, " d_model"]
-    ) -> tuple[Inexact[Array, "d_state ..."], Float[Array, " d_model"]]:
-        r"""One token in RNN mode: $x_t = \lambda x_{t-1} + \gamma B u_t$,
-        $y_t = \operatorname{Re}(C x_t) + D u_t$.
-
-        `state`: as `init_state()` (`RealLRU`: `(d_state, 2)`, `[Re x, Im x]` per mode).
-
-        **Returns:** `(new_state, y_t)`. Repeating `step` over a sequence from
-        `init_state()` equals the parallel `__call__`.
-        """
-        state, u_t = jnp.asarray(state), jnp.asarray(u_t)
-        self._check_input(u_t, "u_t", (self.d_model,))
-        self._check_state(state)
-        storage, options = self._storage(), self._projection_options()
-        gamma = jnp.exp(self.gamma_log)
-        pair = projection.project_in(u_t, self.B_re, self.B_im, gamma, **options)
-        drive = storage.load(pair[None])[0]
-        h = self.algebra.apply(self._transition(), self._to_algebra(state)) + drive
-        pair = storage.store(h[None])[0]
-        y_t = projection.project_out(pair, self.C_re, self.C_im, **options)
-        return self._from_algebra(h), y_t + self.D * u_t
+    def _check_dtype(cls, dtype) -> jnp.dtype:
+        """The parameters' dtype for `dtype` (a clear error for one the form cannot use)."""
 
     @classmethod
     def _with_parameters_of(cls, layer: "AbstractLRU") -> "AbstractLRU":
         """A `cls` holding `layer`'s fields (every dataclass field, shared not copied)."""
         if not isinstance(layer, AbstractLRU):
             raise TypeError(f"expected an LRU layer, got {type(layer).__name__}.")
-        new = object.__new__(cls)
-        for field in dataclasses.fields(layer):
-            object.__setattr__(new, field.name, getattr(layer, field.name))
+        cls._check_dtype(layer.nu_log.dtype)
         cls._check_compute_dtype(layer.compute_dtype, layer.nu_log.dtype)
-        return new
+        return rebuild(cls, layer)
 
 
 class ComplexLRU(AbstractLRU):
@@ -391,7 +421,14 @@ class ComplexLRU(AbstractLRU):
     """
 
     algebra: ClassVar[AbstractAlgebra] = Diagonal()
+    form: ClassVar[str] = "complex"
     _state_layout: ClassVar[str] = "complex, one entry per mode"
+
+    @classmethod
+    def _check_dtype(cls, dtype) -> jnp.dtype:
+        return complex_float_dtype(
+            dtype, "ComplexLRU", "`RealLRU` (or `eqx_lru.to_real(layer)`)"
+        )
 
     @classmethod
     def _check_compute_dtype(cls, compute_dtype, param_dtype) -> str | None:
@@ -415,7 +452,7 @@ class ComplexLRU(AbstractLRU):
         return h
 
     def init_state(self) -> Complex[Array, " d_state"]:
-        return jnp.zeros(self.d_state, _complex_dtype(self.nu_log.dtype))
+        return jnp.zeros(self.d_state, complex_dtype(self.nu_log.dtype))
 
     def _transition(self) -> Complex[Array, " d_state"]:
         return self.eigenvalues()
@@ -430,9 +467,10 @@ class RealLRU(AbstractLRU):
     r"""The LRU in real Jordan form (paper §E.3): real states, 2×2 rotation-scaling blocks.
 
     Mode $n$ keeps $(\operatorname{Re} x_n, \operatorname{Im} x_n)$ and evolves by
-    $|\lambda_n| \begin{pmatrix}\cos\theta_n & -\sin\theta_n\\ \sin\theta_n & \cos\theta_n\end{pmatrix}$,
-    the real matrix of multiplication by $\lambda_n$. It computes the same function as
-    `ComplexLRU` with the same parameters and uses real dtypes only. See
+    $|\lambda_n| \begin{pmatrix}\cos\theta_n & -\sin\theta_n\\
+    \sin\theta_n & \cos\theta_n\end{pmatrix}$, the real matrix of multiplication by
+    $\lambda_n$. It computes the same function as `ComplexLRU` with the same parameters and
+    uses real dtypes only. See
     `AbstractLRU.__init__` for the arguments.
 
     **State layout: `(d_state, 2)`**, row $n$ = $[\operatorname{Re} x_n, \operatorname{Im}
@@ -445,7 +483,12 @@ class RealLRU(AbstractLRU):
     # Planar pairs `(2, d_state)`: two numbers per rotation-scaling block, on contiguous
     # halves; the public state stays (N, 2).
     algebra: ClassVar[AbstractAlgebra] = RotationScaling()
+    form: ClassVar[str] = "real"
     _state_layout: ClassVar[str] = "(d_state, 2): [Re x, Im x] per mode"
+
+    @classmethod
+    def _check_dtype(cls, dtype) -> jnp.dtype:
+        return float_dtype(dtype)
 
     def _state_hint(self, state: Array) -> str:
         if state.shape == (2, self.d_state):
@@ -478,7 +521,3 @@ class RealLRU(AbstractLRU):
         """The same function in real form: exact, the parameters are shared."""
         return cls._with_parameters_of(layer)
 
-
-def _complex_dtype(real_dtype) -> jnp.dtype:
-    """complex128 for float64 parameters, complex64 otherwise."""
-    return jnp.dtype(jnp.complex128 if real_dtype == jnp.float64 else jnp.complex64)

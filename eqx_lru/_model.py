@@ -12,7 +12,7 @@ from beartype import beartype
 from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, jaxtyped
 
 from ._block import RECURRENCE, LRUBlock
-from ._init import Size, check_key, check_size
+from ._checks import Size, check_key, check_size
 from ._norm import MaskedBatchNorm
 from ._padding import check_length, valid_mask, where_valid
 
@@ -61,7 +61,7 @@ def _stack_blocks(blocks: Sequence[eqx.Module]) -> list[Array] | None:
         if not (same and eqx.tree_equal(other[2], first[2]) is True):
             return None
     leaves = [jax.tree_util.tree_leaves(eqx.filter(b, eqx.is_array)) for b in blocks]
-    return [jnp.stack(xs) for xs in zip(*leaves)]
+    return [jnp.stack(xs) for xs in zip(*leaves, strict=True)]
 
 
 def _scan_blocks(blocks, stacked, h, state, length, key, inference):
@@ -70,10 +70,11 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference):
     inputs are kept — XLA cannot hoist the recomputation as it can for checkpoints in an
     unrolled loop. Each block's batch-norm state travels through the scan beside it.
 
-    Bidirectional `LRUBlock`s also keep their summed recurrence output (`RECURRENCE`: one
-    `(length, d_model)` array per block), so the recomputation reruns no scan, and run
-    their two directions' backward passes one after the other (`_both_directions`), so
-    one direction's states are live at a time: PathX (Table 9) 9.2 → 7.5 GB of temp."""
+    `LRUBlock`s run as `LRUBlock.scan_body`: bidirectional ones also keep their summed
+    recurrence output (`RECURRENCE`: one `(length, d_model)` array per block), so the
+    recomputation reruns no scan, and run their two directions' backward passes one after
+    the other, so one direction's states are live at a time. Other blocks are called as
+    `block(h, state, length=, key=, inference=)`."""
     template = blocks[0]
     params, static = eqx.partition(template, eqx.is_array)
     treedef = jax.tree_util.tree_structure(params)
@@ -88,20 +89,18 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference):
         leaves, block_values, block_key = xs
         block = eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
         sub = jax.tree_util.tree_map(lambda x: x, template_state)  # a fresh State
-        for index, value in zip(indices, block_values):
+        for index, value in zip(indices, block_values, strict=True):
             sub = sub.set(index, value)
-        if isinstance(block, LRUBlock):  # directions one after the other, see LRUBlock
-            h, sub = block._apply(
-                h, sub, length, block_key, inference, remat=True, checkpoint=False
-            )
+        if isinstance(block, LRUBlock):  # no nested checkpoint; see `LRUBlock.scan_body`
+            h, sub = block.scan_body(h, sub, length=length, key=block_key, inference=inference)
         else:
             h, sub = block(h, sub, length=length, key=block_key, inference=inference)
         return h, [sub.get(index) for index in indices]
 
     h, new_values = jax.lax.scan(body, h, (stacked, values, keys))
     for i, block in enumerate(blocks):
-        for index, value in zip(_state_indices(block), new_values):
-            state = state.set(index, jax.tree_util.tree_map(lambda x: x[i], value))
+        for index, value in zip(_state_indices(block), new_values, strict=True):
+            state = state.set(index, jax.tree_util.tree_map(lambda x, i=i: x[i], value))
     return h, state
 
 
@@ -194,7 +193,9 @@ class LRUModel(eqx.Module):
             `ValueError` naming the id when called eagerly, an `eqx.error_if` under `jit`.
             Negligible cost (measured on a CPU: 0.04 ms for 16 × 2048 tokens, where the
             forward pass of a depth-2, H = N = 64 model takes ~300 ms). `False` skips it.
-        - `dtype`: parameter dtype of the encoder, head and blocks.
+        - `dtype`: parameter dtype of the encoder, head and blocks, passed on as
+            `block(d_model, d_state, dtype=dtype, key=key)`; `LRUBlock` passes it on to
+            its cores (whatever the core: the LRU, S4D, S5, …).
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters for
             `core="complex"` and `core="real"`.
         """
@@ -215,7 +216,9 @@ class LRUModel(eqx.Module):
             raise ValueError(f"`encoder` must be 'embedding' or 'linear', got {encoder!r}.")
         self.blocks = tuple(block(d_model, d_state, dtype=dtype, key=k) for k in block_keys)
         self.head = (
-            None if out_size is None else eqx.nn.Linear(d_model, out_size, dtype=dtype, key=head_key)
+            None
+            if out_size is None
+            else eqx.nn.Linear(d_model, out_size, dtype=dtype, key=head_key)
         )
         self.pooling = pooling
         self.remat = remat
@@ -264,7 +267,7 @@ class LRUModel(eqx.Module):
             h, state = _scan_blocks(self.blocks, stacked, h, state, length, key, inference)
             return h, state, mask
         call = eqx.filter_checkpoint(_call_block) if self.remat else _call_block
-        for block, block_key in zip(self.blocks, _split(key, len(self.blocks))):
+        for block, block_key in zip(self.blocks, _split(key, len(self.blocks)), strict=True):
             h, state = call(block, h, state, length, block_key, inference)
         return h, state, mask
 

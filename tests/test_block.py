@@ -4,6 +4,7 @@ Sizes are distinct (d_model=6, d_state=5, length=9) so a swapped axis cannot hid
 """
 
 import functools
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -77,18 +78,30 @@ def test_to_real_on_any_pytree():
 # --- the recurrent-core contract ----------------------------------------------------------
 
 
-class DecayCore(eqx.Module):
+class DecayCore(eqx_lru.AbstractRecurrentCore):
     """A minimal custom core: a per-feature exponential moving average."""
 
     logit: jax.Array
+    recurrent_fields: ClassVar[tuple[str, ...]] = ("logit",)
 
     def __init__(self, d_model, d_state, *, key):
         del d_state
         self.logit = jax.random.normal(key, (d_model,))
 
-    def __call__(self, u, *, reverse=False):
+    def init_state(self):
+        return jnp.zeros_like(self.logit)
+
+    def step(self, state, u_t):
+        state = jax.nn.sigmoid(self.logit) * state + u_t
+        return state, state
+
+    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
         a = jax.nn.sigmoid(self.logit)
-        return eqx_lru.linear_recurrence(a, u, algebra=eqx_lru.Diagonal(), reverse=reverse)
+        h = eqx_lru.linear_recurrence(
+            a, u, algebra=eqx_lru.Diagonal(), initial_state=initial_state, reverse=reverse,
+            segment_ids=segment_ids,
+        )
+        return h, h[0] if reverse else h[-1 if length is None else length - 1]
 
 
 def test_custom_core():
@@ -108,19 +121,19 @@ def test_custom_core():
 
 def test_custom_core_errors():
     key = jax.random.PRNGKey(0)
-    with pytest.raises(TypeError, match="eqx.Module"):
+    with pytest.raises(TypeError, match="AbstractRecurrentCore"):
         eqx_lru.LRUBlock(H, N, core=lambda h, n, *, key: (lambda u, reverse=False: u), key=key)
 
-    class WrongShape(eqx.Module):
+    class NotACore(eqx.Module):  # a module called like a core, but not a subclass
         w: jax.Array
 
         def __call__(self, u, *, reverse=False):
             return u @ self.w
 
-    with pytest.raises(ValueError, match="same"):
-        eqx_lru.LRUBlock(
-            H, N, core=lambda h, n, *, key: WrongShape(jnp.ones((h, n))), key=key
-        )
+    with pytest.raises(TypeError, match="Subclass eqx_lru.AbstractRecurrentCore"):
+        eqx_lru.LRUBlock(H, N, core=lambda h, n, *, key: NotACore(jnp.ones((h, n))), key=key)
+    with pytest.raises(TypeError, match="dtype"):  # the block passes its dtype to the core
+        eqx_lru.LRUBlock(H, N, core=DecayCore, dtype=jnp.float32, key=key)
     # (TypeError: in the test suite jaxtyping's hook type-checks the Literal first.)
     with pytest.raises((ValueError, TypeError), match="core"):
         eqx_lru.LRUBlock(H, N, core="quaternion", key=key)

@@ -14,10 +14,11 @@ Each rung changes one thing on the way from a vanilla RNN to the LRU:
     (`DEFAULT_RING`; Tables 2, 8);
 - `"lru"`: `eqx_lru.ComplexLRU`, + $\gamma$ normalisation (§3.4, Tables 3, 8).
 
-Every core follows one contract (`AbstractAblationCore`), so a block can take any of them:
-`core(u: Float[Array, "length d_model"], *, reverse=False) -> Float[Array, "length d_model"]`,
-and declares its `recurrent_fields` for `eqx_lru.lru_optimizer`. `ABLATION_CORES` maps the
-names above to factories `make_core(d_model, d_state, *, key, r_min=, r_max=, max_phase=)`.
+Every core is an `eqx_lru.AbstractRecurrentCore` (through `AbstractAblationCore`): the
+call with `reverse`, `initial_state` and `segment_ids`, `run`, `init_state`, `step`, and
+its `recurrent_fields` for `eqx_lru.lru_optimizer`, so a block takes any of them.
+`ABLATION_CORES` maps the names above to factories
+`make_core(d_model, d_state, *, key, r_min=, r_max=, max_phase=)`.
 """
 
 from ._core import AbstractAblationCore as AbstractAblationCore

@@ -10,13 +10,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
-from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, Integer, PRNGKeyArray, jaxtyped
 
 from .._algebra import DenseAlgebra
-from .._init import Size, check_key, check_size, float_dtype
+from .._checks import (
+    Size,
+    check_choice,
+    check_key,
+    check_segment_ids,
+    check_sequence,
+    check_size,
+    check_state,
+    check_token,
+    float_dtype,
+)
+from .._core import final_state
 from .._methods import AbstractScanMethod, scan_method
-from .._scan import ScanMethod, linear_recurrence
-from ._checks import check_input
+from .._scan import ScanMethod, recurrence, segment_starts
 from ._core import AbstractAblationCore
 
 
@@ -66,18 +76,75 @@ class AbstractDenseRNN(AbstractAblationCore):
         return self.A.shape[-1]
 
     @abc.abstractmethod
-    def hidden_states(
-        self, u: Float[Array, "length d_model"], *, reverse: bool = False
+    def _cell(self, x: Array, bu: Array) -> Array:
+        r"""$x_k$ from $x_{k-1}$ and $B u_k$: $\sigma(A x_{k-1} + B u_k)$."""
+
+    @abc.abstractmethod
+    def _states(
+        self, bu: Array, initial_state: Array, reverse: bool, segment_ids: Array | None
     ) -> Float[Array, "length d_state"]:
-        """All hidden states $x_0, \\dots, x_{L-1}$."""
+        """All states from the inputs $B u_k$ (one sequence), `_cell` after `_cell`."""
 
     def eigenvalues(self) -> Complex[Array, " d_state"]:
         """The eigenvalues of `A` (for analysis; computed on the host with NumPy, so not
         traceable under `jit`)."""
         return jnp.asarray(np.linalg.eigvals(np.asarray(self.A)))
 
-    def _readout(self, u: Array, reverse: bool) -> Float[Array, "length d_model"]:
-        return self.hidden_states(u, reverse=reverse) @ self.C.T
+    def init_state(self) -> Float[Array, " d_state"]:
+        r"""The zero state $x_{-1}$, `(d_state,)`."""
+        return jnp.zeros(self.d_state, self.A.dtype)
+
+    def _check_state(self, state: Array) -> None:
+        check_state(state, self.init_state(), type(self).__name__)
+
+    @jaxtyped(typechecker=beartype)
+    def hidden_states(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: Float[ArrayLike, " d_state"] | None = None,
+        reverse: bool = False,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+    ) -> Float[Array, "length d_state"]:
+        """All hidden states $x_0, \\dots, x_{L-1}$ (same arguments as `run`)."""
+        u = jnp.asarray(u)
+        check_sequence(u, self.d_model)
+        if initial_state is None:
+            initial_state = self.init_state()
+        initial_state = jnp.asarray(initial_state)
+        self._check_state(initial_state)
+        segment_ids = check_segment_ids(segment_ids, u.shape[0])
+        return self._states(u @ self.B.T, initial_state, reverse, segment_ids)
+
+    @jaxtyped(typechecker=beartype)
+    def run(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: Float[ArrayLike, " d_state"] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+    ) -> tuple[Float[Array, "length d_model"], Float[Array, " d_state"]]:
+        r"""$y_k = C x_k + D \odot u_k$ over one sequence, and the state after the last
+        valid position (see `eqx_lru.AbstractRecurrentCore.run`)."""
+        u = jnp.asarray(u)
+        states = self.hidden_states(
+            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids
+        )
+        final = final_state(states, reverse=reverse, length=length)
+        return states @ self.C.T + self.D * u, final
+
+    @jaxtyped(typechecker=beartype)
+    def step(
+        self, state: Float[ArrayLike, " d_state"], u_t: Float[ArrayLike, " d_model"]
+    ) -> tuple[Float[Array, " d_state"], Float[Array, " d_model"]]:
+        r"""One position: $x_t = \sigma(A x_{t-1} + B u_t)$, $y_t = C x_t + D u_t$."""
+        state, u_t = jnp.asarray(state), jnp.asarray(u_t)
+        check_token(u_t, self.d_model)
+        self._check_state(state)
+        x = self._cell(state, self.B @ u_t)
+        return x, self.C @ x + self.D * u_t
 
 
 _NONLINEARITIES: dict[str, Callable[[Array], Array]] = {"tanh": jnp.tanh, "relu": jax.nn.relu}
@@ -87,7 +154,9 @@ class DenseRNN(AbstractDenseRNN):
     r"""The vanilla nonlinear RNN of paper eq. 1 / §3.1 (rows RNN-Tanh and RNN-ReLU of
     Table 1): $x_k = \sigma(A x_{k-1} + B u_k)$ with $\sigma$ = tanh or ReLU.
 
-    Nonlinear, so it runs on a plain sequential `jax.lax.scan`.
+    Nonlinear, so it runs on a plain sequential `jax.lax.scan` (with `segment_ids`, the
+    carry is reset to zero at each segment start). Causal: $x_k$ depends on
+    $u_0, \dots, u_k$ only, and zero input keeps a zero state ($\sigma(0) = 0$).
     """
 
     nonlinearity: Literal["tanh", "relu"] = eqx.field(static=True)
@@ -103,27 +172,25 @@ class DenseRNN(AbstractDenseRNN):
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($N$), `nonlinearity` (`"tanh"` or
         `"relu"`), `dtype` (real floating; default JAX's float), `key`."""
-        if nonlinearity not in _NONLINEARITIES:
-            raise ValueError(
-                f"`nonlinearity` must be one of {tuple(_NONLINEARITIES)}, got {nonlinearity!r}; "
-                "for the linear RNN use `LinearDenseRNN`."
-            )
+        check_choice("nonlinearity", nonlinearity, tuple(_NONLINEARITIES))
         self.A, self.B, self.C, self.D = _dense_init(d_model, d_state, dtype, key)
         self.nonlinearity = nonlinearity
 
-    @jaxtyped(typechecker=beartype)
-    def hidden_states(
-        self, u: Float[Array, "length d_model"], *, reverse: bool = False
-    ) -> Float[Array, "length d_state"]:
-        check_input(u, self.d_model)
-        sigma = _NONLINEARITIES[self.nonlinearity]
+    def _cell(self, x: Array, bu: Array) -> Array:
+        return _NONLINEARITIES[self.nonlinearity](self.A @ x + bu)
 
-        def step(x, bu_k):
-            x = sigma(self.A @ x + bu_k)
+    def _states(self, bu, initial_state, reverse, segment_ids):
+        if segment_ids is None:
+            starts = jnp.zeros(bu.shape[:1], bool)
+        else:
+            starts = segment_starts(segment_ids, reverse=reverse)
+
+        def step(x, inputs):
+            bu_k, start = inputs
+            x = self._cell(jnp.where(start, jnp.zeros_like(x), x), bu_k)
             return x, x
 
-        x0 = jnp.zeros(self.d_state, u.dtype)
-        _, states = jax.lax.scan(step, x0, u @ self.B.T, reverse=reverse)
+        _, states = jax.lax.scan(step, initial_state, (bu, starts), reverse=reverse)
         return states
 
 
@@ -152,11 +219,11 @@ class LinearDenseRNN(AbstractDenseRNN):
         self.A, self.B, self.C, self.D = _dense_init(d_model, d_state, dtype, key)
         self.method = scan_method(method)
 
-    @jaxtyped(typechecker=beartype)
-    def hidden_states(
-        self, u: Float[Array, "length d_model"], *, reverse: bool = False
-    ) -> Float[Array, "length d_state"]:
-        check_input(u, self.d_model)
-        return linear_recurrence(
-            self.A, u @ self.B.T, algebra=DenseAlgebra(), reverse=reverse, method=self.method
-        )
+    def _cell(self, x: Array, bu: Array) -> Array:
+        return self.A @ x + bu
+
+    def _states(self, bu, initial_state, reverse, segment_ids):
+        return recurrence(
+            self.A, bu, algebra=DenseAlgebra(), initial_state=initial_state,
+            reverse=reverse, method=self.method, segment_ids=segment_ids,
+        )  # fmt: skip

@@ -6,17 +6,16 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from beartype import beartype
-from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
-from .. import _projection as projection
-from .._algebra import Diagonal
-from .._init import Size, lru_init
+from .._algebra import AbstractAlgebra, Diagonal
+from .._checks import Size, check_choice, complex_dtype, complex_float_dtype
+from .._init import lru_init
+from .._lru import AbstractModalCore
 from .._methods import AbstractScanMethod, scan_method
 from .._projection import Precision, check_precision
-from .._scan import ScanMethod, recurrence
-from .._storage import ComplexPairs
-from ._checks import check_input
+from .._scan import ScanMethod
+from .._storage import ComplexPairs, Storage
 from ._core import AbstractAblationCore
 from ._parameterisation import (
     PARAMETERISATIONS,
@@ -25,15 +24,7 @@ from ._parameterisation import (
 )
 
 
-def _parameterisation_class(name: str) -> type[AbstractParameterisation]:
-    if name not in PARAMETERISATIONS:
-        raise ValueError(
-            f"`parameterisation` must be one of {tuple(PARAMETERISATIONS)}, got {name!r}."
-        )
-    return PARAMETERISATIONS[name]
-
-
-class DiagonalRNN(AbstractAblationCore):
+class DiagonalRNN(AbstractModalCore, AbstractAblationCore):
     r"""A complex diagonal linear RNN without normalisation (§3.2):
     $x_k = \lambda \odot x_{k-1} + B u_k$, $y_k = \operatorname{Re}(C x_k) + D \odot u_k$,
     $x_{-1} = 0$, with $B = B_\text{re} + i B_\text{im}$, $C = C_\text{re} + i C_\text{im}$.
@@ -45,6 +36,9 @@ class DiagonalRNN(AbstractAblationCore):
     **Fields:** `lambda_` (an `AbstractParameterisation`), `B_re`, `B_im`
     `(d_state, d_model)`, `C_re`, `C_im` `(d_model, d_state)`, `D` `(d_model,)`, all real
     and initialised as the LRU's (App. A); `method`, `precision` (static).
+
+    The state is complex, `(d_state,)`, as `eqx_lru.ComplexLRU`'s; `run`, `step` and the
+    call are the LRU's (`eqx_lru._lru.AbstractModalCore`) with $\gamma = 1$.
     """
 
     lambda_: AbstractParameterisation
@@ -58,6 +52,8 @@ class DiagonalRNN(AbstractAblationCore):
 
     #: λ's parameters and B get the reduced learning rate and no weight decay (§D.2).
     recurrent_fields: ClassVar[tuple[str, ...]] = ("lambda_", "B_re", "B_im")
+    algebra: ClassVar[AbstractAlgebra] = Diagonal()
+    _state_layout: ClassVar[str] = "complex, one entry per mode"
 
     def __init__(
         self,
@@ -82,7 +78,11 @@ class DiagonalRNN(AbstractAblationCore):
             the default unit disk matches the spectrum of a Glorot dense $A$ (Thm. 3.1).
         - `method`, `precision`, `dtype`, `key`: as `eqx_lru.ComplexLRU`.
         """
-        cls = _parameterisation_class(parameterisation)
+        check_choice("parameterisation", parameterisation, tuple(PARAMETERISATIONS))
+        cls = PARAMETERISATIONS[parameterisation]
+        dtype = complex_float_dtype(
+            dtype, "DiagonalRNN", "`eqx_lru.RealLRU` (the LRU in real arithmetic)"
+        )
         params = lru_init(
             d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, dtype=dtype,
             key=key,
@@ -95,10 +95,6 @@ class DiagonalRNN(AbstractAblationCore):
         self.precision = check_precision(precision)
 
     @property
-    def d_state(self) -> int:
-        return self.B_re.shape[0]
-
-    @property
     def parameterisation(self) -> str:
         """The name of `lambda_`'s parameterisation."""
         return self.lambda_.name
@@ -107,30 +103,20 @@ class DiagonalRNN(AbstractAblationCore):
         r"""The diagonal $\lambda$ of the recurrence."""
         return self.lambda_.eigenvalues()
 
-    def _state_pairs(self, u: Array, reverse: bool) -> Float[Array, "length 2 d_state"]:
-        r"""All states as planar pairs $[\operatorname{Re} x; \operatorname{Im} x]$."""
-        check_input(u, self.d_model)
-        no_gamma = jnp.ones(self.d_state, self.B_re.dtype)
-        drive = projection.project_in(
-            u, self.B_re, self.B_im, no_gamma, precision=self.precision
-        )
-        return recurrence(
-            self.eigenvalues(),
-            drive,
-            algebra=Diagonal(),
-            storage=ComplexPairs(),
-            reverse=reverse,
-            method=self.method,
-        )
+    def init_state(self) -> Complex[Array, " d_state"]:
+        return jnp.zeros(self.d_state, complex_dtype(self.D.dtype))
 
-    @jaxtyped(typechecker=beartype)
-    def hidden_states(
-        self, u: Float[Array, "length d_model"], *, reverse: bool = False
-    ) -> Complex[Array, "length d_state"]:
-        """All hidden states $x_0, \\dots, x_{L-1}$ (complex)."""
-        return ComplexPairs().load(self._state_pairs(u, reverse))
+    def _transition(self) -> Complex[Array, " d_state"]:
+        return self.eigenvalues()
 
-    def _readout(self, u: Array, reverse: bool) -> Float[Array, "length d_model"]:
-        r"""$\operatorname{Re}(C x_k)$ for every position."""
-        pairs = self._state_pairs(u, reverse)
-        return projection.project_out(pairs, self.C_re, self.C_im, precision=self.precision)
+    def _gamma(self) -> Float[Array, " d_state"]:
+        return jnp.ones(self.d_state, self.B_re.dtype)
+
+    def _storage(self) -> Storage:
+        return ComplexPairs()
+
+    def _to_algebra(self, state: Array) -> Array:
+        return state
+
+    def _from_algebra(self, h: Array) -> Array:
+        return h

@@ -1,9 +1,11 @@
 """Baseline recurrent cores on the shared scan: the paper's deep-SSM baselines S4D and S5
 (Table 3, Table 4) and the SIMO linear dynamical systems of LDStack (NeurIPS 2020).
 
-`S4D` and `S5` (both `AbstractDiagonalSSM`s) follow the core contract of `eqx_lru.LRUBlock`
-(`core(u, *, reverse=False)`, `init_state()`, `step(state, u_t)`, `recurrent_fields`), so
-they plug in as `core=functools.partial(eqx_lru.baselines.S5, blocks=4)`.
+Every core here is an `eqx_lru.AbstractRecurrentCore` (`run`, `init_state`, `step`,
+`recurrent_fields`, the call with `reverse`, `initial_state` and `segment_ids`). `S4D` and
+`S5` (both `AbstractDiagonalSSM`s) plug into blocks as
+`core=functools.partial(eqx_lru.baselines.S5, blocks=4)`, and have both forms (`form=`,
+`to_form`, `eqx_lru.to_real`). The LDS cores take a scalar input sequence (see `_lds`).
 """
 
 from ._lds import AbstractSIMOLDS as AbstractSIMOLDS

@@ -12,6 +12,12 @@ y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0,$$
 with the complex relaxation $C' \in \mathbb C^{m \times n}$ of the output matrix and
 $s'_0 = 0$. `companion_form` and `vandermonde` give the dense form back (NumPy, for
 analysis and tests).
+
+**As recurrent cores.** The LDS cores follow `eqx_lru.AbstractRecurrentCore` with a
+*scalar* input sequence `u` `(length,)` and outputs `(length, d_out)` (so they are not
+`LRUBlock` cores, whose input and output are `(length, d_model)`; LDStack stacks them
+itself). The contract's state after position $t$ is $s'_{t+1}$ (it has consumed $x_t$);
+the output at $t$ reads the state before it, $s'_t$, and $x_t$ through $D$.
 """
 
 import abc
@@ -23,10 +29,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
-from jaxtyping import Array, Complex, Float, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, Integer, PRNGKeyArray, jaxtyped
 
-from .. import Diagonal, linear_recurrence
-from ._common import check_size, float_dtype, resolve_method
+from .._algebra import Diagonal
+from .._checks import (
+    check_segment_ids,
+    check_size,
+    check_state,
+    complex_dtype,
+    complex_float_dtype,
+)
+from .._core import AbstractRecurrentCore, final_state
+from .._methods import scan_method
+from .._scan import recurrence, segment_starts
 
 
 def companion_form(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,11 +68,12 @@ def vandermonde(lam: np.ndarray) -> np.ndarray:
     return lam[:, None] ** np.arange(lam.shape[0])[None, :]
 
 
-class AbstractSIMOLDS(eqx.Module):
+class AbstractSIMOLDS(AbstractRecurrentCore):
     r"""A reachable SIMO LDS in modal form (see the module docstring). Subclasses define how
     real parameters give the eigenvalues (`eigenvalues()`); $B' = \mathbf 1$ is fixed.
 
-    Called on one scalar sequence `x` `(length,)`, returns `(length, d_out)`.
+    Called on one scalar sequence `x` `(length,)`, returns `(length, d_out)`. The state is
+    complex, `(n,)`.
     """
 
     C_re: eqx.AbstractVar[Array]
@@ -74,25 +90,93 @@ class AbstractSIMOLDS(eqx.Module):
     def d_state(self) -> int:
         return self.C_re.shape[1]
 
-    def states(self, x: Float[Array, " length"]) -> Complex[Array, "length n"]:
-        r"""The modal states $s'_0 = 0, s'_1, \dots, s'_{T-1}$ (the state before each input)."""
-        if x.ndim != 1 or x.shape[0] == 0:
-            raise ValueError(f"`x` must be one scalar sequence of shape (length,); got {x.shape}.")
-        if x.dtype != self.D.dtype:
-            raise ValueError(f"`x` must have dtype {self.D.dtype}; got {x.dtype}.")
+    def init_state(self) -> Complex[Array, " n"]:
+        r"""$s'_0 = 0$, complex `(n,)`."""
+        return jnp.zeros(self.d_state, complex_dtype(self.D.dtype))
+
+    def _check_input(self, x: Array, name: str, shape: tuple[int, ...]) -> None:
+        if x.shape != shape or x.dtype != self.D.dtype:
+            what = "one scalar sequence of shape (length,)" if name == "u" else "a scalar"
+            raise ValueError(
+                f"`{name}` must be {what} of dtype {self.D.dtype}; got {x.dtype} of shape "
+                f"{x.shape}. Batch with `jax.vmap`."
+            )
+
+    def _readout(self, s: Array, x: Array) -> Array:
+        return s.real @ self.C_re.T - s.imag @ self.C_im.T + x[..., None] * self.D + self.D0
+
+    def _after(self, x, initial_state, reverse, segment_ids) -> Complex[Array, "length n"]:
+        """The states after each input, $s'_{t+1}$ (forward)."""
+        self._check_input(x, "u", x.shape[:1])
+        if x.shape[0] == 0:
+            raise ValueError("`u` has length 0; a sequence needs at least one position.")
+        if initial_state is not None:
+            initial_state = jnp.asarray(initial_state)
+            check_state(initial_state, self.init_state(), type(self).__name__)
         lam = self.eigenvalues()
         drive = jax.lax.complex(x, jnp.zeros_like(x))[:, None] * jnp.ones_like(lam)
-        after = linear_recurrence(lam, drive, algebra=Diagonal(), method=self.method)
-        return jnp.concatenate([jnp.zeros_like(after[:1]), after[:-1]])
+        return recurrence(
+            lam, drive, algebra=Diagonal(), initial_state=initial_state, reverse=reverse,
+            method=self.method, segment_ids=segment_ids,
+        )  # fmt: skip
+
+    def states(
+        self,
+        x: Float[Array, " length"],
+        *,
+        initial_state: Complex[ArrayLike, " n"] | None = None,
+        reverse: bool = False,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+    ) -> Complex[Array, "length n"]:
+        r"""The modal states $s'_0, s'_1, \dots, s'_{T-1}$ the outputs read (the state
+        before each input; $s'_0$ = `initial_state`, zero by default). Reverse: the state
+        after the later inputs. Zero at each segment start."""
+        x = jnp.asarray(x)
+        segment_ids = check_segment_ids(segment_ids, x.shape[0] if x.ndim else 0)
+        after = self._after(x, initial_state, reverse, segment_ids)
+        return self._before(after, initial_state, reverse, segment_ids)
+
+    def _before(self, after, initial_state, reverse, segment_ids) -> Complex[Array, "length n"]:
+        first = self.init_state() if initial_state is None else jnp.asarray(initial_state)
+        if reverse:
+            before = jnp.concatenate([after[1:], first[None]])
+        else:
+            before = jnp.concatenate([first[None], after[:-1]])
+        if segment_ids is not None:
+            starts = segment_starts(segment_ids, reverse=reverse)[:, None]
+            before = jnp.where(starts, jnp.zeros((), before.dtype), before)
+        return before
 
     @jaxtyped(typechecker=beartype)
-    def __call__(
-        self, x: Float[Array, " length"], *, key: PRNGKeyArray | None = None
-    ) -> Float[Array, "length d_out"]:
-        r"""$y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0$ for one scalar input sequence."""
-        del key
-        s = self.states(x)
-        return s.real @ self.C_re.T - s.imag @ self.C_im.T + x[:, None] * self.D + self.D0
+    def run(
+        self,
+        u: Float[ArrayLike, " length"],
+        *,
+        initial_state: Complex[ArrayLike, " n"] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+    ) -> tuple[Float[Array, "length d_out"], Complex[Array, " n"]]:
+        r"""$y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0$ for one scalar input sequence
+        `u` `(length,)`, and the state after the last valid position (see
+        `eqx_lru.AbstractRecurrentCore.run`)."""
+        x = jnp.asarray(u)
+        segment_ids = check_segment_ids(segment_ids, x.shape[0] if x.ndim else 0)
+        after = self._after(x, initial_state, reverse, segment_ids)
+        before = self._before(after, initial_state, reverse, segment_ids)
+        return self._readout(before, x), final_state(after, reverse=reverse, length=length)
+
+    @jaxtyped(typechecker=beartype)
+    def step(
+        self, state: Complex[ArrayLike, " n"], u_t: Float[ArrayLike, ""]
+    ) -> tuple[Complex[Array, " n"], Float[Array, " d_out"]]:
+        r"""One input: $y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0$ and
+        $s'_{t+1} = \lambda \odot s'_t + x_t$; returns `(s'_{t+1}, y_t)`."""
+        state, x_t = jnp.asarray(state), jnp.asarray(u_t)
+        self._check_input(x_t, "u_t", ())
+        check_state(state, self.init_state(), type(self).__name__)
+        y_t = self._readout(state, x_t)
+        return self.eigenvalues() * state + jax.lax.complex(x_t, jnp.zeros_like(x_t)), y_t
 
 
 def _outputs(d_state: int, d_out: int, dtype, key: PRNGKeyArray) -> dict[str, Array]:
@@ -131,7 +215,7 @@ class StandardSIMOLDS(AbstractSIMOLDS):
         """**Arguments:** `d_state` ($n$), `d_out` ($m$), `method`, `dtype`, `key`."""
         check_size("d_state", d_state)
         check_size("d_out", d_out)
-        dtype = float_dtype(dtype)
+        dtype = complex_float_dtype(dtype, "StandardSIMOLDS", "a float32/float64 `dtype`")
         poly_key, out_key = jax.random.split(key)
         a = np.asarray(jax.random.normal(poly_key, (d_state,), jnp.float32), np.float64)
         roots = np.roots(np.concatenate([[1.0], a[::-1] / math.sqrt(d_state)]))
@@ -141,7 +225,7 @@ class StandardSIMOLDS(AbstractSIMOLDS):
         self.alpha_real = jnp.asarray(np.sort(roots[roots.imag == 0].real), dtype)
         for name, value in _outputs(d_state, d_out, dtype, out_key).items():
             setattr(self, name, value)
-        self.method = resolve_method(method)
+        self.method = scan_method(method)
 
     def eigenvalues(self) -> Complex[Array, " n"]:
         re = jnp.concatenate([self.alpha, self.alpha, self.alpha_real])
@@ -173,13 +257,13 @@ class UnitSIMOLDS(AbstractSIMOLDS):
         if d_state % 2:
             raise ValueError(f"`d_state` must be even (conjugate pairs on the unit circle); "
                              f"got {d_state}.")
-        dtype = float_dtype(dtype)
+        dtype = complex_float_dtype(dtype, "UnitSIMOLDS", "a float32/float64 `dtype`")
         theta_key, out_key = jax.random.split(key)
         self.theta = jax.random.uniform(theta_key, (d_state // 2,), dtype, -2 * math.pi,
                                         2 * math.pi)
         for name, value in _outputs(d_state, d_out, dtype, out_key).items():
             setattr(self, name, value)
-        self.method = resolve_method(method)
+        self.method = scan_method(method)
 
     def eigenvalues(self) -> Complex[Array, " n"]:
         theta = jnp.concatenate([self.theta, -self.theta])

@@ -7,20 +7,19 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Complex, Float, PRNGKeyArray
+from beartype import beartype
+from jaxtyping import Array, ArrayLike, Complex, Float, Integer, PRNGKeyArray, jaxtyped
 
-from ._common import (
-    Pair,
-    check_even_state,
+from .._checks import (
+    check_choice,
     check_form,
     check_sequence,
     check_size,
     check_steps,
-    cmul,
     float_dtype,
-    resolve_method,
-    zoh_pairs,
 )
+from .._methods import scan_method
+from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._ssm import AbstractDiagonalSSM
 
 _INITS = ("lin", "inv")
@@ -31,8 +30,7 @@ def s4d_eigenvalues(d_state: int, init: str) -> tuple[list[float], list[float]]:
     r"""The continuous-time $A_n$, $n = 0, \dots, N/2 - 1$, as (real, imaginary) lists:
     S4D-Lin $A_n = -\tfrac12 + i\pi n$; S4D-Inv
     $A_n = -\tfrac12 + i \tfrac{N}{\pi}\left(\tfrac{N}{2n + 1} - 1\right)$."""
-    if init not in _INITS:
-        raise ValueError(f"`init` must be one of {_INITS}, got {init!r}.")
+    check_choice("init", init, _INITS)
     modes = range(d_state // 2)
     if init == "lin":
         imag = [math.pi * n for n in modes]
@@ -71,7 +69,9 @@ class S4D(AbstractDiagonalSSM):
     same $H$. `mode="convolution"` computes the same outputs as S4D's own code does, as a
     causal convolution with the kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n
     \bar A_n^l)$ (`kernel`, once per layer, shared by the batch) by FFT: $O(HL)$ memory per
-    example. It has no `initial_state`; `step` is the same in both modes.
+    example. The call uses it when it starts from zero without `segment_ids`; `run` (which
+    returns the final state), a call with `initial_state` or `segment_ids`, and `step` run
+    the recurrence, the same function.
 
     **Real form.** The states are complex. `form="real"` runs the same recurrence with each
     mode as a $2 \times 2$ rotation-scaling block (paper §E.3) on the `RotationScaling`
@@ -122,10 +122,11 @@ class S4D(AbstractDiagonalSSM):
         check_size("d_model", d_model)
         check_even_state(d_state)
         check_steps(dt_min, dt_max)
-        check_form(form)
-        if mode not in _MODES:
-            raise ValueError(f"`mode` must be one of {_MODES}, got {mode!r}.")
+        check_choice("init", init, _INITS)
+        check_choice("mode", mode, _MODES)
         dtype = float_dtype(dtype)
+        if check_form(form) == "complex":
+            self._check_complex_dtype(dtype)
         re, im = s4d_eigenvalues(d_state, init)
         dt_key, c_key = jax.random.split(key)
         shape = (d_model, d_state // 2)
@@ -141,7 +142,7 @@ class S4D(AbstractDiagonalSSM):
         self.init = init
         self.form = form
         self.mode = mode
-        self.method = resolve_method(method)
+        self.method = scan_method(method)
 
     def continuous(self) -> Complex[Array, "d_model modes"]:
         r"""The continuous-time eigenvalues $A = -e^{a_{\log}} + i a_\text{im}$."""
@@ -161,13 +162,24 @@ class S4D(AbstractDiagonalSSM):
     def _state_shape(self) -> tuple[int, ...]:
         return self.A_im.shape
 
-    def _run(self, u: Array, initial_state: Array | None, reverse: bool) -> Array:
-        if self.mode == "recurrence":
-            return self._output(self.hidden_states(u, initial_state, reverse), u)
-        if initial_state is not None:
-            raise ValueError("`initial_state` needs `mode='recurrence'` (S4D convolution "
-                             "mode starts from zero).")
-        return self._convolve(u, reverse)
+    @jaxtyped(typechecker=beartype)
+    def __call__(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: ArrayLike | None = None,
+        reverse: bool = False,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "length d_model"]:
+        r"""$y_k = 2 \operatorname{Re}(C x_k) + D \odot u_k$ over one sequence (see
+        `run`); by FFT convolution with `mode="convolution"` when it starts from zero
+        without `segment_ids`."""
+        del key
+        if self.mode == "convolution" and initial_state is None and segment_ids is None:
+            return self._convolve(jnp.asarray(u), reverse)
+        y, _ = self.run(u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids)
+        return y
 
     def kernel(self, length: int) -> Float[Array, "length d_model"]:
         r"""The convolution kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n

@@ -10,18 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
-from ._common import (
-    Pair,
-    check_even_state,
-    check_form,
-    check_size,
-    check_steps,
-    cmul,
-    complex_dtype,
-    float_dtype,
-    resolve_method,
-    zoh_pairs,
-)
+from .._checks import check_form, check_size, check_steps, complex_dtype, float_dtype
+from .._methods import scan_method
+from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._ssm import AbstractDiagonalSSM
 
 
@@ -136,15 +127,18 @@ class S5(AbstractDiagonalSSM):
         check_size("blocks", blocks)
         check_even_state(d_state, blocks, f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)")
         check_steps(dt_min, dt_max)
-        check_form(form)
         dtype = float_dtype(dtype)
+        if check_form(form) == "complex":
+            self._check_complex_dtype(dtype)
         lam, vectors = s5_eigenbasis(d_state, blocks)
         b_key, c_key, dt_key, d_key = jax.random.split(key, 4)
         # B and C drawn real and moved to the eigenbasis in JAX (traceable: `filter_vmap` over
-        # keys builds ensembles); V is a constant of the sizes.
-        v = jnp.asarray(vectors, complex_dtype(dtype))
-        b = jax.random.normal(b_key, (d_state, d_model), dtype) / math.sqrt(d_model)
-        c = jax.random.normal(c_key, (d_model, d_state), dtype) / math.sqrt(d_state)
+        # keys builds ensembles); V is a constant of the sizes. In at least float32, as a
+        # 16-bit `dtype` has no complex type; the results are cast to `dtype`.
+        wide = jnp.promote_types(dtype, jnp.float32)
+        v = jnp.asarray(vectors, complex_dtype(wide))
+        b = jax.random.normal(b_key, (d_state, d_model), wide) / math.sqrt(d_model)
+        c = jax.random.normal(c_key, (d_model, d_state), wide) / math.sqrt(d_state)
         highest = jax.lax.Precision.HIGHEST
         b_tilde = jnp.matmul(v.conj().T, b.astype(v.dtype), precision=highest)
         c_tilde = jnp.matmul(c.astype(v.dtype), v, precision=highest)
@@ -153,12 +147,12 @@ class S5(AbstractDiagonalSSM):
         self.log_step = jax.random.uniform(
             dt_key, lam.shape, dtype, math.log(dt_min), math.log(dt_max)
         )
-        self.B_re, self.B_im = b_tilde.real, b_tilde.imag
-        self.C_re, self.C_im = c_tilde.real, c_tilde.imag
+        self.B_re, self.B_im = b_tilde.real.astype(dtype), b_tilde.imag.astype(dtype)
+        self.C_re, self.C_im = c_tilde.real.astype(dtype), c_tilde.imag.astype(dtype)
         self.D = jax.random.normal(d_key, (d_model,), dtype)
         self.blocks = blocks
         self.form = form
-        self.method = resolve_method(method)
+        self.method = scan_method(method)
 
     def continuous(self) -> Complex[Array, " modes"]:
         r"""The continuous-time eigenvalues $\Lambda$."""
@@ -176,6 +170,3 @@ class S5(AbstractDiagonalSSM):
 
     def _state_shape(self) -> tuple[int, ...]:
         return self.Lambda_re.shape
-
-    def _run(self, u: Array, initial_state: Array | None, reverse: bool) -> Array:
-        return self._output(self.hidden_states(u, initial_state, reverse), u)

@@ -3,19 +3,29 @@ zero-order hold, run on the shared scan in either form (complex `Diagonal`, or r
 `RotationScaling` pairs)."""
 
 import abc
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, Integer, jaxtyped
 
-from .. import Diagonal, RotationScaling, linear_recurrence
-from ._common import Pair, check_sequence, check_state, complex_dtype
+from .._algebra import Diagonal, RotationScaling
+from .._checks import (
+    check_form,
+    check_segment_ids,
+    check_sequence,
+    check_state,
+    check_token,
+    complex_dtype,
+)
+from .._core import AbstractRecurrentCore, final_state, rebuild
+from .._scan import recurrence
+from ._common import Pair
 
 
-class AbstractDiagonalSSM(eqx.Module):
+class AbstractDiagonalSSM(AbstractRecurrentCore):
     r"""A diagonal SSM with conjugate-symmetric complex modes,
 
     $$x_k = \bar\Lambda \odot x_{k-1} + \bar B u_k, \qquad
@@ -23,14 +33,15 @@ class AbstractDiagonalSSM(eqx.Module):
 
     $(\bar\Lambda, \bar B)$ the zero-order hold of the continuous system; see `S4D`
     ($H$ SISO systems) and `S5` (one MIMO system). Subclasses say how the parameters give
-    $(\bar\Lambda, \bar B)$ (`_pairs`), how $\bar B$ drives the modes (`_drive`), how $C$
-    reads them (`_readout`) and how a sequence is run (`_run`); the state layout,
-    the two forms, `hidden_states`, `step` and `init_state` are shared.
+    $(\bar\Lambda, \bar B)$ (`_pairs`), how $\bar B$ drives the modes (`_drive`) and how
+    $C$ reads them (`_readout`); the state layout, the two forms, `hidden_states`, `run`,
+    `step` and `init_state` are shared (the contract of `eqx_lru.AbstractRecurrentCore`).
 
     **Forms.** `form="complex"`: complex states on the `Diagonal` scan. `form="real"`: the
     same recurrence with each mode a $2 \times 2$ rotation-scaling block on the
     `RotationScaling` scan, real arithmetic only; its states are planar, `(..., 2, modes)`
-    (real parts, then imaginary parts).
+    (real parts, then imaginary parts). `to_form` (and `eqx_lru.to_real`/`to_complex`)
+    switches between them, parameters shared.
     """
 
     C_re: eqx.AbstractVar[Float[Array, "d_model modes"]]
@@ -55,11 +66,6 @@ class AbstractDiagonalSSM(eqx.Module):
     @abc.abstractmethod
     def _readout(self, x_re: Array, x_im: Array) -> Array:
         r"""$\operatorname{Re}(C x)$, shape `(..., d_model)`, for the parts of `x`."""
-
-    @abc.abstractmethod
-    def _run(self, u: Array, initial_state: Array | None, reverse: bool) -> Array:
-        """The output sequence of `__call__`: `_output` of `hidden_states`, or another way
-        to compute it (S4D's convolution mode)."""
 
     @abc.abstractmethod
     def _state_shape(self) -> tuple[int, ...]:
@@ -100,45 +106,74 @@ class AbstractDiagonalSSM(eqx.Module):
     def _output(self, x: Array, u: Array) -> Array:
         return 2 * self._readout(*self._split(x)) + self.D * u
 
-    @jaxtyped(typechecker=beartype)
-    def __call__(
-        self,
-        u: Float[Array, "length d_model"],
-        *,
-        initial_state: Inexact[Array, "..."] | None = None,
-        reverse: bool = False,
-        key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "length d_model"]:
-        r"""**Arguments:** `u` `(length, d_model)`, one sequence (batch with `jax.vmap`);
-        `initial_state` (default zero, see `init_state`); `reverse=True` runs from the last
-        step; `key` ignored.
+    def to_form(self, form: Literal["complex", "real"]) -> "AbstractDiagonalSSM":
+        """This core with `form=form`: the same parameters and function (see
+        `eqx_lru.AbstractRecurrentCore.to_form`)."""
+        if check_form(form) == "complex":
+            self._check_complex_dtype(self.D.dtype)
+        return rebuild(type(self), self, form=form)
 
-        **Returns:** $y_k = 2 \operatorname{Re}(C x_k) + D \odot u_k$, `(length, d_model)`.
-        """
-        del key
-        return self._run(u, initial_state, reverse)
+    @classmethod
+    def _check_complex_dtype(cls, dtype) -> None:
+        """A `ValueError` for a 16-bit `dtype` in complex form (no complex type)."""
+        if jnp.dtype(dtype).itemsize < 4:
+            raise ValueError(
+                f"{cls.__name__} with `form='complex'` computes with complex numbers, and "
+                f"`dtype={jnp.dtype(dtype).name}` has no complex type (complex64 is the "
+                "smallest). Use `form='real'`, the same function in real arithmetic, or a "
+                "float32/float64 `dtype`."
+            )
+
+    def _check_state(self, state: Array) -> None:
+        check_state(state, self.init_state(), type(self).__name__)
 
     def hidden_states(
-        self, u: Array, initial_state: Array | None = None, reverse: bool = False
+        self,
+        u: Array,
+        initial_state: Array | None = None,
+        reverse: bool = False,
+        segment_ids: Array | None = None,
     ) -> Inexact[Array, "length ..."]:
         """All states $x_0, \\dots, x_{L-1}$ in the form's layout (see `init_state`)."""
+        u = jnp.asarray(u)
         check_sequence(u, self.d_model, self.D.dtype)
         if initial_state is not None:
-            check_state(initial_state, self.init_state(), "initial_state")
+            initial_state = jnp.asarray(initial_state)
+            self._check_state(initial_state)
         lam, b = self._pairs()
-        return linear_recurrence(
+        return recurrence(
             self._join(*lam), self._join(*self._drive(u, b)), algebra=self._algebra(),
             initial_state=initial_state, reverse=reverse, method=self.method,
-        )
+            segment_ids=check_segment_ids(segment_ids, u.shape[0]),
+        )  # fmt: skip
+
+    @jaxtyped(typechecker=beartype)
+    def run(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: Inexact[ArrayLike, "..."] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+    ) -> tuple[Float[Array, "length d_model"], Inexact[Array, "..."]]:
+        r"""$y_k = 2 \operatorname{Re}(C x_k) + D \odot u_k$ over one sequence `u`
+        `(length, d_model)` (batch with `jax.vmap`), on the recurrence, and the state after
+        the last valid position (see `eqx_lru.AbstractRecurrentCore.run`; states as
+        `init_state`)."""
+        u = jnp.asarray(u)
+        states = self.hidden_states(u, initial_state, reverse, segment_ids)
+        return self._output(states, u), final_state(states, reverse=reverse, length=length)
 
     @jaxtyped(typechecker=beartype)
     def step(
-        self, state: Inexact[Array, "..."], u_t: Float[Array, " d_model"]
+        self, state: Inexact[ArrayLike, "..."], u_t: Float[ArrayLike, " d_model"]
     ) -> tuple[Inexact[Array, "..."], Float[Array, " d_model"]]:
         r"""One token in RNN mode: $x_t = \bar\Lambda x_{t-1} + \bar B u_t$; returns
         `(x_t, y_t)`. Repeated from `init_state()` it equals the parallel call."""
-        check_sequence(u_t[None], self.d_model, self.D.dtype)
-        check_state(state, self.init_state())
+        state, u_t = jnp.asarray(state), jnp.asarray(u_t)
+        check_token(u_t, self.d_model, self.D.dtype)
+        self._check_state(state)
         lam, b = self._pairs()
         state = self._algebra().apply(self._join(*lam), state) + self._join(*self._drive(u_t, b))
         return state, self._output(state, u_t)

@@ -1,0 +1,186 @@
+"""Argument checks shared by every layer of the library, so that one mistake gets one message
+wherever it is made: each raises at construction (or at the call, for inputs), names the
+argument, and says how to fix it."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+#: A size argument: a Python or NumPy integer.
+Size = int | np.integer
+
+#: The forms a core may have: complex states, or the same recurrence in real arithmetic.
+FORMS = ("complex", "real")
+
+
+def check_size(name: str, value: object) -> int:
+    """`value` as an `int`; a `ValueError` naming `name` unless it is a positive integer
+    (Python or NumPy; `bool` is not a size)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    if value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def check_key(key) -> None:
+    """A `TypeError` naming `key` unless it is a JAX PRNG key (typed, or raw `uint32`)."""
+    if isinstance(key, jax.Array):
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            return
+        if key.dtype == jnp.uint32 and key.ndim >= 1 and key.shape[-1] in (2, 4):
+            return
+    raise TypeError(
+        "`key` must be a JAX PRNG key such as `jax.random.key(0)` or "
+        f"`jax.random.PRNGKey(0)`; got {key!r}."
+    )
+
+
+def _check_number(name: str, value: object) -> float:
+    """`value` as a `float`; a `TypeError` naming `name` unless it is a real number."""
+    if isinstance(value, (bool, np.bool_, str, complex)):
+        raise TypeError(f"`{name}` must be a real number, got {value!r}.")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must be a real number, got {value!r}.") from None
+
+
+def check_ring(r_min: float, r_max: float, max_phase: float) -> None:
+    """Raise a `ValueError` naming the argument if the ring hyperparameters are invalid."""
+    for name, value in (("r_min", r_min), ("r_max", r_max), ("max_phase", max_phase)):
+        value = _check_number(name, value)
+        if not math.isfinite(value):
+            raise ValueError(f"`{name}` must be a finite number, got {value}.")
+    if r_min < 0:
+        raise ValueError(f"`r_min` must be >= 0 (a modulus), got r_min={r_min}.")
+    if r_max > 1:
+        raise ValueError(f"`r_max` must be <= 1 so the recurrence is stable, got r_max={r_max}.")
+    if r_min > r_max:
+        raise ValueError(f"`r_min` must be <= `r_max`, got r_min={r_min} > r_max={r_max}.")
+    if max_phase <= 0:
+        raise ValueError(
+            f"`max_phase` must be > 0 (phases are sampled in [0, max_phase]), got "
+            f"max_phase={max_phase}."
+        )
+
+
+def check_steps(dt_min: float, dt_max: float) -> None:
+    """A `ValueError` naming `dt_min`/`dt_max` unless `0 < dt_min <= dt_max` (finite)."""
+    for name, value in (("dt_min", dt_min), ("dt_max", dt_max)):
+        value = _check_number(name, value)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"`{name}` must be a finite step size > 0, got {value}.")
+    if dt_min > dt_max:
+        raise ValueError(f"`dt_min` must be <= `dt_max`, got {dt_min} > {dt_max}.")
+
+
+def _as_dtype(dtype, name: str) -> jnp.dtype:
+    try:
+        return jnp.dtype(dtype)
+    except TypeError:
+        raise TypeError(
+            f"`{name}` must be a dtype such as jnp.float32, got {dtype!r}."
+        ) from None
+
+
+def float_dtype(dtype, name: str = "dtype") -> jnp.dtype:
+    """The floating dtype to initialise in: `dtype`, or JAX's default float if `None`."""
+    dtype = _as_dtype(dtype, name) if dtype is not None else jnp.zeros(()).dtype
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(
+            f"`{name}` must be a real floating dtype (parameters are stored real), got {dtype}."
+        )
+    return dtype
+
+
+def complex_float_dtype(dtype, core: str, real_form: str) -> jnp.dtype:
+    """`float_dtype(dtype)` for a core that computes with complex numbers: a `ValueError`
+    for a 16-bit dtype, which has no complex type (JAX would fail at the first call),
+    naming the real-arithmetic form `real_form` that runs the same function."""
+    dtype = float_dtype(dtype)
+    if dtype.itemsize < 4:
+        raise ValueError(
+            f"{core} computes with complex numbers, and `dtype={dtype.name}` has no complex "
+            f"type (complex64 is the smallest). Use {real_form}, the same function in real "
+            "arithmetic, or a float32/float64 `dtype`."
+        )
+    return dtype
+
+
+def complex_dtype(real_dtype) -> jnp.dtype:
+    """complex128 for float64 parameters, complex64 otherwise."""
+    return jnp.dtype(jnp.complex128 if real_dtype == jnp.float64 else jnp.complex64)
+
+
+def check_form(form: object) -> str:
+    """`form` if it is `"complex"` or `"real"`, else a `ValueError` naming `form`."""
+    if form not in FORMS:
+        raise ValueError(
+            "`form` must be 'complex' (complex states) or 'real' (the same recurrence as 2x2 "
+            f"rotation-scaling blocks, real arithmetic only); got {form!r}."
+        )
+    return form
+
+
+def check_choice(name: str, value: object, choices: tuple) -> None:
+    """A `ValueError` naming `name` unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}.")
+
+
+def check_sequence(u: Array, d_model: int, dtype=None, name: str = "u") -> None:
+    """A `ValueError` naming `name` unless it is one sequence `(length >= 1, d_model)` (of
+    `dtype`, if given)."""
+    if u.ndim != 2 or u.shape[1] != d_model or u.shape[0] == 0:
+        raise ValueError(
+            f"`{name}` must have shape (length, d_model) with length >= 1 and "
+            f"d_model={d_model}; got shape {u.shape}. Batch with `jax.vmap`: a core acts on "
+            "one sequence."
+        )
+    if dtype is not None and u.dtype != dtype:
+        raise ValueError(
+            f"`{name}` must have the parameters' dtype {dtype}; got {u.dtype}. Cast the "
+            "input (or build the core with `dtype=`)."
+        )
+
+
+def check_token(u_t: Array, d_model: int, dtype=None, name: str = "u_t") -> None:
+    """A `ValueError` naming `name` unless it is one position `(d_model,)` (of `dtype`)."""
+    if u_t.shape != (d_model,):
+        raise ValueError(
+            f"`{name}` must have shape (d_model,) with d_model={d_model}; got shape "
+            f"{u_t.shape}. Batch with `jax.vmap`: `step` takes one position of one sequence."
+        )
+    if dtype is not None and u_t.dtype != dtype:
+        raise ValueError(
+            f"`{name}` must have the parameters' dtype {dtype}; got {u_t.dtype}. Cast the "
+            "input (or build the core with `dtype=`)."
+        )
+
+
+def check_state(state, expected, core: str, hint: str = "") -> None:
+    """A `ValueError` unless `state` has the shape and dtype of `expected` (the core's
+    `init_state()`); `hint` is appended (e.g. a layout note)."""
+    if state.shape != expected.shape or state.dtype != expected.dtype:
+        raise ValueError(
+            f"`initial_state`/`state` must have shape {expected.shape} and dtype "
+            f"{expected.dtype} for {core} (see `init_state()`); got shape {state.shape}, "
+            f"dtype {state.dtype}.{hint}"
+        )
+
+
+def check_segment_ids(segment_ids, length: int):
+    """`segment_ids` as an integer array of shape `(length,)`, or `None`."""
+    if segment_ids is None:
+        return None
+    segment_ids = jnp.asarray(segment_ids)
+    if segment_ids.shape != (length,) or not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+        raise ValueError(
+            f"`segment_ids` must be integers of shape ({length},), one per position; got "
+            f"{segment_ids.dtype} of shape {segment_ids.shape}."
+        )
+    return segment_ids
