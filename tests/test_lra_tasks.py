@@ -146,6 +146,9 @@ def test_new_task_loads_from_its_entry_and_loader(tiny, tmp_path):
     assert isinstance(again.train.inputs, np.memmap)  # reopened from the cache
     np.testing.assert_array_equal(again.test.inputs, loaded.test.inputs)
     assert steps.task_spec("tiny") == steps.TaskSpec("tiny", 2, 16, 5, None)
+    tasks.register(_entry(model="retrieval"), replace=True)  # an entry its loader contradicts
+    with pytest.raises(ValueError, match="single token sequences, but .* model='retrieval'"):
+        data.load_task("tiny", tmp_path / "data")
 
 
 @pytest.mark.slow

@@ -115,6 +115,7 @@ def load_task(
     try:
         meta = spec.loader(spec, task_dir, store, max_examples)
         meta.setdefault("aliases", {})
+        _check_loader(spec, meta)
         _check_nonempty(spec, task_dir, store.arrays)
         arrays = store.commit()
     except BaseException:
@@ -127,6 +128,18 @@ def load_task(
     if meta["dropped"]:
         LOG.warning("%s: skipped items %s under %s", task, meta["dropped"], task_dir)
     return _assemble(spec, arrays, meta)
+
+
+def _check_loader(spec, meta: Mapping) -> None:
+    """The loader's output fits its entry: pairs for the retrieval model, pixels for pixel tasks."""
+    pairs, pixels = "inputs2" in meta.get("fields", ()), meta.get("vocab") is None
+    if pairs != (spec.model == "retrieval") or pixels != (spec.in_channels is not None):
+        raise ValueError(
+            f"Task {spec.name!r}: its loader returned {'pairs of' if pairs else 'single'} "
+            f"{'pixel' if pixels else 'token'} sequences, but its registry entry says model="
+            f"{spec.model!r}, in_channels={spec.in_channels!r}. Make the loader and the entry "
+            "agree (pairs: model='retrieval'; pixels: in_channels set and vocab None)."
+        )
 
 
 def _check_nonempty(spec, task_dir: Path, arrays: Mapping[str, np.ndarray]) -> None:
