@@ -22,8 +22,12 @@ PUBLISHED = (
     "experiments/ldstack/README.md",
     "experiments/ldstack/figures/*",
 )
-REQUIRED = ("experiments/bench/RESULTS-cpu.md", "experiments/lra/MEMORY.md",
-            "experiments/paper/README.md", "experiments/ldstack/README.md")
+REQUIRED = (
+    "experiments/bench/RESULTS-cpu.md",
+    "experiments/lra/MEMORY.md",
+    "experiments/paper/README.md",
+    "experiments/ldstack/README.md",
+)
 
 
 def on_files(files, config):

@@ -1,51 +1,69 @@
-"""The README's code runs as written: each tested section's Python block is extracted from
-README.md and executed verbatim, then its results are checked."""
+"""The README is a short entry point: what the library is, install, the two commands, one
+example, and links into the docs. Its example runs in `tests/test_docs.py` (with the docs'
+blocks); here its shape and links are checked."""
 
 import pathlib
 import re
 
-import jax
-import numpy as np
-import pytest
-
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MAX_LINES = 150
 
 
-def python_block(heading: str) -> str:
-    """The first ```python block of the README section titled `heading`."""
-    text = README.read_text()
-    match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match is not None, f"README has no section '## {heading}'"
-    code = re.search(r"^```python\n(.*?)^```", match.group(1), re.M | re.S)
-    assert code is not None, f"README section '## {heading}' has no ```python block"
-    return code.group(1)
+def _text() -> str:
+    return README.read_text()
 
 
-def run(code: str) -> dict:
-    namespace = {"__name__": "__readme__"}
-    # README code is user code: JAX's default (standard) dtype promotion, as users have it;
-    # the suite's strict promotion would trip over optax's Python-float/int32 arithmetic.
-    with jax.numpy_dtype_promotion("standard"):
-        exec(compile(code, str(README), "exec"), namespace)
-    return namespace
+def test_short():
+    lines = _text().splitlines()
+    assert len(lines) <= MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {MAX_LINES}): move reference material "
+        "into docs/ and link to it."
+    )
 
 
-@pytest.mark.slow
-def test_quick_example():
-    ns = run(python_block("Quick example"))
-    assert ns["y"].shape == (16, 1000, 64)
-    assert ns["grads"].nu_log.shape == (128,)
-    assert ns["y_t"].shape == (64,)
+def test_sections():
+    headings = re.findall(r"^## (.+)$", _text(), re.M)
+    for section in ("Install", "The two commands", "Example", "Documentation"):
+        assert section in headings, f"README.md has no '## {section}' section"
 
 
-@pytest.mark.slow
-def test_compose_lru_block_in_functional_jax(capsys):
-    ns = run(python_block("Compose LRUBlock in functional JAX"))
-    losses = np.asarray(ns["losses"])
-    assert len(losses) == ns["steps"] and np.all(np.isfinite(losses))
-    # It learned: the loss fell well below its start and chance (ln 2), and held-out
-    # accuracy is far above chance (50%), in both forms.
-    assert losses[-10:].mean() < 0.5 * losses[:10].mean()
-    assert losses[-10:].mean() < 0.3
-    assert float(ns["acc"]) > 0.85 and float(ns["real_acc"]) > 0.85
-    assert "test accuracy" in capsys.readouterr().out
+def test_the_two_commands_and_the_docs_job():
+    text = _text()
+    assert "./dev.sh demo" in text and "./dev.sh test" in text and "./dev.sh docs" in text
+    dev = (ROOT / "dev.sh").read_text()
+    for job in ("demo)", "test)", "docs)"):
+        assert job in dev, f"dev.sh has no `{job}` job, which README.md names"
+
+
+def test_one_python_example():
+    blocks = re.findall(r"^```python\n", _text(), re.M)
+    assert len(blocks) == 1, f"README.md should hold one python example, has {len(blocks)}"
+
+
+def test_links_resolve():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _text())
+    local = [link for link in links if not re.match(r"^[a-z]+://", link)]
+    assert any(link.startswith("docs/") for link in local), "README.md links into no docs page"
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_every_docs_page_is_linked_from_somewhere():
+    """Each concept, guide and reference page is reachable from the README."""
+    text = _text()
+    for folder in ("concepts", "guides", "api"):
+        for page in sorted((ROOT / "docs" / folder).glob("*.md")):
+            rel = page.relative_to(ROOT).as_posix()
+            if rel == "docs/guides/inference.md" and rel not in text:
+                continue  # linked once its guide has landed (see the docs' nav)
+            assert rel in text, f"README.md does not link to {rel}"
+
+
+def test_no_measured_numbers():
+    """Measured numbers live in the docs with their machine and commit, not here."""
+    text = _text()
+    units = re.findall(r"\d+(?:\.\d+)?\s?(?:GB|GiB|MB|MiB|ms|steps/s)\b", text)
+    assert not units, f"README.md carries measured numbers {units}: move them to docs/"
+    hashes = re.findall(r"commit `?[0-9a-f]{7,40}\b", text)
+    assert not hashes, f"README.md cites commits {hashes}: measured results go to docs/"

@@ -1,0 +1,320 @@
+"""The documentation site builds, documents every public name, and its examples run.
+
+- `test_site_builds_strictly`: `mkdocs build --strict` of `mkdocs.yml` into a temporary
+  folder (any warning, e.g. a broken link, anchor or reference entry, fails it).
+- `test_every_public_name_has_a_reference_entry`: every name in `__all__` of `eqx_lru`,
+  `eqx_lru.ablation` and `eqx_lru.baselines` is documented by a `::: path` entry of the
+  API reference (`docs/api/*.md`), under its own path or under another public path that
+  names the same object.
+- `test_code_block[...]`: every ```python block of README.md and docs/**/*.md is executed,
+  one test per block. The blocks of one page share a namespace, in page order, as a reader
+  runs them: block k runs in a copy of the namespace left by blocks 0..k-1 of its page (a
+  worker that did not run those runs them first, so the tests are independent under
+  pytest-xdist). A page's first block starts from a fresh namespace. Blocks run with JAX's
+  default ("standard") dtype promotion, as users have it, in a temporary working
+  directory. Some blocks' results are checked further (`CHECKS`).
+
+A block that truly cannot run in the suite is fenced as ```python {.no-run}: it is
+reported as a skipped test (with the reason), and `test_no_run_blocks_are_counted` keeps
+their number at `NO_RUN_ALLOWED`. Prefer small shapes and tiny generated data instead.
+"""
+
+import dataclasses
+import functools
+import importlib
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PUBLIC_MODULES = ("eqx_lru", "eqx_lru.ablation", "eqx_lru.baselines")
+#: How many ```python {.no-run} blocks the pages may hold (see the module docstring).
+NO_RUN_ALLOWED = 0
+#: Blocks that take more than a few seconds (they train or compile a trainer step).
+SLOW_MARKERS = ("train.run(", "for step in range(steps)")
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    page: str  # path relative to the repository root
+    index: int  # among the page's python blocks
+    line: int  # 1-based line of the opening fence
+    code: str
+    no_run: bool
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def _pages() -> list[pathlib.Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def _python_blocks(path: pathlib.Path) -> list[Block]:
+    """The ```python blocks of one Markdown file, dedented, in order."""
+    lines = path.read_text().splitlines()
+    page = path.relative_to(ROOT).as_posix()
+    blocks: list[Block] = []
+    i = 0
+    while i < len(lines):
+        match = _FENCE.match(lines[i])
+        if match is None:
+            i += 1
+            continue
+        indent, fence, info = match["indent"], match["fence"], match["info"].strip()
+        start = i
+        i += 1
+        body = []
+        while i < len(lines) and not re.match(
+            rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", lines[i]
+        ):
+            line = lines[i]
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
+            i += 1
+        i += 1  # the closing fence
+        language = info.split("{")[0].strip().split(" ")[0] if info else ""
+        if language == "python":
+            blocks.append(
+                Block(page, len(blocks), start + 1, "\n".join(body) + "\n", ".no-run" in info)
+            )
+    return blocks
+
+
+@functools.cache
+def _all_blocks() -> tuple[Block, ...]:
+    return tuple(block for path in _pages() for block in _python_blocks(path))
+
+
+def _params():
+    params = []
+    for block in _all_blocks():
+        marks = [pytest.mark.slow] if any(m in block.code for m in SLOW_MARKERS) else []
+        params.append(pytest.param(block, id=block.id, marks=marks))
+    return params
+
+
+# The namespace left by each (page, block index) in this process; an exception if the
+# block failed. Shallow copies: a block that mutates an earlier object in place changes it
+# for the blocks after it, as it would for a reader.
+_NAMESPACES: dict[tuple[str, int], dict | BaseException] = {}
+
+
+def _execute(block: Block, namespace: dict) -> dict:
+    namespace = dict(namespace)
+    # Padding with newlines makes tracebacks point at the block's line in the page.
+    source = "\n" * block.line + block.code
+    with jax.numpy_dtype_promotion("standard"):
+        exec(compile(source, str(ROOT / block.page), "exec"), namespace)
+    return namespace
+
+
+def _namespace_before(block: Block) -> dict:
+    """The namespace that the page's blocks before `block` leave (running them here if
+    this process has not run them yet)."""
+    namespace: dict = {"__name__": "__docs__"}
+    for earlier in _all_blocks():
+        if earlier.page != block.page or earlier.index >= block.index:
+            continue
+        key = (earlier.page, earlier.index)
+        if key not in _NAMESPACES:
+            try:
+                _NAMESPACES[key] = namespace if earlier.no_run else _execute(earlier, namespace)
+            except BaseException as e:  # noqa: B036 - recorded, reported below
+                _NAMESPACES[key] = e
+        result = _NAMESPACES[key]
+        if isinstance(result, BaseException):
+            pytest.fail(
+                f"the earlier block at {earlier.id} failed ({type(result).__name__}: "
+                f"{result}); this block runs after it. Fix that one first."
+            )
+        namespace = result
+    return namespace
+
+
+def _check_lru_block_training(namespace: dict, out: str) -> None:
+    losses = np.asarray(namespace["losses"])
+    assert len(losses) == namespace["steps"] and np.all(np.isfinite(losses))
+    # It learned: the loss fell well below its start and chance (ln 2), and held-out
+    # accuracy is far above chance (50%), in both forms.
+    assert losses[-10:].mean() < 0.5 * losses[:10].mean()
+    assert losses[-10:].mean() < 0.3
+    assert float(namespace["acc"]) > 0.85 and float(namespace["real_acc"]) > 0.85
+    assert "test accuracy" in out
+
+
+def _check_readme_example(namespace: dict, out: str) -> None:
+    del out
+    assert namespace["y"].shape == (8, 500, 16)
+    assert namespace["grads"].nu_log.shape == (32,)
+    assert namespace["y_t"].shape == (16,)
+
+
+#: Further checks of some blocks' results: (page, a string the block contains) -> check.
+CHECKS = {
+    ("README.md", "def grad_fn"): _check_readme_example,
+    ("docs/guides/lru-block.md", "class Classifier"): _check_lru_block_training,
+}
+
+
+@pytest.mark.parametrize("block", _params())
+def test_code_block(block: Block, tmp_path, monkeypatch, capsys):
+    if block.no_run:
+        pytest.skip(f"{block.id} is fenced as ```python {{.no-run}}")
+    monkeypatch.chdir(tmp_path)
+    namespace = _namespace_before(block)
+    key = (block.page, block.index)
+    try:
+        namespace = _execute(block, namespace)
+    except BaseException as e:
+        _NAMESPACES[key] = e
+        raise
+    _NAMESPACES[key] = namespace
+    out = capsys.readouterr().out
+    for (page, marker), check in CHECKS.items():
+        if page == block.page and marker in block.code:
+            check(namespace, out)
+
+
+def test_checked_blocks_exist():
+    """Every entry of `CHECKS` still finds its block (a renamed page or a rewritten block
+    would otherwise silently drop the check)."""
+    for page, marker in CHECKS:
+        assert any(b.page == page and marker in b.code for b in _all_blocks()), (
+            f"CHECKS expects a python block containing {marker!r} in {page}; update CHECKS."
+        )
+
+
+def test_no_run_blocks_are_counted():
+    no_run = [b.id for b in _all_blocks() if b.no_run]
+    print(f"{len(no_run)} of {len(_all_blocks())} python blocks are not run: {no_run}")
+    assert len(no_run) <= NO_RUN_ALLOWED, (
+        f"{len(no_run)} python blocks are fenced {{.no-run}} ({no_run}), more than "
+        f"NO_RUN_ALLOWED = {NO_RUN_ALLOWED}: make them runnable (small shapes, generated "
+        "data) or raise NO_RUN_ALLOWED in tests/test_docs.py with a reason."
+    )
+
+
+def test_every_page_has_been_found():
+    pages = {b.page for b in _all_blocks()}
+    assert "README.md" in pages and any(p.startswith("docs/") for p in pages)
+
+
+def _nav_pages(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [page for item in node for page in _nav_pages(item)]
+    if isinstance(node, dict):
+        return [page for value in node.values() for page in _nav_pages(value)]
+    return []
+
+
+def test_every_docs_page_is_in_the_nav():
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    nav = set(_nav_pages(config["nav"]))
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert not pages - nav, f"docs pages missing from the nav of mkdocs.yml: {pages - nav}"
+    missing = [p for p in nav if not (DOCS / p).is_file() and not (ROOT / p).is_file()]
+    assert not missing, f"the nav of mkdocs.yml names pages that do not exist: {missing}"
+
+
+def _reference_entries() -> dict[str, int]:
+    """`::: path` entries of the docs pages -> how often each appears."""
+    entries: dict[str, int] = {}
+    for path in DOCS.rglob("*.md"):
+        for match in re.finditer(r"^:::\s*([\w.]+)\s*$", path.read_text(), re.M):
+            entries[match[1]] = entries.get(match[1], 0) + 1
+    return entries
+
+
+def _resolve(path: str):
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part)
+        return obj
+    raise ImportError(path)
+
+
+def test_every_public_name_has_a_reference_entry():
+    entries = _reference_entries()
+    documented = {}
+    for entry in entries:
+        documented.setdefault(id(_resolve(entry)), []).append(entry)
+    missing = []
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            if isinstance(obj, type(sys)):
+                # A public submodule: documented by the entries of its own names.
+                assert any(e.startswith(obj.__name__ + ".") for e in entries), (
+                    f"{module_name}.{name} is a public module with no reference entry"
+                )
+                continue
+            if f"{module_name}.{name}" not in entries and id(obj) not in documented:
+                missing.append(f"{module_name}.{name}")
+    assert not missing, (
+        f"public names without a `::: path` entry in docs/api/*.md: {missing}. Add one to "
+        "the reference page of its area."
+    )
+    duplicated = [e for e, n in entries.items() if n > 1]
+    assert not duplicated, f"reference entries that appear more than once: {duplicated}"
+
+
+def _mkdocs() -> list[str]:
+    try:
+        import mkdocs  # noqa: F401
+        import mkdocstrings  # noqa: F401
+    except ImportError:
+        message = 'the docs extra is not installed: pip install -e ".[docs]" (./dev.sh does)'
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return [sys.executable, "-m", "mkdocs"]
+
+
+@pytest.mark.slow
+def test_site_builds_strictly(tmp_path):
+    command = _mkdocs()
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [
+            *command,
+            "build",
+            "--strict",
+            "--site-dir",
+            str(site),
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The reference pages are rendered from the docstrings, not left as `:::` lines.
+    layers = (site / "api" / "layers" / "index.html").read_text()
+    assert "eqx_lru.ComplexLRU" in layers and "::: eqx_lru" not in layers
+    # The measured tables published from experiments/ are pages of the site.
+    assert (site / "experiments" / "bench" / "RESULTS-cpu" / "index.html").is_file()
+    shutil.rmtree(site)
