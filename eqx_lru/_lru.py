@@ -317,7 +317,8 @@ class AbstractLRU(AbstractModalCore):
             `"associative"`, `"pallas"` (see `eqx_lru.scan_method`); stored as the object.
         - `precision`: of every projection matmul (parallel call and `step`): `None`
             (default) is JAX's default — on NVIDIA GPUs float32 matmuls then run in TF32,
-            3.0e-4 relative error against float64 (measured on an H100); `"highest"` (or
+            about 3e-4 relative error against float64 (see the documentation's
+            performance page); `"highest"` (or
             `jax.lax.Precision.HIGHEST`) gives float32-exact products there, at a speed
             cost. On the CPU both are float32-exact. See `jax.lax.dot_general`.
         - `dtype`: real floating dtype of the parameters (default: JAX's default float).
@@ -328,9 +329,9 @@ class AbstractLRU(AbstractModalCore):
             only what it stores. Gradients flow the same way: the projections' backward
             products take the cotangents rounded to it. The output, `init_state()` and
             `step`'s state keep the parameters' dtype. Halves the memory of the
-            sequence-long arrays; the error against float32 is measured in
-            `experiments/bench/RESULTS-cpu.md`. `None` (default):
-            compute in the parameters' dtype.
+            sequence-long arrays; its error against float32 is measured on the
+            documentation's performance page. `None` (default): compute in the
+            parameters' dtype.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters in both forms.
         """
         d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
