@@ -42,6 +42,7 @@ from ._methods import scan_method as scan_method
 from ._pallas import PallasScan as PallasScan
 from ._scan import default_method as default_method
 from ._scan import linear_recurrence as linear_recurrence
+from ._sequence_parallel import SequenceParallel as SequenceParallel
 
 # The ablation ladder lives in `eqx_lru.ablation`; these names stay here for one version.
 from . import ablation as ablation
@@ -84,6 +85,7 @@ __all__ = [
     "PallasScan",
     "RealLRU",
     "RotationScaling",
+    "SequenceParallel",
     "Sequential",
     "ablation",
     "default_method",

@@ -33,6 +33,26 @@ class AbstractScanMethod(eqx.Module):
         """The concrete method to run (itself, except for methods such as `Auto`)."""
         return self
 
+    def adjoint_scan_shared(
+        self,
+        algebra: AbstractAlgebra,
+        storage: Storage,
+        algebra_t: AbstractAlgebra,
+        a_t: Array,
+        g: Array,
+        hs: Array,
+        *,
+        reverse: bool,
+    ) -> tuple[Array, Array] | None:
+        r"""The backward pass's adjoint scan for a transition shared by every step, with the
+        transition's cotangent summed in the same pass: `(λ, Σ_k λ_k ⊗ h_{k-1}ᵀ)` over the
+        steps k ≥ 1 of the forward order, `λ` stored as `self.scan(algebra_t,
+        storage.cotangent(), a_t, g, 0, shared=True, reverse=reverse)` would, `hs` the
+        stored forward states. `None` (the default): the scan runs alone and a loop over
+        `λ` and `hs` sums the cotangent after it. `eqx_lru.PallasScan` fuses the two."""
+        del algebra, storage, algebra_t, a_t, g, hs, reverse
+        return None
+
     @abc.abstractmethod
     def scan(
         self,
@@ -61,6 +81,30 @@ class AbstractScanMethod(eqx.Module):
 
         **Returns:** the stored states, shape and dtype of `b`.
         """
+
+    # The length axis a method sees may be one chunk of a longer sequence split across
+    # devices (`SequenceParallel`). The scan's backward pass, its segment resets and the
+    # shared transition's cotangent look one step back across that chunk boundary through
+    # these hooks; a method over the whole length keeps their defaults.
+
+    def preceding(self, last: Array, fill: Array, *, reverse: bool) -> Array:
+        """The element processed just before this chunk's first step, given `last`, this
+        chunk's element processed last (`x[-1]`, or `x[0]` if `reverse`): the previous
+        chunk's `last`, or `fill` for the chunk holding the sequence's first step. The
+        default (the whole sequence is one chunk) returns `fill`."""
+        del last, reverse
+        return fill
+
+    def holds_start(self, *, reverse: bool) -> bool | Array:
+        """Whether this chunk holds the first step processed (the whole sequence: `True`)."""
+        del reverse
+        return True
+
+    def as_local(self, x: Array) -> Array:
+        """`x` as an input of this chunk's computation (the identity; `SequenceParallel`
+        marks replicated values as per-device, so that their cotangents are per-device
+        contributions that JAX sums over the devices)."""
+        return x
 
 
 class Sequential(AbstractScanMethod):

@@ -76,34 +76,61 @@ def _forward(a: Array, b: Array, h0: Array, cfg: _Config) -> Array:
 
 
 def _backward(a: Array, hs: Array, h0: Array, g: Array, cfg: _Config):
-    """(ct_a, ct_b, ct_h0) for cotangents `g` of the stored states `hs`."""
+    """(ct_a, ct_b, ct_h0) for cotangents `g` of the stored states `hs`.
+
+    Over one chunk of a sequence split across devices (`SequenceParallel`), the one-step
+    shifts read the neighbouring chunk's boundary element (`method.preceding`), the
+    cotangent of `h0` is the first chunk's, and a shared transition's cotangent is this
+    chunk's contribution (JAX sums the contributions of a replicated input)."""
     algebra, storage, shared, reverse = cfg.algebra, cfg.storage, cfg.shared, cfg.reverse
+    method = cfg.method
     if shared:
         a_next = a
     else:
         # Step k of the backward recurrence uses the transition of the step after k in the
         # forward order; past the last step the cotangent is zero, so any value will do.
-        pad = jnp.zeros_like(a[:1])
-        a_next = jnp.concatenate([pad, a[:-1]]) if reverse else jnp.concatenate([a[1:], pad])
+        a_next = shift(method, a, jnp.zeros_like(a[0]), reverse=not reverse)
     algebra_t, a_t = algebra.transposed(a_next)
     cotangents = storage.cotangent()
-    lam_stored = cfg.method.scan(
-        algebra_t, cotangents, a_t, g, jnp.zeros_like(h0), shared=shared, reverse=not reverse
-    )
+    # A method may sum a shared transition's cotangent inside its adjoint scan (one pass).
+    fused = None
+    if shared:
+        fused = method.adjoint_scan_shared(
+            algebra, storage, algebra_t, a_t, g, hs, reverse=not reverse
+        )
+    if fused is None:
+        lam_stored = method.scan(
+            algebra_t, cotangents, a_t, g, jnp.zeros_like(h0), shared=shared, reverse=not reverse
+        )
+    else:
+        lam_stored, ct_fused = fused
     first = slice(-1, None) if reverse else slice(0, 1)
     lam_first = cotangents.load(lam_stored[first])[0]
     ct_h0 = algebra.apply_transpose(_first(a, reverse) if not shared else a, lam_first)
+    ct_h0 = jnp.where(method.holds_start(reverse=reverse), ct_h0, jnp.zeros_like(ct_h0))
     # ā_k = λ_k ⊗ h_{k-1}ᵀ, with h_{k-1} the state before step k in the forward order.
     if shared:
-        ct_a = _shifted_cotangent_sum(algebra, storage, lam_stored, hs, reverse)
-        ct_a = ct_a + algebra.transition_cotangent(lam_first, h0)
+        if fused is None:
+            ct_a = _shifted_cotangent_sum(algebra, storage, lam_stored, hs, reverse)
+        else:
+            ct_a = ct_fused
+        last = slice(0, 1) if reverse else slice(-1, None)
+        h_before = method.preceding(storage.load(hs[last])[0], h0, reverse=reverse)
+        ct_a = ct_a + algebra.transition_cotangent(lam_first, h_before)
     else:
         lam, h = cotangents.load(lam_stored), storage.load(hs)
-        h_prev = (
-            jnp.concatenate([h[1:], h0[None]]) if reverse else jnp.concatenate([h0[None], h[:-1]])
-        )
+        h_prev = shift(method, h, h0, reverse=reverse)
         ct_a = jax.vmap(algebra.transition_cotangent)(lam, h_prev)
     return ct_a.astype(a.dtype), lam_stored, ct_h0.astype(h0.dtype)
+
+
+def shift(method: AbstractScanMethod, x: Array, fill: Array, *, reverse: bool) -> Array:
+    """`y[k] = x[k - 1]` (or `x[k + 1]` if `reverse`): at each step, the element processed
+    just before it; at the chunk's first step the previous chunk's boundary element, or
+    `fill` at the sequence's first step (see `AbstractScanMethod.preceding`)."""
+    if reverse:
+        return jnp.concatenate([x[1:], method.preceding(x[0], fill, reverse=True)[None]])
+    return jnp.concatenate([method.preceding(x[-1], fill, reverse=False)[None], x[:-1]])
 
 
 # Steps per iteration of the loop that sums the transition's cotangent.
@@ -128,14 +155,17 @@ def _shifted_cotangent_sum(
         h = storage.load(_slice(hs, start + dh, size))
         return algebra.transition_cotangent_sum(lam, h)
 
-    shape = jax.eval_shape(lambda: block_sum(0, 1))
-    total = jnp.zeros(shape.shape, shape.dtype)
     block = max(1, min(_REDUCE_BLOCK, count))
     n_blocks, tail = divmod(count, block)
     if n_blocks:
+        # Started from the first block's sum, not from zeros: inside `shard_map` the sum
+        # then has the per-device type of the arrays (a loop carry must keep its type).
         total = jax.lax.fori_loop(
-            0, n_blocks, lambda i, total: total + block_sum(i * block, block), total
+            1, n_blocks, lambda i, total: total + block_sum(i * block, block), block_sum(0, block)
         )
+    else:
+        shape = jax.eval_shape(lambda: block_sum(0, 1))
+        total = jnp.zeros(shape.shape, shape.dtype)
     if tail:
         total = total + block_sum(n_blocks * block, tail)
     return total
@@ -166,22 +196,32 @@ _recurrence = jax.custom_vjp(_forward, nondiff_argnums=(3,))
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
-def segment_starts(segment_ids: Array, *, reverse: bool) -> Array:
+def segment_starts(
+    segment_ids: Array, *, reverse: bool, method: AbstractScanMethod | None = None
+) -> Array:
     """`True` at each position whose state must not depend on the position processed just
     before it: where the segment id differs from the previous one (forward) or the next
     one (reverse). The first position processed is never a start (the initial state enters
-    the first segment)."""
+    the first segment). Over a chunk of a sequence split across devices (`method` a
+    `SequenceParallel`), the chunk's first step compares with the neighbouring chunk's id."""
     ids = jnp.asarray(segment_ids)
-    if reverse:
-        return jnp.concatenate([ids[:-1] != ids[1:], jnp.zeros((1,), bool)])
-    return jnp.concatenate([jnp.zeros((1,), bool), ids[1:] != ids[:-1]])
+    method = Auto() if method is None else method
+    first = ids[-1] if reverse else ids[0]
+    return ids != shift(method, ids, first, reverse=reverse)
 
 
-def reset_transitions(a: Array, segment_ids: Array, *, shared: bool, reverse: bool) -> Array:
+def reset_transitions(
+    a: Array,
+    segment_ids: Array,
+    *,
+    shared: bool,
+    reverse: bool,
+    method: AbstractScanMethod | None = None,
+) -> Array:
     r"""One transition per step, zero at segment starts: $h_k = 0 \otimes h_{k-1} + b_k$
     there, so no state crosses a segment boundary, for every algebra and method (and the
     custom VJP, whose adjoint recurrence then stops at the same boundaries)."""
-    starts = segment_starts(segment_ids, reverse=reverse)
+    starts = segment_starts(segment_ids, reverse=reverse, method=method)
     length = starts.shape[0]
     if shared:
         a = jnp.broadcast_to(a, (length,) + a.shape)
@@ -211,9 +251,11 @@ def recurrence(
     state_shape = state.shape[1:]
     shared = a.ndim == len(algebra.transition_shape(state_shape))
     if segment_ids is not None:
-        a, shared = reset_transitions(a, segment_ids, shared=shared, reverse=reverse), False
+        a = reset_transitions(a, segment_ids, shared=shared, reverse=reverse, method=method)
+        shared = False
     if initial_state is None:
         initial_state = jnp.zeros(state_shape, state.dtype)
+    a, b, initial_state = (method.as_local(x) for x in (a, b, initial_state))
     cfg = _Config(algebra, storage, method, shared, reverse)
     return _recurrence(a, b, initial_state, cfg)
 

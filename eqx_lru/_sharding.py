@@ -1,0 +1,111 @@
+r"""Blocks and models over a sequence split across devices.
+
+A model whose recurrent cores scan with `eqx_lru.SequenceParallel(axis_name)` runs inside
+`jax.shard_map` on one chunk of each sequence per device (device $d$ of the mesh axis holds
+positions $[d\ell, (d + 1)\ell)$). Everything per position (encoder, projections, GELU,
+GLU, layer norm, head) is local; what looks along the sequence goes through this module:
+
+- `valid_mask`: `length=` counts positions of the whole sequence, so the mask of a chunk
+    compares global positions $d\ell + t$ with it;
+- `with_sequence_axis`: batch-norm statistics are sums over the batch *and* the sequence,
+    so a `MaskedBatchNorm` also reduces over the sequence axis;
+- `pool`: the mean over valid positions is a `psum` of the chunks' sums, the last valid
+    position is read on the device holding it and broadcast with a `psum`.
+
+The sequence axis of a model is found from its cores (`sequence_axis`): one declaration,
+the scan method, marks the whole model as sequence-parallel.
+"""
+
+import dataclasses
+from collections.abc import Hashable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from . import _padding
+from ._norm import MaskedBatchNorm
+from ._sequence_parallel import SequenceParallel
+
+
+def sequence_axis(tree) -> Hashable | None:
+    """The mesh axis of the `SequenceParallel` scan methods in `tree` (e.g. a model's
+    cores), or `None` if it has none. Raises a `ValueError` if they name several axes."""
+    names: set = set()
+    _collect(tree, names, set())
+    if len(names) > 1:
+        raise ValueError(
+            "The recurrent cores of one model must split the sequence over one mesh axis; "
+            f"their SequenceParallel methods name {sorted(map(str, names))}."
+        )
+    return next(iter(names), None)
+
+
+def _collect(x, names: set, seen: set) -> None:
+    if isinstance(x, SequenceParallel):
+        names.add(x.axis_name)
+    elif isinstance(x, eqx.Module):
+        if id(x) in seen:
+            return
+        seen.add(id(x))
+        for field in dataclasses.fields(x):
+            _collect(getattr(x, field.name, None), names, seen)
+    elif isinstance(x, tuple | list):
+        for y in x:
+            _collect(y, names, seen)
+    elif isinstance(x, dict):
+        for y in x.values():
+            _collect(y, names, seen)
+
+
+def _offset(axis: Hashable, size: int) -> Array:
+    return jax.lax.axis_index(axis).astype(jnp.int32) * size
+
+
+def valid_mask(length, size: int, axis: Hashable | None) -> Array | None:
+    """`_padding.valid_mask` of this device's chunk of `size` positions: `True` where the
+    global position is below `length` (a length of the whole sequence)."""
+    if axis is None or length is None:
+        return _padding.valid_mask(length, size)
+    total = size * jax.lax.axis_size(axis)
+    # The checks of `_padding.valid_mask`, against the whole sequence.
+    length = jnp.asarray(length)
+    if not jnp.issubdtype(length.dtype, jnp.integer) or length.shape != ():
+        return _padding.valid_mask(length, size)  # raises the usual error
+    length = length.astype(jnp.int32)
+    length = eqx.error_if(
+        length,
+        (length < 1) | (length > total),
+        f"`length` must be between 1 and the padded length {total} of the whole sequence.",
+    )
+    return _offset(axis, size) + jnp.arange(size, dtype=jnp.int32) < length
+
+
+def with_sequence_axis(norm, axis: Hashable | None):
+    """`norm`, a `MaskedBatchNorm`, also reducing over `axis` (any other norm unchanged)."""
+    if axis is None or not isinstance(norm, MaskedBatchNorm):
+        return norm
+    names = norm.axis_name if isinstance(norm.axis_name, tuple) else (norm.axis_name,)
+    return norm if axis in names else norm.with_axis_name((*names, axis))
+
+
+def pool(h: Array, mask: Array | None, length, pooling: str, axis: Hashable | None) -> Array:
+    """The mean over valid positions (`"mean"`) or the last valid position (`"last"`) of
+    the whole sequence, from this device's chunk `h` (zero at padded positions)."""
+    size = h.shape[0]
+    if axis is None:  # one device: exactly the model's own pooling
+        if pooling == "mean":
+            if length is None:
+                return jnp.mean(h, axis=0)
+            return jnp.sum(_padding.where_valid(mask, h), axis=0) / jnp.asarray(length, h.dtype)
+        return h[-1] if length is None else h[jnp.asarray(length).astype(jnp.int32) - 1]
+    total_size = size * jax.lax.axis_size(axis)
+    if pooling == "mean":
+        total = jax.lax.psum(jnp.sum(_padding.where_valid(mask, h), axis=0), axis)
+        return total / jnp.asarray(total_size if length is None else length, h.dtype)
+    last = total_size - 1 if length is None else jnp.asarray(length).astype(jnp.int32) - 1
+    index = last - _offset(axis, size)
+    here = (index >= 0) & (index < size)
+    value = jnp.where(here, h[jnp.clip(index, 0, size - 1)], jnp.zeros((), h.dtype))
+    return jax.lax.psum(value, axis)

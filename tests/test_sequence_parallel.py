@@ -1,0 +1,275 @@
+"""`eqx_lru.SequenceParallel`: the recurrence over a length axis split across devices.
+
+Two kinds of checks:
+
+- in this process, the chunks as a `jax.vmap` axis with a name (the collectives of
+  `SequenceParallel` work over it just as over a mesh axis): values only (JAX traces a
+  custom VJP's backward pass under `vmap` without its axis names), fast, under the
+  suite's jaxtyping/beartype checks;
+- on 4 CPU devices inside `jax.shard_map`, in one subprocess (XLA's device count is fixed
+  when JAX starts; this process already has one device): the scan and the stack (layers,
+  `LRUBlock`, `LRUModel`) against one device, values and gradients. Marked slow.
+
+Every reference is the single-device computation of the same library (itself tested
+against NumPy float64 loops in test_scan.py), plus one float64 loop here.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqx_lru
+
+ALGEBRAS = {
+    # name: (algebra, state shape, dtype)
+    "diagonal": (eqx_lru.Diagonal(), (3,), np.float32),
+    "complex": (eqx_lru.Diagonal(), (3,), np.complex64),
+    "rotation": (eqx_lru.RotationScaling(), (2, 3), np.float32),
+    "block2x2": (eqx_lru.Block2x2(), (3, 2), np.float32),
+    "planar": (eqx_lru.Block2x2(planar=True), (2, 3), np.float32),
+    "dense": (eqx_lru.DenseAlgebra(), (4,), np.float32),
+}
+
+
+def _random(rng, shape, dtype, scale=1.0):
+    x = rng.normal(size=shape) * scale
+    if np.issubdtype(dtype, np.complexfloating):
+        x = x + 1j * rng.normal(size=shape) * scale
+    return jnp.asarray(x.astype(dtype))
+
+
+def _problem(name, *, shared, segments, length, seed=0):
+    """(algebra, a, b, h0, segment_ids, weights) of one recurrence; the transitions are
+    scaled so the states stay of order one."""
+    rng = np.random.default_rng(seed)
+    algebra, state, dtype = ALGEBRAS[name]
+    transition = algebra.transition_shape(state)
+    a = _random(rng, (() if shared else (length,)) + transition, dtype, 0.4)
+    b = _random(rng, (length,) + state, dtype)
+    h0 = _random(rng, state, dtype)
+    ids = None
+    if segments:
+        ids = jnp.asarray(np.cumsum(rng.random(length) < 0.3).astype(np.int32))
+    w = _random(rng, (length,) + state, dtype)
+    return algebra, a, b, h0, ids, w
+
+
+def _loss_fn(recurrence, w):
+    def loss(a, b, h0):
+        return jnp.sum((w * recurrence(a, b, h0)).real)
+
+    return jax.value_and_grad(loss, argnums=(0, 1, 2))
+
+
+def _relative_errors(expected, got):
+    pairs = zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got), strict=True)
+    return [float(jnp.max(jnp.abs(x - y)) / (1e-6 + jnp.max(jnp.abs(x)))) for x, y in pairs]
+
+
+def _single_device(algebra, ids, reverse):
+    def run(a, b, h0):
+        return eqx_lru.linear_recurrence(
+            a, b, algebra=algebra, initial_state=h0, reverse=reverse,
+            method="sequential", segment_ids=ids,
+        )
+
+    return run
+
+
+# ------------------------------------------------------------ in process: a vmap axis
+
+
+def _over_vmap_axis(algebra, ids, reverse, shared, chunks, local):
+    """The recurrence with its length axis split into `chunks` along a named vmap axis."""
+    method = eqx_lru.SequenceParallel("chunks", local)
+
+    def chunk(a, b, h0, ids):
+        return eqx_lru.linear_recurrence(
+            a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method,
+            segment_ids=ids,
+        )
+
+    def run(a, b, h0):
+        split = lambda x: None if x is None else x.reshape((chunks, -1) + x.shape[1:])  # noqa: E731
+        in_axes = (None if shared else 0, 0, None, None if ids is None else 0)
+        hs = jax.vmap(chunk, in_axes=in_axes, axis_name="chunks")(
+            a if shared else split(a), split(b), h0, split(ids)
+        )
+        return hs.reshape(b.shape)
+
+    return run
+
+
+_VMAP_CASES = [
+    # (algebra, shared, reverse, segments, local)
+    ("diagonal", True, False, False, "sequential"),
+    ("complex", False, True, True, "sequential"),
+    ("rotation", True, True, False, "associative"),
+    ("rotation", False, False, True, "sequential"),
+    ("block2x2", False, True, False, "associative"),
+    ("planar", True, False, False, "sequential"),
+    ("dense", False, False, True, "sequential"),
+    ("dense", True, True, False, "sequential"),
+]
+
+
+@pytest.mark.parametrize("name,shared,reverse,segments,local", _VMAP_CASES)
+def test_chunks_match_one_device(name, shared, reverse, segments, local):
+    chunks, length = 3, 15
+    algebra, a, b, h0, ids, w = _problem(name, shared=shared, segments=segments, length=length)
+    del w
+    expected = _single_device(algebra, ids, reverse)(a, b, h0)
+    method = eqx_lru.scan_method(local)
+    got = jax.jit(_over_vmap_axis(algebra, ids, reverse, shared, chunks, method))(a, b, h0)
+    errors = _relative_errors(expected, got)
+    assert max(errors) < 1e-5, errors
+
+
+def test_segments_cross_chunk_boundaries_float64_loop():
+    """Segments that start exactly at, just after and across chunk boundaries, against a
+    NumPy float64 loop (complex diagonal, per-step transitions, both directions)."""
+    chunks, length = 4, 12
+    rng = np.random.default_rng(3)
+    a = _random(rng, (length, 2), np.complex64, 0.6)
+    b = _random(rng, (length, 2), np.complex64)
+    h0 = _random(rng, (2,), np.complex64)
+    ids = jnp.asarray([0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 3], jnp.int32)  # starts at 3, 7, 9
+    for reverse in (False, True):
+        run = _over_vmap_axis(eqx_lru.Diagonal(), ids, reverse, False, chunks, eqx_lru.Sequential())
+        got = np.asarray(jax.jit(run)(a, b, h0))
+        an, bn, idn = np.asarray(a, np.complex128), np.asarray(b, np.complex128), np.asarray(ids)
+        h, out = np.asarray(h0, np.complex128), np.zeros((length, 2), np.complex128)
+        order = range(length - 1, -1, -1) if reverse else range(length)
+        previous = None
+        for k in order:
+            if previous is not None and idn[k] != idn[previous]:
+                h = np.zeros(2, np.complex128)
+            h = an[k] * h + bn[k]
+            out[k], previous = h, k
+        np.testing.assert_allclose(got, out, rtol=1e-5, atol=1e-5)
+
+
+def test_outside_shard_map_names_the_axis():
+    a, b = jnp.full((3,), 0.5), jnp.ones((4, 3))
+    with pytest.raises(NameError, match="inside `jax.shard_map`"):
+        eqx_lru.linear_recurrence(
+            a, b, algebra=eqx_lru.Diagonal(), method=eqx_lru.SequenceParallel("seq")
+        )
+
+
+def test_local_method_checked():
+    with pytest.raises(ValueError, match="another SequenceParallel"):
+        eqx_lru.SequenceParallel("a", eqx_lru.SequenceParallel("b"))
+    with pytest.raises(ValueError, match="must be one of"):
+        eqx_lru.SequenceParallel("a", "fast")
+    assert eqx_lru.SequenceParallel("a", "sequential").local == eqx_lru.Sequential()
+
+
+# ------------------------------------------------------------ 4 CPU devices, shard_map
+
+DEVICES = 4
+
+
+@pytest.mark.slow
+def test_four_devices():
+    """Runs this file as a script on 4 virtual CPU devices (see `_device_checks`)."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
+    ).strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run(
+        [sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1200,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = [json.loads(line) for line in lines]
+    failed = [r for r in results if not r["ok"]]
+    assert results and not failed, failed
+
+
+def _scan_cases():
+    # (algebra, shared, reverse, initial state, segments, local, check_vma)
+    return [
+        ("diagonal", True, False, True, False, "sequential", False),
+        ("complex", False, True, True, True, "sequential", True),
+        ("complex", True, False, True, False, "sequential", True),
+        ("rotation", True, True, True, False, "sequential", False),
+        ("rotation", False, False, True, True, "associative", True),
+        ("block2x2", False, True, True, True, "sequential", False),
+        ("planar", True, False, False, False, "associative", False),
+        ("dense", False, False, True, True, "sequential", False),
+        ("dense", True, True, True, False, "sequential", True),
+    ]
+
+
+def _scan_check(mesh, case, length):
+    """One recurrence of `length` steps padded to a multiple of the devices (forward: pads
+    at the end; reverse: at the start, so that they are processed last), sharded."""
+    from jax.sharding import PartitionSpec as P
+
+    name, shared, reverse, init, segments, local, check_vma = case
+    algebra, a, b, h0, ids, w = _problem(name, shared=shared, segments=segments, length=length)
+    if not init:
+        h0 = jnp.zeros_like(h0)
+    expected = _loss_fn(_single_device(algebra, ids, reverse), w)(a, b, h0)
+    pad = -length % DEVICES
+    method = eqx_lru.SequenceParallel("seq", eqx_lru.scan_method(local))
+
+    def padded(x, fill=0):
+        widths = [(pad, 0) if reverse else (0, pad)] + [(0, 0)] * (x.ndim - 1)
+        return jnp.pad(x, widths, constant_values=fill)
+
+    def body(a, b, h0, ids):
+        return eqx_lru.linear_recurrence(
+            a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method,
+            segment_ids=ids,
+        )
+
+    specs = (P() if shared else P("seq"), P("seq"), P(), None if ids is None else P("seq"))
+    sharded = jax.shard_map(
+        body, mesh=mesh, in_specs=specs, out_specs=P("seq"), check_vma=check_vma
+    )
+
+    def run(a, b, h0):
+        pids = None if ids is None else padded(ids, -1)
+        hs = sharded(a if shared else padded(a), padded(b), h0, pids)
+        return hs[pad:] if reverse else hs[:length]
+
+    got = jax.jit(_loss_fn(run, w))(a, b, h0)
+    return _relative_errors(expected, got)
+
+
+def _device_checks():
+    from jax.sharding import Mesh
+
+    assert len(jax.devices()) == DEVICES, jax.devices()
+    jax.config.update("jax_numpy_dtype_promotion", "strict")
+    mesh = Mesh(np.asarray(jax.devices()), ("seq",))
+    checks = [
+        (f"scan {case} length {length}", lambda c=case, n=length: _scan_check(mesh, c, n))
+        for case, length in zip(_scan_cases(), [13, 16, 14, 15, 13, 17, 16, 13, 15], strict=True)
+    ]
+    checks += _stack_checks()
+    for label, check in checks:
+        try:
+            errors = check()
+            ok, detail = max(errors) < 2e-5, errors
+        except Exception as e:  # report and go on with the other checks
+            ok, detail = False, repr(e)[:1500]
+        print(json.dumps({"check": label, "ok": ok, "detail": detail}), flush=True)
+
+
+def _stack_checks():
+    return []
+
+
+if __name__ == "__main__":
+    _device_checks()
