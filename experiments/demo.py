@@ -13,6 +13,7 @@ two CPU cores; nothing is downloaded.
 import argparse
 import collections
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -132,19 +133,49 @@ def train_on_listops(out: Path, *, steps: int, seed: int) -> dict[str, dict]:
     return results
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=0)
+def _parser() -> argparse.ArgumentParser:
+    from experiments._flags import NATURAL, POSITIVE_INT
+
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seed", type=NATURAL, default=0)
     parser.add_argument("--out", type=Path, default=Path("demo_out"), help="where part 2 writes (default: demo_out/)")
-    parser.add_argument("--steps", type=int, default=1500, help="training steps per form in part 2")
+    parser.add_argument("--steps", type=POSITIVE_INT, default=1500, help="training steps per form in part 2")
     parser.add_argument("--skip-training", action="store_true", help="part 1 only")
+    return parser
+
+
+def main(argv=None) -> int:
+    """The demo; a bad flag or an unusable --out is one `error:` line (status 2) before any
+    work, a failed training run one line (status 1)."""
+    from experiments._flags import output_folder
+
+    parser = _parser()
     args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    parity_and_speed(d_model=128, d_state=256, length=1024, batch=8, seed=args.seed)
     if not args.skip_training:
-        train_on_listops(args.out, steps=args.steps, seed=args.seed)
+        try:
+            output_folder(str(args.out))
+        except argparse.ArgumentTypeError as e:
+            parser.error(f"argument --out: {e}")
+    from experiments.lra import train
+
+    t0 = time.perf_counter()
+    try:
+        parity_and_speed(d_model=128, d_state=256, length=1024, batch=8, seed=args.seed)
+        if not args.skip_training:
+            train_on_listops(args.out, steps=args.steps, seed=args.seed)
+    except (train.UsageError, train.RunError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, train.UsageError) else 1
+    except OSError as e:
+        if e.filename is None:
+            raise
+        print(f"error: {e.filename}: {e.strerror or e}. Choose another --out.", file=sys.stderr)
+        return 2
     print(f"\nDemo finished in {time.perf_counter() - t0:.0f}s.")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

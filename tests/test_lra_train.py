@@ -341,3 +341,97 @@ def test_importing_the_trainer_leaves_the_backend_alone():
     if last == "None":
         pytest.skip("this JAX keeps its backends elsewhere")
     assert last == "{}"
+
+
+# --------------------------------------------------------------------------- issue 20: no lost run
+
+
+@pytest.mark.parametrize("state", ["new_eqx_without_json", "old_pair_half_moved"])
+def test_resume_after_a_kill_inside_a_save_is_bit_exact(state, data, reference, tmp_path, capsys):
+    """`kill -9` during a checkpoint write leaves the new checkpoint or the previous one
+    complete, and --resume continues from it bit for bit (it used to refuse: the whole run
+    was lost). The run stopped at 5 holds last.* (step 5) and last.prev.* (step 3)."""
+    out = tmp_path / "run"
+    train.run(_args(data, out, "--stop-at", "5"))
+    assert json.loads((out / "last.prev.json").read_text())["step"] == 3
+    if state == "new_eqx_without_json":  # killed after the new last.eqx, before its last.json
+        (out / "last.json").unlink()
+    else:  # killed while the next save moved the step-5 pair aside (.eqx moved, .json not yet)
+        os.replace(out / "last.eqx", out / "last.prev.eqx")
+    capsys.readouterr()
+    assert train.main(_args(data, out, "--resume")) == 0
+    err = capsys.readouterr().err
+    assert ("resuming from the previous one" in err) == (state == "new_eqx_without_json")
+    assert f"at step {3 if state == 'new_eqx_without_json' else 5}/{STEPS}" in err
+    assert _losses(out) == _losses(reference[1])
+    assert _last_tree(out) == _last_tree(reference[1])
+
+
+def test_second_signal_during_a_save_waits_for_it(data, reference, tmp_path, monkeypatch):
+    """A second Ctrl-C arriving between the two files of a checkpoint write: the write
+    completes, then the run aborts (130); the checkpoint resumes exactly (it used to abort
+    between the files and leave a pair that --resume refused)."""
+    out, armed = tmp_path / "run", []
+    real_replace = os.replace
+
+    def replace(src, dst, **kwargs):
+        real_replace(src, dst, **kwargs)
+        if armed and Path(dst).name == "last.eqx":
+            armed.clear()
+            os.kill(os.getpid(), signal.SIGINT)  # the second signal, mid-save
+
+    def hook(step):
+        if step == 5:
+            armed.append(True)
+            os.kill(os.getpid(), signal.SIGINT)  # the first: finish the step, save, stop
+
+    monkeypatch.setattr(ckpt.os, "replace", replace)
+    code = _main_with_hook(_args(data, out), hook)
+    monkeypatch.undo()
+    assert code == 130
+    assert json.loads((out / "last.json").read_text())["step"] == 5
+    assert train.main(_args(data, out, "--resume")) == 0
+    assert _losses(out) == _losses(reference[1])
+    assert _last_tree(out) == _last_tree(reference[1])
+
+
+def _main_with_hook(argv, hook) -> int:
+    """`train.main` with a step hook (main has none): the same exit statuses."""
+    try:
+        results = train.run(argv, hook=hook)
+    except train.Abort:
+        return 130
+    return 130 if results["status"] == "interrupted" else 0
+
+
+def test_sighup_is_handled_like_sigterm(data, reference, tmp_path):
+    """A closed terminal (SIGHUP) stops the run after a checkpoint, as SIGTERM does (it used
+    to kill the trainer at once, with nothing saved)."""
+    out = tmp_path / "run"
+
+    def unhandled(signum, frame):
+        raise AssertionError("SIGHUP reached the default handler: the trainer does not handle it")
+
+    previous = signal.signal(signal.SIGHUP, unhandled)
+    try:
+        first = train.run(_args(data, out), hook=lambda step: step == 5 and os.kill(os.getpid(), signal.SIGHUP))
+        assert signal.getsignal(signal.SIGHUP) is unhandled  # restored
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert first["status"] == "interrupted"
+    assert json.loads((out / "last.json").read_text())["step"] == 5
+    assert train.main(_args(data, out, "--resume")) == 0
+    assert _last_tree(out) == _last_tree(reference[1])
+
+
+def test_time_limit_too_short_for_one_step_is_an_error(data, tmp_path, capsys):
+    """A limit already used up before the first step (by start-up and loading, which count:
+    the limit runs from `started`) is an error, status 1 (it used to "stop" at step 0 with
+    status 0, so a chain of such jobs never progressed and each reported success)."""
+    out = tmp_path / "run"
+    assert train.main(_args(data, out, "--time-limit", "1"), clock=lambda: 100.0, started=0.0) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert "--time-limit 1 min is too short for one step: 100 s of it went to" in line
+    assert not (out / "last.eqx").exists()

@@ -6,7 +6,9 @@ The CLI runs in-process on tiny ListOps sets written by `experiments.lra.generat
 by the module; the settings match `test_lra_train.py`, so the jitted steps compile once.
 """
 
+import errno
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -234,3 +236,153 @@ def test_out_of_memory_is_one_clear_line(data, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(train._Loop, "step", lambda *a: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         train.main(_args(data / "ok", tmp_path / "run2"))
+
+
+# --------------------------------------------------------------------------- issue 20
+
+
+@pytest.fixture(scope="module")
+def other_seed(data, tmp_path_factory):
+    """The `stopped` run's settings with another seed, also stopped at step 5."""
+    out = tmp_path_factory.mktemp("other_seed") / "run"
+    assert train.main(_args(data / "ok", out, "--stop-at", "5", "--seed", "1")) == 0
+    return out
+
+
+def _untouched(out, before):
+    """Refused before training: the metrics log is as it was."""
+    assert (out / "metrics.jsonl").read_text() == before
+
+
+@pytest.mark.parametrize("name", ["last", "best"])
+def test_checkpoint_of_another_run_is_refused(name, stopped, other_seed, data, tmp_path, capsys):
+    """last.* or best.* copied from another run (another seed) into the run folder: refused
+    with one line saying what differs, before training (it resumed silently, and the
+    finished run reported the foreign weights' test score as its own)."""
+    out = _copy(stopped, tmp_path)
+    for ext in (".eqx", ".json"):
+        shutil.copy(other_seed / f"{name}{ext}", out / f"{name}{ext}")
+    before = (out / "metrics.jsonl").read_text()
+    assert train.main(_args(data / "ok", out, "--resume")) == 2
+    line = _error(capsys)
+    if name == "last":
+        assert f"{out / 'last.json'} does not belong to the run" in line
+        assert "seed: 1 in last.json, 0 in config.json" in line
+    else:
+        assert "best weights are not in" in line and "from another run" in line
+    _untouched(out, before)
+
+
+def test_checkpoint_of_a_run_with_the_same_settings_is_refused(stopped, data, tmp_path, capsys):
+    out = _copy(stopped, tmp_path)
+    meta = json.loads((out / "last.json").read_text())
+    meta["run_id"] = "0" * 32  # another run with identical settings
+    (out / "last.json").write_text(json.dumps(meta))
+    assert train.main(_args(data / "ok", out, "--resume")) == 2
+    assert f"run id {'0' * 32} in last.json" in _error(capsys)
+
+
+def test_edited_config_is_refused(stopped, data, tmp_path, capsys):
+    """An edited config.json (another lr) used to be used by --resume, silently."""
+    out = _copy(stopped, tmp_path)
+    cfg = json.loads((out / "config.json").read_text())
+    lr = cfg["lr"]
+    cfg["lr"] = 2 * lr
+    (out / "config.json").write_text(json.dumps(cfg))
+    assert train.main(_args(data / "ok", out, "--resume")) == 2
+    assert f"lr: {lr!r} in last.json, {2 * lr!r} in config.json" in _error(capsys)
+
+
+@pytest.mark.parametrize("damage", ["missing", "flipped"])
+def test_best_checkpoint_is_verified_before_training(damage, stopped, data, tmp_path, capsys):
+    """best.eqx missing or corrupt: refused before training (it was noticed only after
+    training to the end, with a traceback)."""
+    out = _copy(stopped, tmp_path)
+    if damage == "missing":
+        (out / "best.eqx").unlink()
+    else:
+        blob = bytearray((out / "best.eqx").read_bytes())
+        blob[len(blob) // 2] ^= 0x01
+        (out / "best.eqx").write_bytes(bytes(blob))
+    before = (out / "metrics.jsonl").read_text()
+    assert train.main(_args(data / "ok", out, "--resume")) == 2
+    line = _error(capsys)
+    assert "best weights are not in" in line and "best.eqx" in line
+    assert ("is missing" in line) if damage == "missing" else ("corrupt" in line)
+    _untouched(out, before)
+
+
+def test_second_trainer_on_the_same_out_is_refused(stopped, data, tmp_path, capsys):
+    """Two trainers on one --out both ran to the end, interleaving metrics.jsonl and
+    overwriting each other's checkpoints; the second is now refused, naming the owner."""
+    out = _copy(stopped, tmp_path)
+    lock = ckpt.RunLock(out).acquire()  # a live trainer (this process)
+    try:
+        before = (out / "metrics.jsonl").read_text()
+        assert train.main(_args(data / "ok", out, "--resume")) == 2
+        line = _error(capsys)
+        assert f"--out '{out}' is in use by another trainer (pid {os.getpid()} on " in line
+        _untouched(out, before)
+    finally:
+        lock.release()
+    assert train.main(_args(data / "ok", out, "--resume", "--stop-at", "6")) == 0  # free again
+
+
+def test_full_disk_at_a_checkpoint_write_is_one_line(stopped, data, tmp_path, capsys, monkeypatch):
+    """ENOSPC (or a read-only --out) at a checkpoint write: one line, status 1, the previous
+    checkpoint complete and resumable (it was a traceback)."""
+    out = _copy(stopped, tmp_path)
+    real_save = ckpt.save
+
+    def full(folder, name, tree, meta):
+        if meta["step"] >= 7:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(folder) / f".{name}.eqx.1.tmp"))
+        return real_save(folder, name, tree, meta)
+
+    monkeypatch.setattr(ckpt, "save", full)
+    assert train.main(_args(data / "ok", out, "--resume", "--checkpoint-every", "1")) == 1
+    line = _error(capsys)
+    assert "could not write a checkpoint" in line and "No space left on device" in line
+    assert "previous complete checkpoint is kept" in line and "--resume" in line
+    monkeypatch.undo()
+    assert json.loads((out / "last.json").read_text())["step"] == 6
+    assert train.main(_args(data / "ok", out, "--resume")) == 0
+
+
+@pytest.mark.parametrize("fault", ["permission", "symlink_loop"])
+def test_unreadable_data_is_one_line(fault, data, tmp_path, capsys, monkeypatch):
+    root = tmp_path / "data"
+    shutil.copytree(data / "ok", root)
+    path = root / "listops-1000" / "basic_train.tsv"
+    if fault == "symlink_loop":
+        path.unlink()
+        path.symlink_to(path.name)
+    else:  # chmod does not stop root (these tests may run as root): the error, injected
+        load_task = train.load_task
+
+        def denied(task, folder, **kw):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+        monkeypatch.setattr(train, "load_task", denied)
+        assert load_task is not None
+    assert train.main(_args(root, tmp_path / "run")) == 2
+    line = _error(capsys)
+    assert str(path) in line and ("Permission denied" if fault == "permission" else "symbolic links") in line
+
+
+def test_flags_that_do_not_apply_to_the_core_are_refused_or_applied(data, tmp_path, capsys):
+    """`--core s5 --form real` was recorded as real and trained complex; `--method` was
+    recorded and not used for S4D (a convolution): now the real form is built, and S4D
+    refuses the flag."""
+    from experiments.lra import steps
+
+    baselines = pytest.importorskip("eqx_lru.baselines")
+    assert train.main(_args(data / "ok", tmp_path / "a", "--core", "s4d", "--method", "sequential")) == 2
+    line = _error(capsys)
+    assert "--core s4d" in line and "--method sequential would not be used" in line
+    assert train.main(_args(data / "ok", tmp_path / "b", "--core", "s4d", "--form", "real")) == 2
+    assert "--form real would not be used" in _error(capsys)
+    cfg = train.resolve_config(train.parse_args(_args(data / "ok", tmp_path / "c", "--core", "s5", "--form", "real")))
+    core = steps.make_core(cfg)(4, 4, key=jax.random.PRNGKey(0))
+    assert isinstance(core, baselines.S5) and core.form == "real"
+    assert cfg["r_min"] is None and cfg["max_phase"] is None  # the LRU ring is not used

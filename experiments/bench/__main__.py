@@ -454,7 +454,9 @@ def _model_lines(runner, backend, specs) -> list[str]:
     ]
 
 
-def main(argv=None):
+def _parser() -> argparse.ArgumentParser:
+    from experiments._flags import output_file
+
     parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__)
     parser.add_argument(
         "--grid", choices=tuple(GRIDS), default="full",
@@ -462,11 +464,16 @@ def main(argv=None):
     )
     parser.add_argument("--quick", action="store_true", help="the same as --grid quick")
     parser.add_argument(
-        "--out", help="Markdown to write (default: RESULTS-<backend>.md here; quick: stdout)"
+        "--out", type=output_file, help="Markdown to write (default: RESULTS-<backend>.md here; quick: stdout)"
     )
-    parser.add_argument("--json", help="raw results (default: results-<backend>.json by --out)")
+    parser.add_argument("--json", type=output_file, help="raw results (default: results-<backend>.json by --out)")
     parser.add_argument("--resume", action="store_true", help="reuse measurements in the JSON file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv=None):
+    parser = _parser()
+    args = parser.parse_args(argv)  # paths checked here, not after the measurements
 
     import jax
 
@@ -478,7 +485,10 @@ def main(argv=None):
         os.path.join(os.path.dirname(os.path.abspath(out)), f"results-{backend}.json") if out else None
     )
     info = report.machine_info()
-    runner = Runner(json_path, in_process=name == "quick", resume=args.resume)
+    try:
+        runner = Runner(json_path, in_process=name == "quick", resume=args.resume)
+    except ValueError as e:  # json.JSONDecodeError: a damaged results file
+        parser.error(f"--resume: {json_path} is not a valid results file ({e}); delete it or drop --resume")
     _log(f"benchmark ({name}) on {backend} -> {out or 'stdout'}")
     run(grid, runner, quick=name == "quick", backend=backend)
     text = render(grid, runner, info, name=name, end_load=os.getloadavg())
@@ -490,5 +500,12 @@ def main(argv=None):
         print(text)
 
 
+def main(argv=None) -> int:
+    """The command line; a bad flag or path is one `error:` line (status 2)."""
+    from experiments._flags import report_os_errors
+
+    return report_os_errors(_main)(argv)
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

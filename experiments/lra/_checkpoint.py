@@ -44,8 +44,21 @@ import jax
 import numpy as np
 
 __all__ = [
-    "CheckpointError", "FolderInUse", "Pair", "RunLock", "save", "load", "locate", "load_pair", "exists",
-    "to_host", "write_atomic", "read_json", "sha256", "nonfinite_leaves", "PREVIOUS",
+    "CheckpointError",
+    "FolderInUse",
+    "Pair",
+    "RunLock",
+    "save",
+    "load",
+    "locate",
+    "load_pair",
+    "exists",
+    "to_host",
+    "write_atomic",
+    "read_json",
+    "sha256",
+    "nonfinite_leaves",
+    "PREVIOUS",
 ]
 
 #: The suffix of the previous complete pair: `NAME.prev.eqx`, `NAME.prev.json`.
@@ -152,7 +165,11 @@ def to_host(tree: Any) -> Any:
 def exists(folder: str | os.PathLike, name: str) -> bool:
     """Whether `folder` holds any file of checkpoint `name` (complete or not)."""
     folder = Path(folder)
-    return any((folder / f"{name}{gen}{ext}").exists() for gen in ("", PREVIOUS) for ext in (".eqx", ".json"))
+    return any(
+        (folder / f"{name}{gen}{ext}").exists()
+        for gen in ("", PREVIOUS)
+        for ext in (".eqx", ".json")
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,8 +214,10 @@ def locate(folder: str | os.PathLike, name: str, *, sha256: str | None = None) -
         else:
             meta = read_json(json_path)
         if not isinstance(meta, dict):
-            raise CheckpointError(f"{json_path} is corrupt (not a JSON object). Restore it from a backup, "
-                                  "or start a new run with another --out.")
+            raise CheckpointError(
+                f"{json_path} is corrupt (not a JSON object). Restore it from a backup, "
+                "or start a new run with another --out."
+            )
         own = folder / f"{name}{first}.eqx"
         if "sha256" not in meta:  # written before digests were recorded
             return Pair(json_path, own, meta, own.is_file())
@@ -254,7 +273,12 @@ def save(folder: str | os.PathLike, name: str, tree: Any, meta: Mapping[str, Any
 
 
 def load(
-    folder: str | os.PathLike, name: str, like: Any, *, step_of=None, finite: bool = False,
+    folder: str | os.PathLike,
+    name: str,
+    like: Any,
+    *,
+    step_of=None,
+    finite: bool = False,
     required: tuple[str, ...] = (),
 ) -> tuple[Any, dict[str, Any]]:
     """Read the checkpoint `folder/name` into a pytree shaped like `like`.
@@ -275,12 +299,23 @@ def load(
     holds non-finite values (with `finite`), or the two files disagree.
     """
     folder = Path(folder)
-    return load_pair(folder / f"{name}.json", folder / f"{name}.eqx", like, step_of=step_of, finite=finite,
-                     required=required)
+    return load_pair(
+        folder / f"{name}.json",
+        folder / f"{name}.eqx",
+        like,
+        step_of=step_of,
+        finite=finite,
+        required=required,
+    )
 
 
 def load_pair(
-    json_path: Path, eqx_path: Path, like: Any, *, step_of=None, finite: bool = False,
+    json_path: Path,
+    eqx_path: Path,
+    like: Any,
+    *,
+    step_of=None,
+    finite: bool = False,
     required: tuple[str, ...] = (),
 ) -> tuple[Any, dict[str, Any]]:
     """`load` of an explicit pair of files (e.g. a `Pair` found by `locate`)."""
@@ -302,9 +337,14 @@ def load_pair(
         ) from e
     if step_of is not None and int(step_of(tree)) != int(meta["step"]):
         if not intact:
-            raise _corrupt(eqx_path, json_path, data, f"; it holds step {int(step_of(tree))}, the JSON "
-                           f"says {meta['step']}: a damaged file, or the run was killed between "
-                           "writing the two files")
+            raise _corrupt(
+                eqx_path,
+                json_path,
+                data,
+                f"; it holds step {int(step_of(tree))}, the JSON "
+                f"says {meta['step']}: a damaged file, or the run was killed between "
+                "writing the two files",
+            )
         raise CheckpointError(
             f"{eqx_path} holds step {int(step_of(tree))} but {json_path} says step "
             f"{meta['step']}: the run was killed between writing the two files. Delete "
@@ -356,8 +396,10 @@ class RunLock:
     def _owner(self) -> str:
         try:
             owner = json.loads(self.path.read_text() or "{}")
-            return (f"pid {owner.get('pid', '?')} on {owner.get('host', '?')}, since "
-                    f"{owner.get('since', '?')}")
+            return (
+                f"pid {owner.get('pid', '?')} on {owner.get('host', '?')}, since "
+                f"{owner.get('since', '?')}"
+            )
         except (OSError, ValueError):
             return "another process"
 
@@ -384,8 +426,11 @@ class RunLock:
             if self._live_owner():
                 os.close(fd)
                 raise self._refuse() from None
-        record = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
         self._fd = fd

@@ -13,10 +13,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Carry", "Abort", "Stop", "Speed", "Deadline", "data_fingerprint", "process_age", "SIGNALS"]
+__all__ = [
+    "Carry",
+    "Abort",
+    "Stop",
+    "Speed",
+    "Deadline",
+    "data_fingerprint",
+    "process_age",
+    "SIGNALS",
+]
 
 #: The signals that stop a run cleanly: Ctrl-C, `kill`/batch schedulers, a closed terminal.
-SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +53,13 @@ class Carry:
 
     def tree(self):
         """What `last.eqx` holds."""
-        return (self.params, self.bn_state, self.opt_state, self.run_key, np.asarray(self.step, np.int64))
+        return (
+            self.params,
+            self.bn_state,
+            self.opt_state,
+            self.run_key,
+            np.asarray(self.step, np.int64),
+        )
 
 
 class Abort(BaseException):
@@ -80,14 +97,18 @@ class Stop:
             raise Abort(f"{name} before training started; nothing to save")
         if self.reason is None:
             self.reason = name
-            self._say(f"\n{name}: finishing this step, then saving a checkpoint (again to abort; the "
-                      "last checkpoint on disk stays valid).\n")
+            self._say(
+                f"\n{name}: finishing this step, then saving a checkpoint (again to abort; the "
+                "last checkpoint on disk stays valid).\n"
+            )
         elif self._saving:
             self._abort = name
             self._say(f"\n{name} again: aborting once the checkpoint being written is complete.\n")
         else:
-            self._say(f"\n{name} again: aborted; the last checkpoint on disk is complete (resume with "
-                      "--resume).\n")
+            self._say(
+                f"\n{name} again: aborted; the last checkpoint on disk is complete (resume with "
+                "--resume).\n"
+            )
             os._exit(130)
 
     @contextlib.contextmanager
@@ -166,8 +187,12 @@ class Deadline:
     the start of the process, so that loading and compiling count too).
     """
 
-    def __init__(self, minutes: float | None, clock: Callable[[], float] = time.monotonic,
-                 started: float | None = None):
+    def __init__(
+        self,
+        minutes: float | None,
+        clock: Callable[[], float] = time.monotonic,
+        started: float | None = None,
+    ):
         self.clock = clock
         self.started = clock() if started is None else started
         self.end = None if minutes is None else self.started + 60.0 * minutes

@@ -647,8 +647,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     pathfinder.add_argument("--images-per-batch", type=positive, default=1000)
     pathfinder.add_argument("--workers", type=positive, default=1, help="processes (same output)")
-    pathfinder.add_argument(
-        "--overwrite", action="store_true", help="replace existing imgs/ and metadata/"
+    parser.add_argument(
+        "--overwrite", action="store_true",
+        help="replace the task's existing files under --out (refused otherwise)",
     )
     return parser
 
@@ -667,6 +668,14 @@ def _listops_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, Path]:
     if args.task == "listops":
         sizes = _listops_sizes(parser, args)
+        folder = Path(args.out) / "listops-1000"
+        existing = [folder / f"basic_{s}.tsv" for s in ("train", "val", "test")]
+        existing = [p.name for p in existing if p.exists() or p.is_symlink()]
+        if existing and not args.overwrite:
+            raise FileExistsError(
+                f"{folder} already holds {', '.join(existing)}; pass --overwrite to replace them, "
+                "or choose another --out."
+            )
         folder = write_listops(
             args.out, sizes, seed=args.seed, min_length=args.min_length, max_length=args.max_length,
             max_depth=args.max_depth, max_args=args.max_args,
@@ -689,7 +698,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         what, folder = _generate(parser, args)
     except (ValueError, RuntimeError, OSError) as e:
-        if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        if isinstance(e, OSError) and not isinstance(e, FileExistsError) and e.filename is not None and e.strerror:
             e = f"--out: cannot write {e.filename} ({e.strerror})"
         print(f"error: {e}", file=sys.stderr)
         return 2

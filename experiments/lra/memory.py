@@ -113,16 +113,22 @@ def machine() -> str:
     return f"{cpu}; {jax.device_count()} {dev.platform} device(s) ({dev.device_kind}); JAX {jax.__version__}"
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    from experiments._flags import POSITIVE_INT
+
     p = argparse.ArgumentParser(prog="python -m experiments.lra.memory", description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     p.add_argument("--method", default="auto", choices=("auto", "sequential", "associative"))
     p.add_argument("--time", action="store_true", help="time the step with/without remat instead")
     p.add_argument("--probe", action="store_true", help="does jax.checkpoint save memory here? (a toy)")
-    p.add_argument("--time-length", type=int, default=1024)
-    p.add_argument("--time-batch", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=5)
-    args = p.parse_args(argv)
+    p.add_argument("--time-length", type=POSITIVE_INT, default=1024)
+    p.add_argument("--time-batch", type=POSITIVE_INT, default=4)
+    p.add_argument("--repeats", type=POSITIVE_INT, default=5)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)  # every flag checked here, before any work
     print(f"# {machine()}", flush=True)
     if args.probe:
         print("| toy (6 blocks x 4 layers) | XLA temp MB |\n|---|---|")

@@ -1,0 +1,127 @@
+"""Flag checks shared by the `experiments/` command lines (`memory`, `demo`, `bench`...).
+
+Each check is an argparse `type`: a bad value is refused when the command line is parsed,
+before any work, as one `error: argument --flag: ...` line with status 2 (argparse's own
+format, which prefixes the flag). `report_os_errors` turns a file-system error that names a
+path (permissions, a missing folder, a full disk...) into one such line too; anything else
+keeps its traceback (a bug).
+"""
+
+import argparse
+import errno
+import functools
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["number", "POSITIVE_INT", "NATURAL", "output_file", "output_folder", "report_os_errors"]
+
+
+def number(
+    kind: type,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = False,
+    open_high: bool = True,
+) -> Callable[[str], float]:
+    """An argparse `type` for finite numbers of `kind` (int or float) in a range."""
+    bounds = []
+    if low is not None:
+        bounds.append(f"{'>' if open_low else '>='} {low:g}")
+    if high is not None:
+        bounds.append(f"{'<' if open_high else '<='} {high:g}")
+    what = ("an integer" if kind is int else "a finite number") + (
+        f" {' and '.join(bounds)}" if bounds else ""
+    )
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        ok = math.isfinite(value)
+        ok = ok and (low is None or (value > low if open_low else value >= low))
+        ok = ok and (high is None or (value < high if open_high else value <= high))
+        if not ok:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+POSITIVE_INT = number(int, low=1)
+NATURAL = number(int, low=0)
+
+
+def output_file(text: str) -> Path:
+    """A file the command will write: its folder must exist and be writable, and it must
+    not be a folder (checked now, not after a long run)."""
+    path = Path(text).expanduser()
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"the folder {str(folder)!r} does not exist; create it first"
+        )
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written (permissions)")
+    return path
+
+
+def output_folder(text: str) -> Path:
+    """A folder the command will write into: created now if needed, and tried."""
+    path = Path(text).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a writable folder ({e.strerror or e})"
+        ) from None
+    return path
+
+
+_USER_ERRNOS = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOENT,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.ELOOP,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.ENAMETOOLONG,
+    errno.EEXIST,
+    errno.EIO,
+}
+
+
+def report_os_errors(main: Callable[..., int | None]) -> Callable[..., int]:
+    """Wrap a CLI `main`: a file-system error naming a path becomes one `error:` line and
+    status 2; `main`'s own status otherwise (None counts as 0)."""
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        try:
+            code = main(*args, **kwargs)
+        except OSError as e:
+            if e.errno not in _USER_ERRNOS or e.filename is None:
+                raise
+            print(
+                f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "
+                "free "
+                "space, and run again.",
+                file=sys.stderr,
+            )
+            return 2
+        return 0 if code is None else code
+
+    return wrapped
