@@ -35,7 +35,9 @@ case "$job" in
         # PYTEST_WORKERS=0 runs it in one process. Several processes share a GPU, so none
         # preallocates most of its memory unless you say so.
         export XLA_PYTHON_CLIENT_PREALLOCATE="${XLA_PYTHON_CLIENT_PREALLOCATE:-false}"
-        exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@" ;;
+        # --dist loadgroup: tests marked xdist_group (a docs page's code blocks, which
+        # share a namespace) stay on one worker.
+        exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@" ;;
     bench) exec .venv/bin/python -m experiments.bench "$@" ;;
     gpu-check) exec .venv/bin/python -m experiments.gpu_check "$@" ;;
     docs)

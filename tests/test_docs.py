@@ -9,10 +9,11 @@
 - `test_code_block[...]`: every ```python block of README.md and docs/**/*.md is executed,
   one test per block. The blocks of one page share a namespace, in page order, as a reader
   runs them: block k runs in a copy of the namespace left by blocks 0..k-1 of its page (a
-  worker that did not run those runs them first, so the tests are independent under
-  pytest-xdist). A page's first block starts from a fresh namespace. Blocks run with JAX's
-  default ("standard") dtype promotion, as users have it, in a temporary working
-  directory. Some blocks' results are checked further (`CHECKS`).
+  process that did not run those runs them first, so each test also runs alone; under
+  pytest-xdist `--dist loadgroup` keeps a page on one worker, so none runs twice). A
+  page's first block starts from a fresh namespace. Blocks run with JAX's default
+  ("standard") dtype promotion, as users have it, in a temporary working directory. Some
+  blocks' results are checked further (`CHECKS`).
 
 A block that truly cannot run in the suite is fenced as ```python {.no-run}: it is
 reported as a skipped test (with the reason), and `test_no_run_blocks_are_counted` keeps
@@ -99,7 +100,11 @@ def _all_blocks() -> tuple[Block, ...]:
 def _params():
     params = []
     for block in _all_blocks():
-        marks = [pytest.mark.slow] if any(m in block.code for m in SLOW_MARKERS) else []
+        # One page's blocks go to one pytest-xdist worker (with `--dist loadgroup`, as
+        # ./dev.sh test runs), so none reruns the blocks before it.
+        marks = [pytest.mark.xdist_group(name=block.page)]
+        if any(marker in block.code for marker in SLOW_MARKERS):
+            marks.append(pytest.mark.slow)
         params.append(pytest.param(block, id=block.id, marks=marks))
     return params
 
