@@ -196,7 +196,8 @@ def _parser() -> argparse.ArgumentParser:
         "--time-limit",
         type=_POSITIVE,
         metavar="MINUTES",
-        help="checkpoint and exit (status 0, resumable) before MINUTES have passed",
+        help="checkpoint and exit (status 0, resumable) before MINUTES have passed since the "
+        "process started; a limit too short for one step is an error (status 1)",
     )
     g.add_argument(
         "--nondeterministic",
