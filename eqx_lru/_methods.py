@@ -118,7 +118,8 @@ class Sequential(AbstractScanMethod):
 
     - `unroll`: steps per loop iteration. The loop is memory-bound, not overhead-bound, so
         the default 1 writes each state straight back; larger blocks stack their states
-        first, were no faster on CPU and compile more slowly (experiments/bench).
+        first, were no faster on CPU and compile more slowly (measured: see the
+        documentation's performance page).
     """
 
     unroll: int = eqx.field(default=1, static=True)
@@ -162,13 +163,10 @@ class Auto(AbstractScanMethod):
     """The method measured fastest on the backend in use, chosen when the computation is
     traced (`jax.default_backend()`).
 
-    CPU: `Sequential()`, measured (experiments/bench/RESULTS-cpu.md): the fastest and
-    lightest method at every size of the grid, forward and forward+backward — at batch 16,
-    H = N = 256, L = 16384 forward+backward of the layer takes 0.30-0.32× the time of the
-    paper's App. A and 0.29× its XLA temp memory, against 0.49-0.51× and 0.54-0.71× with
-    `Associative()`. GPUs and TPUs: `Associative()`; measured on one H100 (JAX 0.11.2,
-    batch 16, H = N = 256), the sequential loop was 16-25× slower there (one kernel launch
-    per step) and the associative layer's forward+backward ran at 0.64× App. A.
+    CPU: `Sequential()`, the fastest and lightest method at every size of the benchmark,
+    forward and forward+backward. GPUs and TPUs: `Associative()`; there the sequential loop
+    launches one kernel per step. The measurements are on the documentation's performance
+    page.
     """
 
     def resolve(self) -> AbstractScanMethod:
