@@ -168,10 +168,10 @@ class LRUBlock(eqx.Module):
         - `remat`: recompute the block's forward pass in the backward pass
             (`eqx.filter_checkpoint`) instead of storing its intermediates: the same values
             and gradients (bidirectional: the backward pass recomputes and differentiates
-            one direction after the other). XLA may schedule the recomputation early
-            (compiled for the CPU it saves little: 184 → 147 MB of temp for a depth-6
-            bidirectional model); for a stack of blocks use `LRUModel(remat=True)`, which
-            scans over the blocks and does bound the memory (53 MB there).
+            one direction after the other). XLA may schedule the recomputation early, so
+            for one block it may save little; for a stack of blocks use
+            `LRUModel(remat=True)`, which scans over the blocks and does bound the memory
+            (measured on the documentation's performance page).
         - `axis_name`: the `jax.vmap` axis name batch norm reduces over in training.
         - `dtype`: parameter dtype of the norm, the GLU and the cores (default: JAX's
             default float). When not `None` it is passed to the core factory as
