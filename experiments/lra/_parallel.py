@@ -27,9 +27,12 @@ from jax.sharding import PartitionSpec as P
 
 __all__ = [
     "AXIS",
+    "SEQ_AXIS",
     "initialize_distributed",
     "distributed_env",
     "make_mesh",
+    "data_size",
+    "sequence_size",
     "check_batch_size",
     "process_rows",
     "replicate",
@@ -37,6 +40,8 @@ __all__ = [
 ]
 
 AXIS = "data"
+#: The mesh axis a sequence is split over with `--sequence-parallel N` (N > 1).
+SEQ_AXIS = "seq"
 
 _ENV_TASKS = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
@@ -73,22 +78,47 @@ def initialize_distributed(mode: str = "auto") -> bool:
     return True
 
 
-def make_mesh(devices=None) -> Mesh:
-    """A 1-D mesh named `"data"` over `devices` (default: every device of every process)."""
+def make_mesh(devices=None, *, sequence: int = 1) -> Mesh:
+    """A 1-D mesh named `"data"` over `devices` (default: every device of every process),
+    or with `sequence > 1` a 2-D mesh `("data", "seq")` of shape
+    `(devices // sequence, sequence)`: each example's sequence split over `sequence`
+    devices (`eqx_lru.SequenceParallel`), the batch over the rest. Consecutive devices
+    (the devices of one process first) share a sequence, so the per-step exchanges of the
+    scan stay within a process where they can."""
     devices = jax.devices() if devices is None else list(devices)
-    return Mesh(np.asarray(devices), (AXIS,))
+    if sequence == 1:
+        return Mesh(np.asarray(devices), (AXIS,))
+    if sequence < 1 or len(devices) % sequence:
+        raise ValueError(
+            f"--sequence-parallel {sequence} must divide the number of devices "
+            f"({len(devices)}): the devices form a (data x sequence) grid. Use a divisor of "
+            f"{len(devices)}, or limit the devices (CUDA_VISIBLE_DEVICES=...)."
+        )
+    grid = np.asarray(devices).reshape(len(devices) // sequence, sequence)
+    return Mesh(grid, (AXIS, SEQ_AXIS))
+
+
+def data_size(mesh: Mesh) -> int:
+    """The number of devices the batch is split over (the `"data"` axis)."""
+    return mesh.shape[AXIS]
+
+
+def sequence_size(mesh: Mesh) -> int:
+    """The number of devices each sequence is split over (1 without a `"seq"` axis)."""
+    return mesh.shape.get(SEQ_AXIS, 1)
 
 
 def check_batch_size(batch_size: int, mesh: Mesh, *, what: str = "--batch-size") -> None:
-    """Raise a clear `ValueError` unless `batch_size` splits evenly over the mesh."""
-    n = mesh.size
+    """Raise a clear `ValueError` unless `batch_size` splits evenly over the mesh's data axis."""
+    n = data_size(mesh)
     if batch_size < 1 or batch_size % n:
         lower = batch_size // n * n
         options = sorted({m for m in (lower, lower + n) if m > 0})
         raise ValueError(
             f"{what}={batch_size} must be a positive multiple of the number of devices "
-            f"({n}: {mesh.devices.flat[0].platform} x{n}), because every device gets an "
-            f"equal share of each batch. Use e.g. {what} "
+            f"({n}: {mesh.devices.flat[0].platform} x{mesh.size}"
+            + (f" / --sequence-parallel {sequence_size(mesh)}" if sequence_size(mesh) > 1 else "")
+            + f"), because every device gets an equal share of each batch. Use e.g. {what} "
             + " or ".join(str(m) for m in options)
             + ", or limit the devices (CUDA_VISIBLE_DEVICES=...)."
         )

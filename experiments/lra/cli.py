@@ -52,6 +52,7 @@ OTHER_KEYS = (
     "eval_batch_size",
     "remat",
     "deterministic",
+    "sequence_parallel",
 )
 
 
@@ -108,6 +109,7 @@ _CHECKS = {
     "log_every": _POSITIVE_INT,
     "eval_batch_size": _POSITIVE_INT,
     "max_examples": _POSITIVE_INT,
+    "sequence_parallel": _POSITIVE_INT,
     "seed": _number(int, low=0),
     "lr": _POSITIVE,
     "lr_factor": _POSITIVE,
@@ -206,6 +208,13 @@ def _parser() -> argparse.ArgumentParser:
         const=False,
         default=None,
         help="allow XLA's faster nondeterministic GPU ops (resume is then not bit-exact on GPUs)",
+    )
+    g.add_argument(
+        "--sequence-parallel",
+        type=_CHECKS["sequence_parallel"],
+        metavar="N",
+        help="split every sequence over N devices (a data x sequence mesh of the visible "
+        "devices, eqx_lru.SequenceParallel); the global batch is unchanged [1]",
     )
     g.add_argument(
         "--distributed",

@@ -56,7 +56,7 @@ CORES = ("lru", "s4d", "s5")
 PROGRAM_KEYS = (
     "task", "core", "form", "depth", "d_model", "d_state", "steps", "batch_size", "lr",
     "lr_factor", "weight_decay", "dropout", "warmup_fraction", "bidirectional", "r_min",
-    "r_max", "max_phase", "glu", "norm", "pooling", "method", "remat",
+    "r_max", "max_phase", "glu", "norm", "pooling", "method", "remat", "sequence_parallel",
 )
 
 
@@ -82,12 +82,25 @@ def task_spec(task: str | TaskData | TaskSpec, seq_len: int | None = None) -> Ta
     return TaskSpec(task, t.num_classes, seq_len or t.seq_len, t.vocab_size, t.in_channels)
 
 
+def _scan_method(cfg: dict[str, Any]):
+    """`cfg["method"]`, or with `--sequence-parallel N > 1` the sequence-parallel scan
+    running it on each device's chunk."""
+    if sequence_parallel(cfg) == 1:
+        return cfg["method"]
+    return eqx_lru.SequenceParallel(par.SEQ_AXIS, cfg["method"])
+
+
+def sequence_parallel(cfg: dict[str, Any]) -> int:
+    """The number of devices each sequence is split over (`--sequence-parallel`, 1 if unset)."""
+    return int(cfg.get("sequence_parallel") or 1)
+
+
 def make_core(cfg: dict[str, Any]) -> Callable:
     """The recurrent-core factory `(d_model, d_state, *, key) -> core` of `cfg["core"]`."""
     if cfg["core"] == "lru":
         layer = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}[cfg["form"]]
         return functools.partial(
-            layer, r_min=cfg["r_min"], r_max=cfg["r_max"], max_phase=cfg["max_phase"], method=cfg["method"]
+            layer, r_min=cfg["r_min"], r_max=cfg["r_max"], max_phase=cfg["max_phase"], method=_scan_method(cfg)
         )
     try:
         from eqx_lru import baselines
@@ -96,12 +109,14 @@ def make_core(cfg: dict[str, Any]) -> Callable:
         raise ValueError(f"--core {cfg['core']}: this eqx_lru has no eqx_lru.baselines.{cfg['core'].upper()}.") from None
     except KeyError:
         raise ValueError(f"--core must be one of {CORES}, got {cfg['core']!r}.") from None
+    if cls is baselines.S4D and sequence_parallel(cfg) > 1:
+        raise ValueError("--sequence-parallel needs a recurrent core (--core lru or s5); S4D trains as a convolution.")
     if cls is baselines.S4D:
         # S4D trains as a convolution, as in its own code: its recurrence keeps L x H x N/2
         # complex states per example (199 GB of XLA temp for the ListOps step at Table 9
         # sizes, experiments/bench/RESULTS-cpu.md), the FFT convolution the same outputs.
         return functools.partial(cls, mode="convolution")
-    return functools.partial(cls, form=cfg["form"], method=cfg["method"])
+    return functools.partial(cls, form=cfg["form"], method=_scan_method(cfg))
 
 
 def build_model(cfg: dict[str, Any], data: TaskData | TaskSpec, key) -> tuple[eqx.Module, eqx.nn.State]:
@@ -166,15 +181,58 @@ def make_steps(cfg: dict[str, Any], static, mesh: Mesh, spec: TaskSpec | None = 
     return _CACHE[key]
 
 
-def _forward(params, static, bn_state, batch, keys, inference):
-    model = eqx.combine(params, static)
-
-    def one(x, length, key):
-        return model(x, bn_state, length=length, key=key, inference=inference)
-
+def _forward(params, static, bn_state, batch, keys, inference, mesh: Mesh | None = None):
     length = batch.get("length")
-    in_axes = (0, None if length is None else 0, None if keys is None else 0)
-    return jax.vmap(one, axis_name=AXIS_NAME, in_axes=in_axes, out_axes=(0, None))(batch["x"], length, keys)
+
+    def run(params, bn_state, x, length, keys, norm_axes=()):
+        model = _with_norm_axes(eqx.combine(params, static), norm_axes)
+
+        def one(x, length, key):
+            return model(x, bn_state, length=length, key=key, inference=inference)
+
+        in_axes = (0, None if length is None else 0, None if keys is None else 0)
+        return jax.vmap(one, axis_name=AXIS_NAME, in_axes=in_axes, out_axes=(0, None))(x, length, keys)
+
+    n = 1 if mesh is None else par.sequence_size(mesh)
+    if n == 1:
+        return run(params, bn_state, batch["x"], length, keys)
+    # --sequence-parallel: every device runs the model on its rows of the batch and its
+    # chunk of each sequence (`shard_map` over both mesh axes: batch norm also sums over
+    # "data", the cores' `SequenceParallel` scans and the model's pooling over "seq"). The
+    # sequence is padded to a multiple of the chunk count; `length` (counted over the
+    # whole sequence) keeps the pads out of every result.
+    x = batch["x"]
+    seq_dim = 2 if length is not None and length.ndim == 2 else 1  # Retrieval: (batch, 2, length)
+    size = x.shape[seq_dim]
+    pad = -size % n
+    if pad:
+        widths = [(0, 0)] * x.ndim
+        widths[seq_dim] = (0, pad)
+        x = jnp.pad(x, widths)
+        if length is None:
+            length = jnp.full(x.shape[:seq_dim], size, jnp.int32)
+    rows = P(par.AXIS)
+    spec = P(par.AXIS, *([None] * (seq_dim - 1)), par.SEQ_AXIS)
+    sharded = jax.shard_map(
+        functools.partial(run, norm_axes=(par.AXIS,)), mesh=mesh,
+        in_specs=(P(), P(), spec, rows, rows), out_specs=(rows, P()), check_vma=False,
+    )
+    return sharded(params, bn_state, x, length, keys)
+
+
+def _with_norm_axes(model, axes: tuple):
+    """`model` with every `MaskedBatchNorm` also reducing over the mesh axes `axes`."""
+    if not axes:
+        return model
+
+    def add(node):
+        if not isinstance(node, eqx_lru.MaskedBatchNorm):
+            return node
+        names = node.axis_name if isinstance(node.axis_name, tuple) else (node.axis_name,)
+        return node.with_axis_name((*names, *axes))
+
+    is_norm = lambda node: isinstance(node, eqx_lru.MaskedBatchNorm)  # noqa: E731
+    return jax.tree_util.tree_map(add, model, is_leaf=is_norm)
 
 
 def _losses(logits, labels):
@@ -191,7 +249,7 @@ def _jit_steps(static, optim, schedule, mesh: Mesh) -> Steps:
         keys = jax.random.split(jax.random.fold_in(run_key, step), batch["label"].shape[0])
 
         def loss_fn(params):
-            logits, new_state = _forward(params, static, bn_state, batch, keys, False)
+            logits, new_state = _forward(params, static, bn_state, batch, keys, False, mesh)
             nll, correct = _losses(logits, batch["label"])
             return jnp.mean(nll), (new_state, jnp.mean(correct))
 
@@ -205,7 +263,7 @@ def _jit_steps(static, optim, schedule, mesh: Mesh) -> Steps:
         return params, new_state, opt_state, jnp.stack([loss, acc, lr])
 
     def eval_step(params, bn_state, batch):
-        logits, _ = _forward(params, static, bn_state, batch, None, True)
+        logits, _ = _forward(params, static, bn_state, batch, None, True, mesh)
         nll, correct = _losses(logits, batch["label"])
         w = batch["weight"]
         return jnp.stack([jnp.sum(w * nll), jnp.sum(w * correct), jnp.sum(w)])
@@ -262,7 +320,7 @@ def compile_train_step(
     (`temp_size_in_bytes`: the intermediates, the backward pass's stored activations).
     """
     spec = task_spec(data)
-    mesh = par.make_mesh() if mesh is None else mesh
+    mesh = par.make_mesh(sequence=sequence_parallel(cfg)) if mesh is None else mesh
     model, bn_state = build_model(cfg, spec, jax.random.PRNGKey(seed))
     params, static = eqx.partition(model, eqx.is_inexact_array)
     steps = make_steps(cfg, static, mesh, spec)
