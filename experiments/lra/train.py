@@ -180,7 +180,7 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
     if not cfg.get("data_root"):
         raise UsageError("--data-root is required: the folder holding the task's data.")
     for name, check in _CHECKS.items():
-        if cfg[name] is not None:
+        if cfg.get(name) is not None:  # settings added later may be absent from old runs
             try:
                 check(str(cfg[name]))
             except argparse.ArgumentTypeError as e:
