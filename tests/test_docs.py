@@ -34,7 +34,8 @@ import jax
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The repository root (the folder holding pyproject.toml), wherever under tests/ this is.
+ROOT = next(p for p in pathlib.Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 DOCS = ROOT / "docs"
 PUBLIC_MODULES = ("eqx_lru", "eqx_lru.ablation", "eqx_lru.baselines")
 #: How many ```python {.no-run} blocks the pages may hold (see the module docstring).

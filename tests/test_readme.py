@@ -5,7 +5,8 @@ blocks); here its shape and links are checked."""
 import pathlib
 import re
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The repository root (the folder holding pyproject.toml), wherever under tests/ this is.
+ROOT = next(p for p in pathlib.Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 README = ROOT / "README.md"
 MAX_LINES = 150
 
