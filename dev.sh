@@ -9,9 +9,56 @@
 #   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
 #                   Markdown report (experiments/gpu_check.py); exits 2 without a GPU.
 #                   Where nvidia-smi exists it installs the `cuda` extra (JAX for CUDA).
+#   ./dev.sh test-newest  the library's tests (tests/lib, or the test files that do not
+#                   use experiments/) against the newest JAX release, in its own
+#                   ./.venv-newest on a Python >= 3.12 (NEWEST_PYTHON, python3.13,
+#                   python3.12 or a pyenv one); one line and exit 0 when there is none.
 set -eu
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
+
+newest_python() {
+    # A Python >= 3.12 (the newest JAX releases need one), or nothing.
+    for cand in ${NEWEST_PYTHON:-} python3.13 python3.12 \
+        "$HOME"/.pyenv/versions/3.13*/bin/python "$HOME"/.pyenv/versions/3.12*/bin/python; do
+        if command -v "$cand" >/dev/null 2>&1 &&
+            "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+            command -v "$cand"
+            return
+        fi
+    done
+}
+
+if [ "${1:-}" = test-newest ]; then
+    shift
+    NEWEST=$(newest_python)
+    if [ -z "$NEWEST" ]; then
+        echo "test-newest: skipped, no Python >= 3.12 found (set NEWEST_PYTHON to one)"
+        exit 0
+    fi
+    if [ ! -x .venv-newest/bin/python ]; then
+        "$NEWEST" -m venv .venv-newest
+    fi
+    # Re-resolved to the newest releases once a day and whenever pyproject.toml changes.
+    stamp=.venv-newest/.install-stamp
+    want="$(cat pyproject.toml | cksum) $(date +%Y-%m-%d)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        .venv-newest/bin/python -m pip install --quiet --upgrade pip
+        .venv-newest/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager \
+            -e ".[test]"
+        echo "$want" > "$stamp"
+    fi
+    if [ -d tests/lib ]; then
+        set -- tests/lib "$@"
+    else
+        # The library's test files: those that use nothing from experiments/.
+        set -- $(grep -LE '(from|import) experiments|experiments[./]' tests/test_*.py) "$@"
+    fi
+    .venv-newest/bin/python -c 'import jax, sys
+print(f"test-newest: JAX {jax.__version__}, Python {sys.version.split()[0]}")'
+    export XLA_PYTHON_CLIENT_PREALLOCATE="${XLA_PYTHON_CLIENT_PREALLOCATE:-false}"
+    exec .venv-newest/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
@@ -46,5 +93,5 @@ case "$job" in
         export NO_MKDOCS_2_WARNING=1
         if [ "${1:-}" = serve ]; then shift; exec .venv/bin/mkdocs serve "$@"; fi
         exec .venv/bin/mkdocs build --strict "$@" ;;
-    *) echo "usage: ./dev.sh {demo|test|bench|gpu-check|docs} [args...]" >&2; exit 2 ;;
+    *) echo "usage: ./dev.sh {demo|test|test-newest|bench|gpu-check|docs} [args...]" >&2; exit 2 ;;
 esac

@@ -1,14 +1,22 @@
 """The Pallas kernel method (`eqx_lru._pallas`) against a float64 NumPy loop.
 
 Off GPUs the kernel runs in Pallas interpret mode, so these tests check the kernel's
-arithmetic, chunking, tail handling, masking of partial channel tiles and batching on the
-CPU; `test_lowers_for_cuda` lowers the Triton kernel for CUDA without a GPU, and
-`test_compiled_kernel_on_gpu` runs the compiled kernel where a CUDA GPU is present. Sizes
-are tiny and distinct (length != chunk != channels != block): interpret mode compiles
-slowly.
+arithmetic, chunking (with the next chunk prefetched), tail handling, the two-level scan
+over segments, the shared transition's cotangent summed inside the backward kernel,
+masking of partial channel tiles and batching on the CPU; `test_lowers_for_cuda` lowers
+the Triton kernel for CUDA without a GPU (warning-free on every supported JAX),
+`test_compiles_for_hopper` compiles its Triton IR for sm_90 with the `triton` package's
+ptxas, and `test_compiled_kernel_on_gpu` runs the compiled kernel where a CUDA GPU is
+present. Sizes are tiny and distinct (length != chunk != channels != block): interpret
+mode compiles slowly.
 """
 
 import functools
+import os
+import re
+import subprocess
+import tempfile
+import time
 
 import equinox as eqx
 import jax
@@ -17,9 +25,11 @@ import numpy as np
 import pytest
 
 import eqx_lru
+from eqx_lru import _pallas
 from eqx_lru._algebra import Block2x2, Diagonal, RotationScaling
-from eqx_lru._pallas import PallasScan, diagonal_scan, rotation_scan
-from eqx_lru._storage import Cast, ComplexPairs
+from eqx_lru._pallas import PallasScan, cuda_target, diagonal_scan, rotation_scan
+from eqx_lru._scan import recurrence
+from eqx_lru._storage import Cast, ComplexPairs, Storage
 
 # length 11 = 2 chunks of 4 + a tail of 3; channel tiles of 4 over 5 (or 3) channels, the
 # last one partial (masked on GPUs).
@@ -56,18 +66,20 @@ def check(out, a, x, h0, *, reverse, pair, rtol=1e-5, atol=1e-5):
 
 
 @pytest.mark.parametrize(
-    "pair, shared, reverse, state, stored",
+    "pair, shared, reverse, state, stored, segment",
     [
-        (False, True, False, (5,), jnp.float32),  # shared, forward
-        (False, False, True, (3, 5), jnp.bfloat16),  # per-step, reverse, two state axes
-        (True, True, True, (3, 2, 5), jnp.float32),  # pairs with a leading axis
-        (True, False, False, (2, 3), jnp.bfloat16),  # pairs, per-step
+        (False, True, False, (5,), jnp.float32, None),  # shared, forward
+        (False, False, True, (3, 5), jnp.bfloat16, None),  # per-step, reverse, 2 state axes
+        (True, True, True, (3, 2, 5), jnp.float32, 4),  # pairs with a leading axis; 3 segments
+        (True, False, False, (2, 3), jnp.bfloat16, 8),  # pairs, per-step; 2 segments
     ],
 )
-def test_kernel_matches_loop(pair, shared, reverse, state, stored):
+def test_kernel_matches_loop(pair, shared, reverse, state, stored, segment):
+    # Segments of 4 or 8 steps: the two-level scan (segment ends and transition products,
+    # a scan over the segments, then the states), the last segment short, with the tail.
     a, x, h0 = draw(0, state, shared=shared, stored=stored)
     scan = rotation_scan if pair else diagonal_scan
-    out = scan(a, x, h0, reverse=reverse, **KW)
+    out = scan(a, x, h0, reverse=reverse, segment=segment, **KW)
     if stored == jnp.float32:
         check(out, a, x, h0, reverse=reverse, pair=pair)
     else:
@@ -110,19 +122,152 @@ def test_argument_errors():
         PallasScan(block=6)
     with pytest.raises(ValueError, match="`chunk` must be a positive integer"):
         PallasScan(chunk=0)
+    with pytest.raises(ValueError, match="`segment` must be a positive integer or None"):
+        PallasScan(segment=0)
 
 
 def test_lowers_for_cuda():
-    # The Triton lowering runs without a GPU: masked partial tiles, per-step transitions,
-    # bfloat16 storage and the batch grid axis of vmap all lower. (Compiling it to PTX and
-    # timing it need a GPU.)
+    # The Triton lowering runs without a GPU, with no warning (filterwarnings=error: JAX
+    # >= 0.11 deprecates Pallas' Triton backend, handled in eqx_lru._pallas): masked
+    # partial tiles, per-step transitions, bfloat16 storage, the two-level scan's two
+    # kernels and the batch grid axis of vmap all lower. (Timing it needs a GPU.)
     kernels = [(diagonal_scan, (20,)), (rotation_scan, (2, 48))]
     for scan, state in kernels:
         a = jnp.ones((LENGTH,) + state, jnp.float32)
         x = jnp.ones((4, LENGTH) + state, jnp.bfloat16)
-        f = jax.vmap(functools.partial(scan, reverse=True, interpret=False), in_axes=(None, 0))
-        text = jax.jit(f).trace(a, x).lower(lowering_platforms=("cuda",)).as_text()
-        assert "__gpu$xla.gpu.triton" in text
+        f = jax.vmap(
+            functools.partial(scan, reverse=True, interpret=False, chunk=4, segment=4),
+            in_axes=(None, 0),
+        )
+        with cuda_target():
+            text = jax.jit(f).trace(a, x).lower(lowering_platforms=("cuda",)).as_text()
+        assert text.count("__gpu$xla.gpu.triton") == 2
+
+
+# --- compiled for Hopper, without a GPU ---------------------------------------------------
+
+
+def _triton_irs(fn, *args) -> list[str]:
+    """The Triton IR (text) of every Pallas kernel in `fn`, lowered for CUDA on this
+    machine."""
+    lowering = _pallas._triton_registration.lowering
+    captured, original = [], lowering.lower_jaxpr_to_triton_module
+
+    def spy(*a, **k):
+        result = original(*a, **k)
+        captured.append(result.module.operation.get_asm())
+        return result
+
+    lowering.lower_jaxpr_to_triton_module = spy
+    try:
+        with cuda_target():
+            jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+    finally:
+        lowering.lower_jaxpr_to_triton_module = original
+    return captured
+
+
+def _compile_sm90(ttir: str, num_warps: int) -> dict:
+    """Triton IR → PTX by the `triton` package's passes for sm_90, then its `ptxas -v`:
+    registers, spilled bytes (stores + loads), the kernel's name and the seconds taken."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler.compiler import IRSource, make_backend
+
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "kernel.ttir")
+        with open(source, "w") as f:
+            f.write(ttir)
+        start = time.perf_counter()
+        context = ir.context()
+        ir.load_dialects(context)
+        backend.load_dialects(context)
+        src = IRSource(source, context, backend)
+        options = backend.parse_options(dict(num_warps=num_warps, num_stages=1))
+        stages = {}
+        backend.add_stages(stages, options, src.language)
+        module, metadata = src.make_ir(target, options, None, None, context), {}
+        for name, stage in stages.items():
+            if name == "cubin":
+                break
+            module = stage(module, metadata)
+        ptx = os.path.join(folder, "kernel.ptx")
+        with open(ptx, "w") as f:
+            f.write(module)
+        log = subprocess.run(
+            [get_ptxas(90).path, "-v", "--regAllocOptLevel=2", "--gpu-name=sm_90a", ptx, "-o",
+             os.path.join(folder, "kernel.cubin")],
+            capture_output=True, text=True, check=True, timeout=600,
+        ).stderr
+        seconds = time.perf_counter() - start
+    return dict(
+        kernel=re.search(r"entry function '(\w+)'", log).group(1),
+        registers=int(re.search(r"Used (\d+) registers", log).group(1)),
+        spilled=sum(map(int, re.findall(r"(\d+) bytes spill (?:stores|loads)", log))),
+        seconds=round(seconds, 1),
+    )
+
+
+def _hopper_variants():
+    """(pair, shared, reverse, stored) of every variant, and the kernels (by mode) that a
+    default run compiles: the most registers (pairs, per-step), the fused backward (a
+    shared transition's cotangent) and the two-level scan's first kernel."""
+    every = [
+        (pair, shared, reverse, stored)
+        for pair in (False, True) for shared in (True, False)
+        for reverse in (False, True) for stored in ("float32", "bfloat16")
+    ]
+    if os.environ.get("EQX_LRU_HOPPER_ALL"):
+        return [(v, ("states", "sum", "ends")) for v in every]
+    return [
+        ((True, False, True, "bfloat16"), ("states",)),
+        ((True, True, False, "float32"), ("sum",)),
+        ((False, False, False, "float32"), ("ends",)),
+    ]
+
+
+def _skip_without_triton():
+    try:
+        import triton  # noqa: F401
+        from triton.backends.nvidia.compiler import get_ptxas
+    except ImportError as e:
+        pytest.skip(f"needs the `triton` package (the `test` extra on Linux x86-64): {e}")
+    if not os.path.exists(get_ptxas(90).path):
+        pytest.skip("the `triton` package has no ptxas")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant, modes", _hopper_variants())
+def test_compiles_for_hopper(variant, modes):
+    """The kernels of forward+backward at the default chunk, block and segment, lowered for
+    CUDA and compiled for sm_90 (H100): no spilled registers. Registers and compile times
+    are printed (`pytest -s`); compile time is not asserted (it depends on the machine).
+    By default three kernels; EQX_LRU_HOPPER_ALL=1 compiles every variant (real/pairs,
+    shared/per-step, forward/reverse, float32/bfloat16 storage) and each of its kernels."""
+    _skip_without_triton()
+    pair, shared, reverse, stored = variant
+    length, width = 4 * _pallas.DEFAULT_SEGMENT, 96  # two-level: 4 segments
+    state = (2, width) if pair else (width,)
+    algebra = RotationScaling() if pair else Diagonal()
+    storage = Storage() if stored == "float32" else Cast(compute="float32", stored=stored)
+    method = PallasScan(interpret=False)
+    a = jnp.full(state if shared else (length,) + state, 0.5, jnp.float32)
+    b = jnp.ones((length,) + state, stored)
+
+    def loss(a, b):
+        hs = recurrence(a, b, algebra=algebra, storage=storage, reverse=reverse, method=method)
+        return jnp.sum(hs.astype(jnp.float32))
+
+    irs = _triton_irs(jax.grad(loss, argnums=(0, 1)), a, b)
+    chosen = [ir for ir in irs if any(f"eqx_lru_scan_{m}" in ir for m in modes)]
+    assert chosen, f"no kernel of modes {modes} among {len(irs)}"
+    for ir in chosen:
+        result = _compile_sm90(ir, num_warps=max(1, _pallas.DEFAULT_BLOCK // 32))
+        print(f"sm_90 {variant}: {result}")
+        assert result["spilled"] == 0, result
 
 
 # --- through the scan method interface ------------------------------------------------
@@ -169,6 +314,47 @@ def test_linear_recurrence_values_and_gradients(algebra, shared, reverse, comple
     np.testing.assert_allclose(hs, hs_ref, rtol=1e-5, atol=1e-5)
     for g, g_ref in zip(grads, grads_ref, strict=True):
         np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, reverse", [("real-bf16", False), ("complex", True)])
+def test_shared_transition_cotangent_summed_in_kernel(kind, reverse):
+    # The backward kernel of a shared transition also sums its cotangent Σ λ_k ⊗ h_{k-1}ᵀ
+    # ("eqx_lru_scan_sum"; no loop over λ and the states after it), over 3 segments.
+    method = PallasScan(chunk=CHUNK, block=BLOCK, segment=4)
+    if kind == "complex":
+        (a, b, h0), (a2, b2, h2) = draw(8, (5,), shared=True), draw(9, (5,), shared=True)
+        a, b, h0 = (jax.lax.complex(u, 0.5 * v) for u, v in ((a, a2), (b, b2), (h0, h2)))
+        storage = Storage()
+    else:
+        a, b, h0 = draw(8, (2, 5), shared=True, stored=jnp.bfloat16)
+        storage = Cast(compute="float32", stored="bfloat16")
+
+    def grads(method, storage):
+        def loss(a, b, h0):
+            hs = recurrence(
+                a, b, algebra=Diagonal(), storage=storage, initial_state=h0, reverse=reverse,
+                method=method,
+            )
+            weights = jnp.cos(jnp.arange(hs.size, dtype=jnp.float32)).reshape(hs.shape)
+            return jnp.sum(weights * (hs.real if jnp.iscomplexobj(hs) else hs))
+
+        return jax.grad(loss, argnums=(0, 1, 2)), (a, b, h0)
+
+    f, args = grads(method, storage)
+    assert "eqx_lru_scan_sum" in str(jax.make_jaxpr(f)(*args))
+    got = f(*args)
+    if kind == "complex":
+        want = grads("sequential", storage)[0](*args)
+        for g, g_ref in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)
+    else:
+        # The kernel sums λ in its float32 carry, the loop the bfloat16-stored λ: they agree
+        # to bfloat16 precision.
+        want = grads("sequential", storage)[0](*args)
+        for g, g_ref in zip(got, want, strict=True):
+            g, g_ref = g.astype(jnp.float32), g_ref.astype(jnp.float32)
+            np.testing.assert_allclose(g, g_ref, rtol=2**-7, atol=2**-7)
 
 
 def test_cast_storage_and_unsupported_storage():

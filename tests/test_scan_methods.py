@@ -301,17 +301,30 @@ def _compiled_grad(method, batch=2, length=128, modes=16, reference=False):
     return jax.jit(jax.grad(loss, argnums=(0, 1))).lower(1.0, b).compile(), b.nbytes
 
 
+# The associative method's forward+backward XLA temp here, in state-sized buffers: its
+# scan's level temporaries (the halves, quarters, … of the states and of the broadcast
+# transitions) take up to 4 (measured 3.27 with JAX 0.10.2). From JAX 0.11.2 (measured:
+# 4.27 with 0.11.2 and 0.12.0.1) XLA also keeps the states themselves, the custom VJP's
+# residual, as one buffer (the scan's last level, a fusion XLA 0.10 recomputed inside its
+# two consumers, the loss and the backward): one more.
+ASSOCIATIVE_TEMP_STATES = 5 if jax.__version_info__ >= (0, 11, 2) else 4
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_backward_keeps_only_the_states(method):
     """XLA's temp memory for forward+backward: autodiff of `lax.associative_scan` keeps its
     tree of intermediates (about five copies of the states here); with the custom VJP the
-    associative method needs only its own forward temporaries and the sequential method,
-    in place, nothing beyond its input and output."""
+    associative method needs only its own forward temporaries and the states (see
+    `ASSOCIATIVE_TEMP_STATES`), and the sequential method, in place, nothing beyond its
+    input and output."""
     compiled, state_bytes = _compiled_grad(method)
     reference, _ = _compiled_grad(method, reference=True)
     temp = compiled.memory_analysis().temp_size_in_bytes
-    assert temp <= (0.25 if method == "sequential" else 4) * state_bytes
-    assert temp < 0.8 * reference.memory_analysis().temp_size_in_bytes
+    assert temp <= (0.25 if method == "sequential" else ASSOCIATIVE_TEMP_STATES) * state_bytes
+    # Against autodiff's tree, what the scan itself keeps (less the states buffer that
+    # newer XLA keeps for both).
+    kept = (ASSOCIATIVE_TEMP_STATES - 4) * state_bytes if method == "associative" else 0
+    assert temp - kept < 0.8 * reference.memory_analysis().temp_size_in_bytes
 
 
 def test_sequential_updates_the_sequence_in_place():
