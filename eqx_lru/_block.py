@@ -16,9 +16,10 @@ import jax
 import jax.numpy as jnp
 from beartype import beartype
 from jax.ad_checkpoint import checkpoint_name
-from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
-from ._checks import Size, check_key, check_size
+from . import _sharding as sharding
+from ._checks import Size, check_key, check_segment_ids, check_size
 from ._core import AbstractRecurrentCore
 from ._glu import GLU
 from ._lru import ComplexLRU, RealLRU
@@ -214,6 +215,7 @@ class LRUBlock(eqx.Module):
         state: eqx.nn.State,
         *,
         length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
@@ -225,6 +227,12 @@ class LRUBlock(eqx.Module):
         - `state`: the `eqx.nn.State` from `eqx.nn.make_with_state(LRUBlock)(...)`.
         - `length`: number of valid leading positions, a scalar of any integer dtype, (the
             rest is padding, with any content); `None` means all valid.
+        - `segment_ids`: packed sequences: integers of shape `(length,)`, a new sequence
+            wherever the value changes (`[0, 0, 0, 1, 1, 2]`: three). No state crosses a
+            boundary, in either direction, and the rest of the block acts per position,
+            so every segment's outputs are those of the segment run alone; batch-norm
+            statistics (over valid positions) are those of the segments as separate
+            sequences. `None`: one sequence.
         - `key`: for dropout; needed in training mode when `dropout > 0`.
         - `inference`: overrides the `inference` flags of the norm and dropout (as set by
             `eqx.nn.inference_mode`) if not `None`. Inference mode: batch norm uses running
@@ -235,9 +243,12 @@ class LRUBlock(eqx.Module):
         """
         x = jnp.asarray(x)
         check_length(x, "x")
-        mask = valid_mask(length, x.shape[0])
+        segment_ids = check_segment_ids(segment_ids, x.shape[0])
+        mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
         forward = eqx.filter_checkpoint(_forward) if self.remat else _forward
-        return forward(self, x, state, mask, key, inference, sequential=self.remat)
+        return forward(
+            self, x, state, mask, key, inference, segment_ids, sequential=self.remat
+        )
 
     @jaxtyped(typechecker=beartype)
     def scan_body(
@@ -246,6 +257,7 @@ class LRUBlock(eqx.Module):
         state: eqx.nn.State,
         *,
         length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
@@ -266,56 +278,163 @@ class LRUBlock(eqx.Module):
         """
         x = jnp.asarray(x)
         check_length(x, "x")
+        segment_ids = check_segment_ids(segment_ids, x.shape[0])
+        mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
+        return _forward(self, x, state, mask, key, inference, segment_ids, sequential=True)
+
+    # --- streaming: a causal block as an RNN ----------------------------------------------
+
+    def _causal_core(self, method: str) -> AbstractRecurrentCore:
+        """The block's core, or an error saying why this block cannot stream."""
+        if self.reverse_core is not None:
+            raise ValueError(
+                f"`LRUBlock.{method}` needs a causal block, and this one is bidirectional "
+                "(`bidirectional=True`): its reverse core reads the sequence from the end, "
+                "so the output at a position depends on later positions, which no state "
+                "carried from earlier ones can provide. Stream with `bidirectional=False`, "
+                "or run whole sequences with the block's call."
+            )
+        if not self.core.causal:
+            raise ValueError(
+                f"`LRUBlock.{method}` needs a causal core; {type(self.core).__name__} "
+                "declares `causal = False` (its output at a position depends on later "
+                "positions), so it cannot run as an RNN."
+            )
+        return self.core
+
+    def init_carry(self) -> PyTree[Array]:
+        """The recurrent state before the first position: the core's `init_state()`.
+
+        Causal (unidirectional) blocks only: a bidirectional block raises a `ValueError`
+        (its output at a position depends on later positions).
+        """
+        return self._causal_core("init_carry").init_state()
+
+    @jaxtyped(typechecker=beartype)
+    def step(
+        self,
+        carry: PyTree[ArrayLike],
+        x_t: Float[ArrayLike, " d_model"],
+        state: eqx.nn.State,
+    ) -> tuple[PyTree[Array], Float[Array, " d_model"]]:
+        r"""One position in inference mode (running batch-norm statistics, no dropout),
+        the recurrence by the core's `step`: $(c_{t-1}, x_t) \mapsto (c_t, y_t)$.
+
+        **Arguments:**
+
+        - `carry`: the recurrent state, from `init_carry()`, `step` or `chunk`.
+        - `x_t`: one position, shape `(d_model,)`.
+        - `state`: the block's `eqx.nn.State` (read, not updated).
+
+        **Returns:** `(carry, y_t)`. Repeated from `init_carry()` over a sequence (e.g. by
+        `jax.lax.scan`): the block's call in inference mode, position by position.
+        """
+        core = self._causal_core("step")
+        x_t = jnp.asarray(x_t)
+        z = _normalise(self, x_t[None], state, None, inference=True)[0][0]
+        carry, h = core.step(carry, z)
+        return carry, x_t + self.glu(jax.nn.gelu(h))
+
+    @jaxtyped(typechecker=beartype)
+    def chunk(
+        self,
+        carry: PyTree[ArrayLike],
+        x: Float[ArrayLike, "length d_model"],
+        state: eqx.nn.State,
+        *,
+        length: Integer[ArrayLike, ""] | None = None,
+    ) -> tuple[PyTree[Array], Float[Array, "length d_model"]]:
+        r"""The next chunk of a stream, in parallel and in inference mode, starting from
+        `carry` (chunked prefill).
+
+        **Arguments:**
+
+        - `carry`: the recurrent state after the previous chunk (`init_carry()` before
+            the first).
+        - `x`: the chunk, shape `(length, d_model)`, `length >= 1`.
+        - `state`: the block's `eqx.nn.State` (read, not updated).
+        - `length`: the number of valid leading positions of the chunk, the rest being
+            padding with any content (so chunks of different lengths share one padded
+            shape and one compilation); `None`: all valid.
+
+        **Returns:** `(carry, y)`: the state after the chunk's last valid position, and
+        the outputs, zero at padded positions. Chunks one after another give the outputs
+        and final state of one call over their concatenation, and of `step` position by
+        position.
+        """
+        core = self._causal_core("chunk")
+        x = jnp.asarray(x)
+        check_length(x, "x")
         mask = valid_mask(length, x.shape[0])
-        return _forward(self, x, state, mask, key, inference, sequential=True)
+        x = where_valid(mask, x)
+        z, _ = _normalise(self, x, state, mask, inference=True)
+        # The validated length (`valid_mask` checks its range).
+        valid = None if mask is None else jnp.sum(mask, dtype=jnp.int32)
+        h, carry = core.run(where_valid(mask, z), initial_state=carry, length=valid)
+        h = jax.vmap(self.glu)(jax.nn.gelu(h))
+        return carry, where_valid(mask, x + h)
 
 
-def _forward(block: LRUBlock, x, state, mask, key, inference, *, sequential: bool = False):
-    """The block's formula (Fig. 1) on one sequence with a validity `mask` (or `None`)."""
-    x = where_valid(mask, x)
+def _normalise(block: LRUBlock, x, state, mask, inference):
+    """The block's norm on one sequence: `(z, state)`."""
     if isinstance(block.norm, MaskedBatchNorm):
-        z, state = block.norm(x, state, mask=mask, inference=inference)
-    else:
-        z = jax.vmap(block.norm)(x)
+        # Over a sequence split across devices, the statistics span the chunks too.
+        norm = sharding.with_sequence_axis(block.norm, sharding.sequence_axis(block))
+        return norm(x, state, mask=mask, inference=inference)
+    return jax.vmap(block.norm)(x), state
+
+
+def _forward(
+    block: LRUBlock, x, state, mask, key, inference, segment_ids=None, *,
+    sequential: bool = False,
+):
+    """The block's formula (Fig. 1) on one sequence with a validity `mask` and
+    `segment_ids` (each `None` or an array)."""
+    x = where_valid(mask, x)
+    z, state = _normalise(block, x, state, mask, inference)
     # Zero pads before the recurrence: the norm's shift makes them non-zero, and a
     # reverse scan starting at the padded end would carry them into valid positions.
     z = where_valid(mask, z)
     if block.reverse_core is None:
-        h = block.core(z)
+        h = block.core(z, segment_ids=segment_ids)
     elif sequential:
-        h = checkpoint_name(_both_directions((block.core, block.reverse_core, z)), RECURRENCE)
+        h = _both_directions((block.core, block.reverse_core, z), segment_ids)
+        h = checkpoint_name(h, RECURRENCE)
     else:
-        h = block.core(z) + block.reverse_core(z, reverse=True)
+        h = _sum_of_directions((block.core, block.reverse_core, z), segment_ids)
     h = jax.vmap(block.glu)(jax.nn.gelu(h))
     h = block.dropout(h, key=key, inference=inference)
     return where_valid(mask, x + h), state
 
 
 @eqx.filter_custom_vjp
-def _both_directions(cores_and_input):
+def _both_directions(cores_and_input, segment_ids):
     r"""$\overrightarrow{\text{core}}(z) + \overleftarrow{\text{core}}(z)$, whose
     backward pass runs one direction after the other: it keeps only the cores and $z$,
     and recomputes each direction's forward pass just before that direction's backward
     pass, so one direction's states (and their adjoints) are live at a time."""
-    return _sum_of_directions(cores_and_input)
+    return _sum_of_directions(cores_and_input, segment_ids)
 
 
-def _sum_of_directions(cores_and_input):
+def _sum_of_directions(cores_and_input, segment_ids):
     core, reverse_core, z = cores_and_input
-    return core(z) + reverse_core(z, reverse=True)
+    return core(z, segment_ids=segment_ids) + reverse_core(
+        z, reverse=True, segment_ids=segment_ids
+    )
 
 
 @_both_directions.def_fwd
-def _both_directions_fwd(perturbed, cores_and_input):
+def _both_directions_fwd(perturbed, cores_and_input, segment_ids):
     del perturbed
-    return _sum_of_directions(cores_and_input), None  # no residuals but the inputs
+    # No residuals but the inputs.
+    return _sum_of_directions(cores_and_input, segment_ids), None
 
 
 @_both_directions.def_bwd
-def _both_directions_bwd(residuals, grad, perturbed, cores_and_input):
+def _both_directions_bwd(residuals, grad, perturbed, cores_and_input, segment_ids):
     del residuals, perturbed
     core, reverse_core, z = cores_and_input
-    _, vjp = eqx.filter_vjp(lambda c, z: c(z), core, z)
+    _, vjp = eqx.filter_vjp(lambda c, z: c(z, segment_ids=segment_ids), core, z)
     d_core, dz = vjp(grad)
     # The reverse direction may start only once the forward direction's gradients exist:
     # a data dependency (`+ 0 * dz[0, 0]`, exact for finite gradients) that XLA keeps on
@@ -324,6 +443,8 @@ def _both_directions_bwd(residuals, grad, perturbed, cores_and_input):
     # output projection's transpose (a state-sized buffer) early.
     zero = jnp.zeros((), z.dtype) * dz[0, 0]
     z, grad = z + zero, grad + zero.astype(grad.dtype)
-    _, vjp = eqx.filter_vjp(lambda c, z: c(z, reverse=True), reverse_core, z)
+    _, vjp = eqx.filter_vjp(
+        lambda c, z: c(z, reverse=True, segment_ids=segment_ids), reverse_core, z
+    )
     d_reverse, dz_reverse = vjp(grad)
     return d_core, d_reverse, dz + dz_reverse

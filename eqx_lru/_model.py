@@ -9,12 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
+from . import _sharding as sharding
 from ._block import RECURRENCE, LRUBlock
-from ._checks import Size, check_key, check_size
+from ._checks import Size, check_key, check_segment_ids, check_size
 from ._norm import MaskedBatchNorm
-from ._padding import check_length, valid_mask, where_valid
+from ._padding import check_length, segment_index, valid_mask, where_valid
 
 Pooling = Literal["mean", "last"] | None
 #: `block(d_model, d_state, *, dtype, key) -> block`, where `block(x, state, *, length,
@@ -24,8 +25,10 @@ _PAIR_AXIS = "eqx_lru_pair"
 _SAVE_RECURRENCE = jax.checkpoint_policies.save_only_these_names(RECURRENCE)
 
 
-def _call_block(block, h, state, length, key, inference):
-    return block(h, state, length=length, key=key, inference=inference)
+def _call_block(block, h, state, length, key, inference, segment_ids=None):
+    # A block of your own need not take `segment_ids` unless given some.
+    packed = {} if segment_ids is None else {"segment_ids": segment_ids}
+    return block(h, state, length=length, key=key, inference=inference, **packed)
 
 
 def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
@@ -64,7 +67,7 @@ def _stack_blocks(blocks: Sequence[eqx.Module]) -> list[Array] | None:
     return [jnp.stack(xs) for xs in zip(*leaves, strict=True)]
 
 
-def _scan_blocks(blocks, stacked, h, state, length, key, inference):
+def _scan_blocks(blocks, stacked, h, state, length, key, inference, segment_ids=None):
     """`h` through every block in turn, as a `lax.scan` whose body (one block) is
     rematerialised: the backward pass recomputes one block at a time, so only the blocks'
     inputs are kept — XLA cannot hoist the recomputation as it can for checkpoints in an
@@ -92,9 +95,12 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference):
         for index, value in zip(indices, block_values, strict=True):
             sub = sub.set(index, value)
         if isinstance(block, LRUBlock):  # no nested checkpoint; see `LRUBlock.scan_body`
-            h, sub = block.scan_body(h, sub, length=length, key=block_key, inference=inference)
+            h, sub = block.scan_body(
+                h, sub, length=length, segment_ids=segment_ids, key=block_key,
+                inference=inference,
+            )
         else:
-            h, sub = block(h, sub, length=length, key=block_key, inference=inference)
+            h, sub = _call_block(block, h, sub, length, block_key, inference, segment_ids)
         return h, [sub.get(index) for index in indices]
 
     h, new_values = jax.lax.scan(body, h, (stacked, values, keys))
@@ -258,16 +264,18 @@ class LRUModel(eqx.Module):
             x = _check_token_ids(x, self.encoder.num_embeddings)
         return jax.vmap(self.encoder)(x)
 
-    def _features(self, x, state, length, key, inference):
-        mask = valid_mask(length, x.shape[0])
+    def _features(self, x, state, length, key, inference, segment_ids=None):
+        mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
         h = self._encode(x, mask)
         stacked = _stack_blocks(self.blocks) if self.remat else None
         if stacked is not None:
-            h, state = _scan_blocks(self.blocks, stacked, h, state, length, key, inference)
+            h, state = _scan_blocks(
+                self.blocks, stacked, h, state, length, key, inference, segment_ids
+            )
             return h, state, mask
         call = eqx.filter_checkpoint(_call_block) if self.remat else _call_block
         for block, block_key in zip(self.blocks, _split(key, len(self.blocks)), strict=True):
-            h, state = call(block, h, state, length, block_key, inference)
+            h, state = call(block, h, state, length, block_key, inference, segment_ids)
         return h, state, mask
 
     @jaxtyped(typechecker=beartype)
@@ -277,6 +285,7 @@ class LRUModel(eqx.Module):
         state: eqx.nn.State,
         *,
         length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
@@ -284,7 +293,9 @@ class LRUModel(eqx.Module):
 
         Same arguments as `__call__`.
         """
-        h, state, _ = self._features(self._check_input(x), state, length, key, inference)
+        x = self._check_input(x)
+        segment_ids = check_segment_ids(segment_ids, x.shape[0])
+        h, state, _ = self._features(x, state, length, key, inference, segment_ids)
         return h, state
 
     @jaxtyped(typechecker=beartype)
@@ -294,10 +305,12 @@ class LRUModel(eqx.Module):
         state: eqx.nn.State,
         *,
         length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        num_segments: int | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "..."], eqx.nn.State]:
-        """Run the model on one sequence.
+        """Run the model on one sequence (or several packed into one row).
 
         **Arguments:**
 
@@ -307,6 +320,15 @@ class LRUModel(eqx.Module):
             (batch-norm running statistics).
         - `length`: number of valid leading positions, `1 <= length <= x.shape[0]`, a
             scalar of any integer dtype; the rest is padding. `None`: all valid.
+        - `segment_ids`: packed sequences: integers of shape `(length,)`, a new sequence
+            wherever the value changes (`[0, 0, 0, 1, 1, 2]`: three). No state crosses a
+            boundary in any block, in either direction, and batch-norm statistics are
+            those of the sequences unpacked (see `LRUBlock`): each sequence's outputs are
+            those of the sequence run alone. Padding (`length`) is not a sequence.
+        - `num_segments`: with `segment_ids` and pooling, the number of pooled outputs
+            (a Python int, static): one per sequence in order of appearance, zero rows
+            after the last sequence; more sequences than that raise an error (at run
+            time under `jit`). Needed with pooling and `segment_ids`, refused otherwise.
         - `key`: for dropout (split across blocks); needed in training mode when
             `dropout > 0`. Give each example its own key.
         - `inference`: overrides the `inference` flags (see `eqx.nn.inference_mode`) if
@@ -314,23 +336,224 @@ class LRUModel(eqx.Module):
             dropout.
 
         **Returns:** `(out, new_state)`; `out` has shape `(out_size,)` with pooling,
-        `(length, out_size)` with `pooling=None` (zero at pads), `d_model` in place of
-        `out_size` if `out_size is None`.
+        `(num_segments, out_size)` with pooling and `segment_ids`, `(length, out_size)`
+        with `pooling=None` (zero at pads), `d_model` in place of `out_size` if
+        `out_size is None`.
         """
         x = self._check_input(x)
-        h, state, mask = self._features(x, state, length, key, inference)
+        segment_ids = check_segment_ids(segment_ids, x.shape[0])
+        num_segments = self._check_num_segments(segment_ids, num_segments)
+        h, state, mask = self._features(x, state, length, key, inference, segment_ids)
         if self.pooling is None:
             out = h if self.head is None else jax.vmap(self.head)(h)
             return where_valid(mask, out), state
-        if self.pooling == "mean":
-            if length is None:
-                pooled = jnp.mean(h, axis=0)
-            else:
-                pooled = jnp.sum(where_valid(mask, h), axis=0) / jnp.asarray(length, h.dtype)
-        else:
-            pooled = h[-1] if length is None else h[jnp.asarray(length).astype(jnp.int32) - 1]
+        if segment_ids is not None:
+            pooled, present = _pool_segments(self.pooling, h, mask, segment_ids, num_segments)
+            out = pooled if self.head is None else jax.vmap(self.head)(pooled)
+            return jnp.where(present[:, None], out, 0), state
+        # Mean over valid positions or the last one (across devices, see `_sharding.pool`).
+        pooled = sharding.pool(h, mask, length, self.pooling, sharding.sequence_axis(self))
         out = pooled if self.head is None else self.head(pooled)
         return out, state
+
+    def _check_num_segments(self, segment_ids, num_segments) -> int | None:
+        if segment_ids is None or self.pooling is None:
+            if num_segments is not None:
+                raise ValueError(
+                    "`num_segments` is the number of pooled outputs of packed sequences: "
+                    "give it with `segment_ids` to a model with pooling, or leave it None "
+                    f"(got {num_segments!r} with pooling={self.pooling!r} and "
+                    f"segment_ids={'None' if segment_ids is None else 'given'})."
+                )
+            return None
+        if num_segments is None:
+            raise ValueError(
+                f"With `segment_ids`, a model with pooling={self.pooling!r} returns one "
+                "pooled output per packed sequence: pass `num_segments=` (a Python int, "
+                "the most sequences a row holds; the output has that many rows), or use "
+                "`pooling=None` for per-position outputs."
+            )
+        if isinstance(num_segments, bool) or not isinstance(num_segments, int):
+            raise TypeError(f"`num_segments` must be a Python int, got {num_segments!r}.")
+        if num_segments < 1:
+            raise ValueError(f"`num_segments` must be >= 1, got {num_segments}.")
+        return num_segments
+
+    # --- streaming: a causal model as an RNN ----------------------------------------------
+
+    def _check_streaming(self, method: str) -> None:
+        for i, block in enumerate(self.blocks):
+            if not all(hasattr(block, m) for m in ("init_carry", "step", "chunk")):
+                raise TypeError(
+                    f"`LRUModel.{method}` runs every block as an RNN, and block {i} "
+                    f"({type(block).__name__}) has no `init_carry`/`step`/`chunk` (see "
+                    "`LRUBlock`): use `LRUBlock`s, or give your block these methods."
+                )
+
+    def init_carry(self) -> PyTree[Array]:
+        """The recurrent state of a stream before its first position: a dict with
+        `"blocks"`, the tuple of every block's `init_carry()` (its core's state), and
+        with `pooling="mean"` also `"sum"` (of the last block's outputs so far, `(d_model,)`)
+        and `"count"` (positions so far, an int32 scalar).
+
+        Causal models only: a bidirectional block raises a `ValueError` (its output at a
+        position depends on later positions).
+        """
+        self._check_streaming("init_carry")
+        carry: dict = {"blocks": tuple(block.init_carry() for block in self.blocks)}
+        if self.pooling == "mean":
+            dtype = _sum_dtype(self.encoder)
+            carry["sum"] = jnp.zeros(self.d_model, dtype)
+            carry["count"] = jnp.zeros((), jnp.int32)
+        return carry
+
+    def _readout(self, carry: dict, h: Array, mask: Array | None) -> tuple[dict, Array]:
+        """The outputs of a chunk's (or a step's) last-block features `h`, `(n, d_model)`,
+        and the carry's running sum for mean pooling."""
+        if self.pooling is None:
+            out = h if self.head is None else jax.vmap(self.head)(h)
+            return carry, where_valid(mask, out)
+        if self.pooling == "mean":
+            total = carry["sum"] + jnp.sum(where_valid(mask, h), axis=0).astype(
+                carry["sum"].dtype
+            )
+            size = h.shape[0] if mask is None else jnp.sum(mask, dtype=jnp.int32)
+            count = carry["count"] + size
+            carry = dict(carry, sum=total, count=count)
+            pooled = (total / count.astype(total.dtype)).astype(h.dtype)
+        else:
+            last = h.shape[0] - 1 if mask is None else jnp.sum(mask, dtype=jnp.int32) - 1
+            pooled = h[last]
+        return carry, pooled if self.head is None else self.head(pooled)
+
+    @jaxtyped(typechecker=beartype)
+    def step(
+        self,
+        carry: PyTree[ArrayLike],
+        x_t: Integer[ArrayLike, ""] | Float[ArrayLike, " in_size"],
+        state: eqx.nn.State,
+    ) -> tuple[PyTree[Array], Float[Array, " out_size"]]:
+        r"""One position of a stream in inference mode (running batch-norm statistics,
+        no dropout): every block's `step`, then the head.
+
+        **Arguments:**
+
+        - `carry`: from `init_carry()`, `step` or `chunk`.
+        - `x_t`: one token id, an integer scalar (`encoder="embedding"`), or one feature
+            vector of shape `(in_size,)` (`encoder="linear"`).
+        - `state`: the model's `eqx.nn.State` (read, not updated).
+
+        **Returns:** `(carry, out_t)`: the output for the stream so far, as `__call__` in
+        inference mode on the prefix $x_0, \dots, x_t$ would return it — with
+        `pooling=None` the output at position $t$, with `"last"` the same (the prefix's
+        last position), with `"mean"` the head of the running mean of the last block's
+        outputs (the carry holds their sum and count). Shape `(out_size,)` (`(d_model,)`
+        without a head).
+
+        `jax.lax.scan(lambda c, x: model.step(c, x, state), model.init_carry(), xs)`
+        streams a sequence; `jax.vmap` it over a batch of streams.
+        """
+        self._check_streaming("step")
+        x_t = self._check_token(x_t)
+        h = self._encode(x_t[None], None)[0]
+        blocks = []
+        for block, block_carry in zip(self.blocks, carry["blocks"], strict=True):
+            block_carry, h = block.step(block_carry, h, state)
+            blocks.append(block_carry)
+        carry, out = self._readout(dict(carry, blocks=tuple(blocks)), h[None], None)
+        return carry, out[0] if self.pooling is None else out
+
+    @jaxtyped(typechecker=beartype)
+    def chunk(
+        self,
+        carry: PyTree[ArrayLike],
+        x: Integer[ArrayLike, " length"] | Float[ArrayLike, "length in_size"],
+        state: eqx.nn.State,
+        *,
+        length: Integer[ArrayLike, ""] | None = None,
+    ) -> tuple[PyTree[Array], Float[Array, "..."]]:
+        r"""The next chunk of a stream, in parallel and in inference mode, from `carry`
+        (chunked prefill): every block's `chunk`.
+
+        **Arguments:**
+
+        - `carry`: from `init_carry()` (first chunk), `step` or `chunk`.
+        - `x`: the chunk, tokens `(length,)` or features `(length, in_size)`.
+        - `state`: the model's `eqx.nn.State` (read, not updated).
+        - `length`: the number of valid leading positions of the chunk, the rest being
+            padding with any content; `None`: all valid. Pad chunks of different lengths
+            to one shape to compile once.
+
+        **Returns:** `(carry, out)`: the carry after the chunk's last valid position, and
+        what `__call__` in inference mode returns for the stream so far (all chunks
+        since `init_carry()`): with `pooling=None` this chunk's outputs,
+        `(length, out_size)`, zero at pads; with pooling the pooled output
+        `(out_size,)` of the whole stream so far (`"last"`: at the chunk's last valid
+        position; `"mean"`: over every valid position of every chunk). Chunks of any
+        lengths give the outputs and final carry of `step` position by position.
+        """
+        self._check_streaming("chunk")
+        x = self._check_input(x)
+        mask = valid_mask(length, x.shape[0])
+        h = self._encode(x, mask)
+        valid = None if mask is None else jnp.sum(mask, dtype=jnp.int32)
+        blocks = []
+        for block, block_carry in zip(self.blocks, carry["blocks"], strict=True):
+            block_carry, h = block.chunk(block_carry, h, state, length=valid)
+            blocks.append(block_carry)
+        return self._readout(dict(carry, blocks=tuple(blocks)), h, mask)
+
+    def _check_token(self, x_t: ArrayLike) -> Array:
+        x_t = jnp.asarray(x_t)
+        if isinstance(self.encoder, eqx.nn.Embedding):
+            if x_t.ndim != 0 or not jnp.issubdtype(x_t.dtype, jnp.integer):
+                raise ValueError(
+                    "This model embeds tokens (`encoder='embedding'`): `x_t` must be one "
+                    f"integer token id (a scalar); got {x_t.dtype} of shape {x_t.shape}. "
+                    "Batch streams with `jax.vmap`."
+                )
+        else:
+            size = self.encoder.in_features
+            if x_t.shape != (size,) or not jnp.issubdtype(x_t.dtype, jnp.floating):
+                raise ValueError(
+                    "This model encodes features (`encoder='linear'`): `x_t` must be one "
+                    f"float feature vector of shape ({size},); got {x_t.dtype} of shape "
+                    f"{x_t.shape}. Batch streams with `jax.vmap`."
+                )
+        return x_t
+
+
+def _sum_dtype(encoder) -> jnp.dtype:
+    """The dtype of mean pooling's running sum: the parameters', at least float32."""
+    dtype = encoder.weight.dtype
+    return dtype if jnp.finfo(dtype).bits >= 32 else jnp.dtype(jnp.float32)
+
+
+def _pool_segments(
+    pooling: str, h: Array, mask: Array | None, segment_ids: Array, num_segments: int
+) -> tuple[Array, Array]:
+    """Per packed sequence, in order: the mean over its valid positions or its last valid
+    position, `(num_segments, d_model)`, and which rows hold a sequence."""
+    size = h.shape[0]
+    valid = jnp.ones(size, bool) if mask is None else mask
+    index = segment_index(segment_ids)
+    found = jnp.max(jnp.where(valid, index, -1)) + 1
+    index = eqx.error_if(
+        index,
+        found > num_segments,
+        f"`segment_ids` holds more packed sequences than `num_segments={num_segments}`: "
+        "raise `num_segments` (the number of pooled outputs).",
+    )
+    target = jnp.where(valid, index, num_segments)  # padding goes out of range: dropped
+    counts = jax.ops.segment_sum(valid.astype(jnp.int32), target, num_segments)
+    present = counts > 0
+    if pooling == "mean":
+        sums = jax.ops.segment_sum(where_valid(mask, h), target, num_segments)
+        pooled = sums / jnp.maximum(counts, 1).astype(h.dtype)[:, None]
+    else:
+        last = jax.ops.segment_max(jnp.arange(size, dtype=jnp.int32), target, num_segments)
+        pooled = h[jnp.clip(last, 0, size - 1)]
+    return pooled, present
 
 
 def _check_token_ids(x: Array, vocab_size: int) -> Array:

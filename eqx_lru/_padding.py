@@ -55,3 +55,11 @@ def check_length(x: Array, name: str) -> None:
             f"`{name}` has length 0 (shape {x.shape}); a sequence needs at least one "
             "position."
         )
+
+
+def segment_index(segment_ids: Integer[Array, " size"]) -> Integer[Array, " size"]:
+    """The position's segment, numbered `0, 1, 2, …` in order: a new segment starts at
+    position 0 and wherever the id differs from the previous position's (so the ids
+    `[7, 7, 3, 7]` are three segments, `[0, 0, 1, 2]`)."""
+    starts = jnp.concatenate([jnp.ones(1, bool), segment_ids[1:] != segment_ids[:-1]])
+    return jnp.cumsum(starts, dtype=jnp.int32) - 1
