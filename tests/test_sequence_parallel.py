@@ -258,6 +258,8 @@ def _device_checks():
         for case, length in zip(_scan_cases(), [13, 16, 14, 15, 13, 17, 16, 13, 15], strict=True)
     ]
     checks += _stack_checks()
+    if len(sys.argv) > 1:  # run only the checks whose label contains this
+        checks = [(label, check) for label, check in checks if sys.argv[1] in label]
     for label, check in checks:
         try:
             errors = check()
@@ -267,8 +269,79 @@ def _device_checks():
         print(json.dumps({"check": label, "ok": ok, "detail": detail}), flush=True)
 
 
+def _stack_case(core, bidirectional, pooling, remat, norm, lengths, size):
+    """An `LRUModel` (distinct sizes: vocabulary 7, H 6, N 5, depth 2) in training mode
+    over a batch of token sequences of `size` positions, the sequence split over the 4
+    devices (padded to a multiple of 4 by `length=`), against the same model on one
+    device: the outputs, the batch-norm state and the gradient of every parameter."""
+    import functools
+
+    import equinox as eqx
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.asarray(jax.devices()), ("seq",))
+    layer = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}[core]
+
+    def build(method):
+        block = functools.partial(
+            eqx_lru.LRUBlock, core=functools.partial(layer, r_min=0.5, method=method),
+            bidirectional=bidirectional, norm=norm,
+        )
+        return eqx.nn.make_with_state(eqx_lru.LRUModel)(
+            7, 3 if pooling else None, 6, 5, 2, encoder="embedding", pooling=pooling,
+            block=block, remat=remat, key=jax.random.PRNGKey(1),
+        )
+
+    (one, state), (split, _) = build("sequential"), build(eqx_lru.SequenceParallel("seq"))
+    one_params, one_static = eqx.partition(one, eqx.is_inexact_array)
+    split_params, split_static = eqx.partition(split, eqx.is_inexact_array)
+    rng = np.random.default_rng(2)
+    padded = size + (-size % DEVICES)
+    x = jnp.asarray(rng.integers(0, 7, (len(lengths), padded)), jnp.int32)
+    length = jnp.asarray(lengths, jnp.int32)
+
+    def batch(static):
+        def run(params, state, x, length):
+            model = eqx.combine(params, static)
+            call = lambda x, n: model(x, state, length=n)  # noqa: E731
+            return jax.vmap(call, axis_name="batch", out_axes=(0, None))(x, length)
+
+        return run
+
+    out_spec = P() if pooling else P(None, "seq")
+    sharded = jax.shard_map(
+        batch(split_static), mesh=mesh, in_specs=(P(), P(), P(None, "seq"), P()),
+        out_specs=(out_spec, P()), check_vma=False,
+    )
+    def loss(run):
+        def f(params):
+            fresh = jax.tree_util.tree_map(lambda y: y, state)  # a state used once
+            out, new_state = run(params, fresh, x, length)
+            stats = jax.tree_util.tree_leaves(new_state)
+            w = jnp.cos(jnp.arange(out.size, dtype=out.dtype)).reshape(out.shape)
+            return jnp.sum(w * out), (out, stats)
+
+        return jax.jit(jax.value_and_grad(f, has_aux=True))
+
+    (v0, (o0, s0)), g0 = loss(batch(one_static))(one_params)
+    (v1, (o1, s1)), g1 = loss(sharded)(split_params)
+    def floats(tree):
+        return [y for y in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(y.dtype, jnp.floating)]
+
+    return _relative_errors([v0, o0, *floats(s0), *floats(g0)], [v1, o1, *floats(s1), *floats(g1)])
+
+
 def _stack_checks():
-    return []
+    cases = [
+        # core, bidirectional, pooling, remat, norm, lengths, size
+        ("complex", False, "mean", False, "batch", [13, 9, 5], 13),
+        ("real", True, "last", False, "batch", [14, 3, 8], 14),
+        ("real", True, "mean", True, "batch", [16, 16, 11], 16),
+        ("complex", True, None, False, "layer", [15, 6, 10], 15),
+        ("real", False, "last", True, "layer", [12, 12, 4], 12),
+    ]
+    return [(f"stack {case}", lambda c=case: _stack_case(*c)) for case in cases]
 
 
 if __name__ == "__main__":
