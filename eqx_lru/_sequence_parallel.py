@@ -55,9 +55,9 @@ class SequenceParallel(AbstractScanMethod):
     summed over the devices by JAX (`shard_map` with `check_vma` on or off).
 
     Lengths not divisible by the device count: pad the sequence at the end (the
-    layers and `LRUModel` take `length=`, counted over the whole sequence; see
-    `eqx_lru.shard_sequence`). A reverse scan with `initial_state` then starts at the
-    padding: zero the pads and the state stays zero only if `initial_state` is zero.
+    layers and `LRUModel` take `length=`, counted over the whole sequence). A reverse
+    scan with `initial_state` then starts at the padding: zero the pads and the state
+    stays zero only if `initial_state` is zero.
 
     **Arguments:**
 
