@@ -434,6 +434,8 @@ def render_report(info: Mapping, parts: Sequence[PartResult], *, when: str | Non
 
 
 def _parser() -> argparse.ArgumentParser:
+    from experiments._flags import NATURAL, POSITIVE_INT, number
+
     p = argparse.ArgumentParser(prog="python -m experiments.gpu_check",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, default=REPO / "runs" / "gpu-check",
@@ -441,10 +443,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, help="the Markdown report [WORK/report.md]")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {PARTS}")
     p.add_argument("--tasks", default=",".join(TASKS), help="LRA tasks for the train part")
-    p.add_argument("--steps", type=int, default=20, help="trainer steps per task")
-    p.add_argument("--workers", type=int, default=4, help="pytest-xdist workers (0: none)")
+    p.add_argument("--steps", type=POSITIVE_INT, default=20, help="trainer steps per task")
+    p.add_argument("--workers", type=NATURAL, default=4, help="pytest-xdist workers (0: none)")
     p.add_argument("--full-bench", action="store_true", help="the full benchmark grid, not --quick")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds per command")
+    p.add_argument("--timeout", type=number(float, low=0, open_low=True), default=3600,
+                   help="seconds per command")
     return p
 
 

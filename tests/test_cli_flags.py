@@ -21,6 +21,9 @@ def _commands():
         "memory": ("experiments.lra.memory", []),
         "bench": ("experiments.bench.__main__", []),
         "demo": ("experiments.demo", []),
+        "gpu_check": ("experiments.gpu_check", []),
+        "paper": ("experiments.paper._common", []),  # every figure script's flags
+        "ladder": ("experiments.paper.ladder", []),
     }
     for name in ("experiments.export", "experiments.export.__main__"):
         try:
@@ -40,6 +43,9 @@ ZERO_OK = {
     "generate": {"--seed", "--min-length"},
     "demo": {"--seed"},
     "export": {"--seed"},
+    "gpu_check": {"--workers"},
+    "paper": {"--seed"},
+    "ladder": {"--seed", "--data-seed", "--weight-decay", "--warmup-fraction"},
 }
 #: Flags for which a negative value is valid: none so far.
 NEGATIVE_OK: dict[str, set[str]] = {}

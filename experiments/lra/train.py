@@ -231,10 +231,13 @@ class _Run:
     lock: ckpt.RunLock | None = None
 
     def say(self, msg: str) -> None:
-        if self.bar is not None:
-            self.bar.write(msg, file=sys.stderr)  # above the bar, not through it
-        elif self.primary:
-            print(msg, file=sys.stderr, flush=True)
+        try:
+            if self.bar is not None:
+                self.bar.write(msg, file=sys.stderr)  # above the bar, not through it
+            elif self.primary:
+                print(msg, file=sys.stderr, flush=True)
+        except OSError:  # a closed terminal (after SIGHUP): the run goes on, files are written
+            pass
 
 
 def run(

@@ -16,16 +16,24 @@ import numpy as np  # noqa: E402
 DEFAULT_OUT = Path(__file__).resolve().parent / "figures"
 
 
-def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+def _parser(description: str = "") -> argparse.ArgumentParser:
+    from experiments._flags import NATURAL, output_folder
+
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--fast", action="store_true", help="tiny sizes (seconds; used by the test suite)"
     )
     parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
+        "--out", type=output_folder, default=DEFAULT_OUT,
+        help=f"output directory (default {DEFAULT_OUT})",
     )
-    parser.add_argument("--seed", type=int, default=0, help="PRNG seed")
-    args = parser.parse_args(argv)
+    parser.add_argument("--seed", type=NATURAL, default=0, help="PRNG seed")
+    return parser
+
+
+def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+    """The shared flags, checked (a bad value or an unwritable --out is one `error:` line)."""
+    args = _parser(description).parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     return args
 

@@ -545,7 +545,10 @@ def plot(results: dict, out: Path) -> Path:
 # --------------------------------------------------------------------------- command line
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def _parser() -> argparse.ArgumentParser:
+    from experiments._flags import NATURAL, POSITIVE_INT, number
+
+    checked = {int: POSITIVE_INT, float: number(float, low=0, open_low=True)}
     p = argparse.ArgumentParser(
         prog="python -m experiments.paper.ladder", description=__doc__.splitlines()[0]
     )
@@ -553,26 +556,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="tiny sizes, 1 seed, a few steps (seconds; used by the tests)")  # fmt: skip
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
     p.add_argument("--task", choices=TASKS, default="recall")
-    p.add_argument("--seeds", type=int, help="seeds per rung [3; --fast: 1]")
-    p.add_argument("--seed", type=int, default=0, help="first seed (seeds are seed, seed+1, …)")
+    p.add_argument("--seeds", type=POSITIVE_INT, help="seeds per rung [3; --fast: 1]")
+    p.add_argument("--seed", type=NATURAL, default=0, help="first seed (seeds are seed, seed+1, …)")
     p.add_argument("--rungs", help="comma-separated rungs of eqx_lru.ablation.ABLATION_CORES "
                    "[all; --fast: rnn_tanh,lru]")  # fmt: skip
-    p.add_argument("--data-seed", type=int, default=0, help="seed of the generated data")
+    p.add_argument("--data-seed", type=NATURAL, default=0, help="seed of the generated data")
     full, fast = DEFAULTS["recall", False], DEFAULTS["recall", True]
     for name, kind in (
         ("n_train", int), ("n_test", int), ("length", int), ("min_length", int),
         ("max_length", int), ("depth", int), ("d_model", int), ("d_state", int),
         ("steps", int), ("batch_size", int), ("lr", float), ("log_every", int),
     ):  # fmt: skip
-        p.add_argument(f"--{name.replace('_', '-')}", type=kind,
+        p.add_argument(f"--{name.replace('_', '-')}", type=checked[kind],
                        help=f"[recall: {full[name]}, --fast {fast[name]}; listops: "
                        f"{DEFAULTS['listops', False][name]}, --fast "
                        f"{DEFAULTS['listops', True][name]}]")  # fmt: skip
-    p.add_argument("--lr-factor", type=float, default=0.5,
+    p.add_argument("--lr-factor", type=checked[float], default=0.5,
                    help="recurrent parameters get lr × this [0.5: Table 9, ListOps]")  # fmt: skip
-    p.add_argument("--weight-decay", type=float, default=0.05)
-    p.add_argument("--warmup-fraction", type=float, default=0.1)
-    return p.parse_args(argv)
+    p.add_argument("--weight-decay", type=number(float, low=0), default=0.05)
+    p.add_argument("--warmup-fraction", type=number(float, low=0, high=1), default=0.1)
+    return p
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    return _parser().parse_args(argv)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
