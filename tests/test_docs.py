@@ -284,6 +284,20 @@ def test_every_public_name_has_a_reference_entry():
     assert not duplicated, f"reference entries that appear more than once: {duplicated}"
 
 
+def test_every_named_eqx_lru_object_exists():
+    """Every `eqx_lru.X.Y` that the README, the docs or a docstring names in backticks
+    exists (a renamed or removed name leaves no dangling reference behind)."""
+    sources = [ROOT / "README.md", *DOCS.rglob("*.md"), *(ROOT / "eqx_lru").rglob("*.py")]
+    dangling = set()
+    for path in sources:
+        for match in re.finditer(r"`(eqx_lru(?:\.[A-Za-z_]\w*)+)", path.read_text()):
+            try:
+                _resolve(match[1])
+            except (ImportError, AttributeError):
+                dangling.add(f"{match[1]} ({path.relative_to(ROOT)})")
+    assert not dangling, f"names that do not exist: {sorted(dangling)}"
+
+
 def _mkdocs() -> list[str]:
     try:
         import mkdocs  # noqa: F401
