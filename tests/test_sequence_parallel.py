@@ -344,5 +344,61 @@ def _stack_checks():
     return [(f"stack {case}", lambda c=case: _stack_case(*c)) for case in cases]
 
 
+# ------------------------------------------------------------ the trainer, 4 CPU devices
+
+_TRAINER = """
+import json, shutil, sys
+from pathlib import Path
+from experiments.lra import generate, train
+from experiments.lra._metrics import read_records
+import jax
+assert jax.device_count() == 4, jax.devices()
+root = Path(sys.argv[1])
+generate.write_listops(root / "data", (64, 16, 16), seed=0, min_length=10, max_length=38)
+base = ["--task", "listops", "--data-root", str(root / "data"), "--steps", "20",
+        "--batch-size", "8", "--d-model", "8", "--d-state", "4", "--depth", "2",
+        "--dropout", "0", "--bidirectional", "--eval-every", "10", "--log-every", "1",
+        "--checkpoint-every", "5", "--no-progress"]
+def train_losses(out):
+    return [r["loss"] for r in read_records(out / "metrics.jsonl") if r["split"] == "train"]
+result = {}
+for n in ("1", "2", "4"):
+    out = root / f"n{n}"
+    summary = train.run(base + ["--out", str(out), "--sequence-parallel", n])
+    result[n] = {"losses": train_losses(out), "devices": summary["devices"],
+                 "seq_len": summary.get("seq_len")}
+out = root / "resumed"
+train.run(base + ["--out", str(out), "--sequence-parallel", "2", "--stop-at", "7"])
+train.run(base + ["--out", str(out), "--resume"])
+result["resumed"] = {"losses": train_losses(out)}
+result["exact"] = (out / "last.eqx").read_bytes() == (root / "n2" / "last.eqx").read_bytes()
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.slow
+def test_trainer_sequence_parallel(tmp_path):
+    """`--sequence-parallel 2` and `4` on 4 CPU devices (a 2 x 2 and a 1 x 4 mesh): the
+    losses of 20 ListOps steps equal those of `--sequence-parallel 1` (sequences of a
+    length not divisible by 4 are padded), and a run stopped at step 7 and resumed ends
+    bit-identical to the uninterrupted one."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
+    env["JAX_PLATFORMS"] = "cpu"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRAINER, str(tmp_path)], env=env, cwd=repo,
+        capture_output=True, text=True, timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    one = np.asarray(result["1"]["losses"])
+    assert len(one) == 20
+    for n in ("2", "4"):
+        np.testing.assert_allclose(result[n]["losses"], one, rtol=1e-5)
+    np.testing.assert_array_equal(result["resumed"]["losses"], result["2"]["losses"])
+    assert result["exact"]
+
+
 if __name__ == "__main__":
     _device_checks()
