@@ -62,7 +62,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-extras=experiments,test,docs
+extras=experiments,test,docs,export
 if [ "${1:-}" = gpu-check ] && command -v nvidia-smi >/dev/null 2>&1; then
     extras=$extras,cuda
 fi

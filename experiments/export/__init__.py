@@ -1,0 +1,501 @@
+"""Export a trained LRA run out of JAX: a serialized StableHLO program or an ONNX model.
+
+    python -m experiments.export --run OUT --format stablehlo|onnx [--step] [--dest DIR]
+
+reads the best weights of a run of `python -m experiments.lra.train` (`OUT/best.eqx`, its
+settings from `OUT/best.json`) and writes, into `DIR` (default `OUT/export/`), one artifact
+and a JSON manifest beside it (`<artifact>.json`: the inputs and outputs with their
+shapes and dtypes, the carry of the step program, the vocabulary size, the format and
+the source checkpoint with its SHA-256).
+
+**Programs.** Both in inference mode (running batch-norm statistics, no dropout), for a
+batch of examples (`batch` and `length` are symbolic: one artifact serves every size):
+
+- the whole sequence (default): `(x, length) -> out`, the model's call `jax.vmap`ped over
+  the batch: `x` int32 token ids `(batch, length)` (or float32 features `(batch, length,
+  in_size)`), `length` the int32 valid lengths `(batch,)`, `out` as the model returns it
+  (`(batch, classes)` with pooling);
+- `--step`: one position of `batch` streams, `(x_t, *carry) -> (y_t, *carry)`, the model's
+  `LRUModel.step` (causal models only): `x_t` int32 `(batch,)` (or float32 `(batch,
+  in_size)`), the carry a flat list of arrays (every block's recurrent state; with mean
+  pooling the running sum and count), zeros at the start of a stream; `y_t` the output for
+  the stream so far.
+
+**Formats.**
+
+- `stablehlo`: `jax.export` with symbolic `batch` and `length`; the file is
+  `Exported.serialize()`, read back with `jax.export.deserialize` and run with its `.call`
+  — in any Python with JAX, without eqx_lru or this repository. The model's form is kept
+  (complex states stay complex).
+- `onnx`: the real form (a complex-form model is converted with `eqx_lru.to_real` first:
+  the same function, real arithmetic), written by `_onnx.py` (a jaxpr → ONNX translator;
+  why not jax2onnx is said there) and run by onnxruntime. Constants are folded at export:
+  batch norm becomes one scale and shift per channel. The whole-sequence ONNX model runs
+  the step in an ONNX `Loop` over the positions (the recurrence, not the parallel scan),
+  so it also returns the carry after the last valid position.
+
+The exported programs do not check their inputs: token ids must be in `[0, vocab_size)`
+(out-of-range ids are clamped, as JAX does) and `1 <= length <= x.shape[1]`.
+
+The scan method of the run (`--method`) is replaced by `"sequential"` (`lax.scan`, the
+one method that takes a symbolic length); the function is the same.
+
+Exit status: 0 written, 2 a user error (missing run folder or checkpoint, a bidirectional
+model with `--step`, a model ONNX cannot express...: one `error:` line).
+"""
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+import eqx_lru
+
+__all__ = [
+    "ExportError",
+    "FORMATS",
+    "Run",
+    "load_run",
+    "prepare",
+    "parallel_program",
+    "step_program",
+    "export_run",
+    "main",
+]
+
+FORMATS = ("stablehlo", "onnx")
+_SUFFIX = {"stablehlo": ".stablehlo", "onnx": ".onnx"}
+
+
+class ExportError(ValueError):
+    """A run, flag or model that cannot be exported; the message says what to do."""
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@dataclasses.dataclass
+class Run:
+    """A trained model read back from a run folder."""
+
+    model: eqx.Module
+    state: eqx.nn.State
+    cfg: dict[str, Any]
+    meta: dict[str, Any]  # best.json
+    checkpoint: Path
+    in_size: int  # vocabulary size (token tasks) or input features
+    tokens: bool
+
+
+def load_run(run: str | Path) -> Run:
+    """The best weights of a trainer run, `(model, bn_state)` read from `run/best.eqx`
+    with the trainer's own code (`steps.build_model`, `_checkpoint.load`: checksum
+    verified), its scan method replaced by `"sequential"`.
+
+    The vocabulary of a token task is the one of the run's data, which the model's
+    embedding stores: its size is read from the checkpoint, so the data need not be at
+    hand.
+    """
+    from experiments.lra import _checkpoint as ckpt
+    from experiments.lra import steps
+
+    run = Path(run)
+    if not run.is_dir():
+        raise ExportError(
+            f"--run {str(run)!r} is not a folder; give the --out folder of a "
+            "`python -m experiments.lra.train` run."
+        )
+    for name in ("best.eqx", "best.json"):
+        if not (run / name).is_file():
+            raise ExportError(
+                f"--run {str(run)!r} has no {name}: the trainer writes it at its first "
+                "validation (--eval-every steps). Train longer, or point --run at a finished run."
+            )
+    try:
+        meta = ckpt.read_json(run / "best.json", required=("step", "config"))
+    except ckpt.CheckpointError as e:
+        raise ExportError(str(e)) from None
+    cfg = dict(meta["config"])
+    if cfg.get("task") == "retrieval":
+        raise ExportError(
+            "--run: a Retrieval run (two-tower model) cannot be exported yet; "
+            "export a single-sequence task (listops, text, image, pathfinder, pathx)."
+        )
+    cfg.update(method="sequential", sequence_parallel=None, remat=False)
+    spec = steps.task_spec(cfg["task"])
+    key = jax.random.PRNGKey(0)
+    try:
+        like = steps.build_model(cfg, spec, key)
+        tokens = isinstance(like[0].encoder, eqx.nn.Embedding)
+        if tokens:  # the run's vocabulary: the size of the stored embedding
+            vocab = _stored_rows(run / "best.eqx", like, like[0].encoder.weight)
+            spec = dataclasses.replace(spec, vocab_size=vocab)
+            like = steps.build_model(cfg, spec, key)
+        (model, state), meta = ckpt.load(run, "best", like, required=("config",))
+    except ckpt.CheckpointError as e:
+        raise ExportError(str(e)) from None
+    model = jax.tree_util.tree_map(jnp.asarray, model)
+    state = jax.tree_util.tree_map(jnp.asarray, state)
+    in_size = spec.vocab_size if tokens else int(spec.in_channels)
+    return Run(model, state, cfg, meta, run / "best.eqx", in_size, tokens)
+
+
+def _stored_rows(path: Path, like, leaf) -> int:
+    """The leading size, on disk, of the leaf of `like` that is `leaf` (the leaves of an
+    `eqx.tree_serialise_leaves` file are `.npy` records in `like`'s leaf order)."""
+    leaves = jax.tree_util.tree_leaves(like)
+    position = next(i for i, x in enumerate(leaves) if x is leaf)
+    with open(path, "rb") as f:
+        for i, x in enumerate(leaves):
+            if not eqx.is_array_like(x):
+                continue
+            stored = np.load(f)
+            if i == position:
+                return int(stored.shape[0])
+    raise ExportError(f"{path} is truncated: it lacks the embedding. Restore it or re-train.")
+
+
+# --------------------------------------------------------------------------- preparing
+
+
+class _Affine(eqx.Module):
+    """Batch norm in inference mode, folded: `x * scale + shift` per channel, one
+    position at a time (the block calls a norm that is not a `MaskedBatchNorm` per
+    position, as it does `eqx.nn.LayerNorm`)."""
+
+    scale: Float[Array, " channels"]
+    shift: Float[Array, " channels"]
+
+    def __call__(self, x: Float[Array, " channels"], *, key=None) -> Float[Array, " channels"]:
+        del key
+        return x * self.scale + self.shift
+
+
+def prepare(model: eqx.Module, state: eqx.nn.State, *, real: bool = False) -> eqx.Module:
+    """`model` for export: every `MaskedBatchNorm` folded into an affine map with its
+    running statistics ($s = w / \\sqrt{\\sigma^2 + \\varepsilon}$, $t = \\beta - \\mu s$,
+    in float64), and with `real` every `ComplexLRU` converted by `eqx_lru.to_real`."""
+
+    def fold(node):
+        if not isinstance(node, eqx_lru.MaskedBatchNorm):
+            return node
+        mean, var = (np.asarray(v, np.float64) for v in node.running_stats(state))
+        weight, bias = np.asarray(node.weight, np.float64), np.asarray(node.bias, np.float64)
+        scale = weight / np.sqrt(var + node.eps)
+        dtype = node.weight.dtype
+        return _Affine(jnp.asarray(scale, dtype), jnp.asarray(bias - mean * scale, dtype))
+
+    is_norm = lambda x: isinstance(x, eqx_lru.MaskedBatchNorm)  # noqa: E731
+    model = jax.tree_util.tree_map(fold, model, is_leaf=is_norm)
+    return eqx_lru.to_real(model) if real else model
+
+
+@dataclasses.dataclass
+class Program:
+    """A batched function ready for export: `fn(*inputs) -> tuple(outputs)`."""
+
+    fn: Callable
+    inputs: list[tuple[str, tuple, Any]]  # name, shape (str for symbolic dims), dtype
+    outputs: list[str]
+    carry: list[dict[str, Any]] | None = None
+
+
+def _dims(names: str):
+    return jax.export.symbolic_shape(names)
+
+
+def parallel_program(model, state, *, tokens: bool, in_size: int) -> Program:
+    """The whole-sequence call in inference mode, batched: `(x, length) -> (out,)`."""
+
+    def fn(x, length):
+        def one(x, length):
+            return model(x, state, length=length, inference=True)[0]
+
+        return (jax.vmap(one)(x, length),)
+
+    x_shape = ("batch", "length") if tokens else ("batch", "length", in_size)
+    x_dtype = jnp.int32 if tokens else jnp.float32
+    return Program(fn, [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32)], ["out"])
+
+
+def _carry_names(tree) -> list[str]:
+    names = []
+    for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+        names.append(".".join(["carry", *parts]))
+    return names
+
+
+def step_program(model, state, *, tokens: bool, in_size: int) -> Program:
+    """One position of a batch of streams: `(x_t, *carry) -> (y_t, *carry)`."""
+    try:
+        init = model.init_carry()
+    except (TypeError, ValueError) as e:
+        raise ExportError(f"--step: {e}") from None
+    leaves, treedef = jax.tree_util.tree_flatten(init)
+    names = _carry_names(init)
+    for name, leaf in zip(names, leaves, strict=True):
+        if np.any(np.asarray(leaf) != 0):
+            raise ExportError(f"--step: the initial carry {name} is not zero; cannot describe it.")
+
+    def fn(x_t, *carry):
+        def one(x_t, *carry):
+            carry, y_t = model.step(jax.tree_util.tree_unflatten(treedef, carry), x_t, state)
+            return (y_t, *jax.tree_util.tree_leaves(carry))
+
+        return jax.vmap(one)(x_t, *carry)
+
+    x = ("x_t", ("batch",), jnp.int32) if tokens else ("x_t", ("batch", in_size), jnp.float32)
+    carry = [(n, ("batch", *leaf.shape), leaf.dtype) for n, leaf in zip(names, leaves, strict=True)]
+    info = [
+        {"name": n, "shape": list(s), "dtype": str(np.dtype(d)), "init": "zeros"}
+        for n, s, d in carry
+    ]
+    return Program(fn, [x, *carry], ["y_t", *("next_" + n for n in names)], info)
+
+
+def _sequence_step_program(model, state, *, tokens: bool, in_size: int) -> Program:
+    """The whole sequence as the step in a loop, from a carry: `(x, length, *carry) ->
+    (out, *carry)` — `out` at the last valid position (the pooled output, or with
+    `pooling=None` every position's), the carry after it. What the ONNX whole-sequence
+    model runs (a `Loop`), since it cannot express the parallel scan."""
+    step = step_program(model, state, tokens=tokens, in_size=in_size)
+    n = len(step.carry)
+    per_position = getattr(model, "pooling", "mean") is None
+
+    def fn(x, length, *carry):
+        def body(loop, x_t):
+            t, last, carry = loop
+            y_t, *new = step.fn(x_t, *carry)
+            valid, final = t < length, t == length - 1
+
+            def pick(mask, a, b):
+                return jnp.where(mask.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
+
+            carry = [pick(valid, a, b) for a, b in zip(new, carry, strict=True)]
+            last = pick(final, y_t, last)
+            return (t + 1, last, carry), (
+                pick(valid, y_t, jnp.zeros_like(y_t)) if per_position else None
+            )
+
+        y0 = jax.eval_shape(step.fn, x[:, 0], *carry)[0]
+        start = (jnp.zeros((), jnp.int32), jnp.zeros(y0.shape, y0.dtype), list(carry))
+        (_, last, carry), ys = jax.lax.scan(body, start, jnp.swapaxes(x, 0, 1))
+        return (jnp.swapaxes(ys, 0, 1) if per_position else last, *carry)
+
+    x_shape = ("batch", "length") if tokens else ("batch", "length", in_size)
+    x_dtype = jnp.int32 if tokens else jnp.float32
+    inputs = [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32), *step.inputs[1:]]
+    return Program(fn, inputs, ["out", *step.outputs[1 : 1 + n]], step.carry)
+
+
+# --------------------------------------------------------------------------- exporting
+
+
+def _specs(program: Program):
+    scope = _dims("batch, length")
+    named = {"batch": scope[0], "length": scope[1]}
+    return [
+        jax.ShapeDtypeStruct(tuple(named.get(d, d) for d in shape), dtype)
+        for _, shape, dtype in program.inputs
+    ], named["batch"]
+
+
+class _NoRuntimeChecks:
+    """`eqx.error_if` (token ids, lengths) off while tracing: its host callback cannot be
+    serialized, and `on_error="nan"` needs concrete shapes."""
+
+    def __enter__(self):
+        from equinox import _errors
+
+        self.module, self.saved = _errors, _errors.EQX_ON_ERROR
+        _errors.EQX_ON_ERROR = "off"
+
+    def __exit__(self, *exc):
+        self.module.EQX_ON_ERROR = self.saved
+
+
+def export_stablehlo(program: Program) -> bytes:
+    """`jax.export` of `program`, serialized."""
+    specs, _ = _specs(program)
+    with _NoRuntimeChecks():
+        exported = jax.export.export(jax.jit(program.fn))(*specs)
+    return bytes(exported.serialize())
+
+
+def export_onnx(program: Program, *, doc: str = "") -> bytes:
+    """The ONNX model of `program` (see `_onnx.py`), serialized."""
+    from . import _onnx
+
+    specs, batch = _specs(program)
+    with _NoRuntimeChecks():
+        closed = jax.make_jaxpr(program.fn)(*specs)
+    try:
+        model = _onnx.to_onnx(
+            closed, [n for n, _, _ in program.inputs], program.outputs, batch=batch, doc=doc
+        )
+    except (TypeError, NotImplementedError) as e:
+        raise ExportError(str(e)) from None
+    return model.SerializeToString()
+
+
+def _manifest(
+    run: Run,
+    model,
+    program: Program,
+    fmt: str,
+    step: bool,
+    artifact: Path,
+    data: bytes,
+    converted: bool,
+) -> dict[str, Any]:
+    out_avals = None
+    specs, _ = _specs(program)
+    with _NoRuntimeChecks():
+        out_avals = jax.eval_shape(program.fn, *specs)
+    outputs = [
+        {
+            "name": n,
+            "shape": [str(d) if not isinstance(d, int) else d for d in a.shape],
+            "dtype": str(a.dtype),
+        }
+        for n, a in zip(program.outputs, out_avals, strict=True)
+    ]
+    cfg = run.cfg
+    return {
+        "format": fmt,
+        "program": "step" if step else "sequence",
+        "artifact": artifact.name,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "inputs": [
+            {"name": n, "shape": list(s), "dtype": str(np.dtype(d))} for n, s, d in program.inputs
+        ],
+        "outputs": outputs,
+        "carry": program.carry,
+        "vocab_size": run.in_size if run.tokens else None,
+        "in_features": None if run.tokens else run.in_size,
+        "task": cfg.get("task"),
+        "model": {
+            k: cfg.get(k)
+            for k in (
+                "core",
+                "form",
+                "depth",
+                "d_model",
+                "d_state",
+                "pooling",
+                "norm",
+                "bidirectional",
+                "glu",
+            )
+        },
+        "exported_form": "real" if converted or cfg.get("form") == "real" else cfg.get("form"),
+        "notes": (
+            "Inference mode; batch norm folded. Inputs are not checked: token ids in "
+            "[0, vocab_size) (others are clamped), 1 <= length <= x.shape[1]."
+            + (
+                " The step's carry starts at zeros; feed the returned next_carry back."
+                if program.carry
+                else ""
+            )
+        ),
+        "source": {
+            "checkpoint": str(run.checkpoint),
+            "step": run.meta.get("step"),
+            "val_accuracy": run.meta.get("val_accuracy"),
+            "sha256": run.meta.get("sha256"),
+        },
+        "jax": jax.__version__,
+    }
+
+
+def export_run(
+    run: str | Path, fmt: str, *, step: bool = False, dest: str | Path | None = None
+) -> Path:
+    """Export the run in folder `run` (see the module docstring); returns the artifact's
+    path (the manifest is the same path plus `.json`)."""
+    if fmt not in FORMATS:
+        raise ExportError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}.")
+    loaded = load_run(run)
+    real = fmt == "onnx"
+    converted = real and loaded.cfg.get("form") == "complex" and loaded.cfg.get("core") == "lru"
+    model = prepare(loaded.model, loaded.state, real=real)
+    sizes = dict(tokens=loaded.tokens, in_size=loaded.in_size)
+    if step or real:
+        bidirectional = [
+            i
+            for i, b in enumerate(getattr(model, "blocks", ()))
+            if getattr(b, "reverse_core", None) is not None
+        ]
+        if bidirectional:
+            what = "--step" if step else "--format onnx (which runs the model as a recurrence)"
+            raise ExportError(
+                f"{what} needs a causal model, and this run's blocks are bidirectional (each "
+                "output depends on later positions). Export the whole sequence with "
+                "--format stablehlo instead."
+            )
+    if step:
+        program = step_program(model, loaded.state, **sizes)
+    elif real:
+        program = _sequence_step_program(model, loaded.state, **sizes)
+    else:
+        program = parallel_program(model, loaded.state, **sizes)
+    if fmt == "stablehlo":
+        data = export_stablehlo(program)
+    else:
+        data = export_onnx(program, doc=f"eqx_lru LRUModel from {loaded.checkpoint}")
+    folder = Path(dest) if dest is not None else Path(run) / "export"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExportError(
+            f"--dest {str(folder)!r} is not a writable folder ({e.strerror or e})."
+        ) from None
+    artifact = folder / (("step" if step else "model") + _SUFFIX[fmt])
+    from experiments.lra import _checkpoint as ckpt
+
+    ckpt.write_atomic(artifact, data)
+    manifest = _manifest(loaded, model, program, fmt, step, artifact, data, converted)
+    ckpt.write_atomic(
+        artifact.with_name(artifact.name + ".json"), json.dumps(manifest, indent=1).encode()
+    )
+    return artifact
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI; returns the exit status (user errors: one `error:` line, status 2)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.export",
+        description="Export the best weights of an LRA trainer run to StableHLO or ONNX.",
+    )
+    parser.add_argument("--run", required=True, help="the run folder (the trainer's --out)")
+    parser.add_argument("--format", required=True, choices=FORMATS, help="stablehlo or onnx")
+    parser.add_argument(
+        "--step",
+        action="store_true",
+        help="export one streaming step (state in, state out) instead of the whole sequence",
+    )
+    parser.add_argument("--dest", default=None, help="output folder (default RUN/export)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        artifact = export_run(args.run, args.format, step=args.step, dest=args.dest)
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {artifact} and {artifact.name}.json", file=sys.stderr)
+    return 0

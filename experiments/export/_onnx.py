@@ -1,0 +1,530 @@
+"""A jaxpr → ONNX translator for the programs `experiments.export` writes.
+
+Why not a converter from the package index: jax2onnx (0.17) converts these programs
+(a `jax.vmap` over `LRUModel.step`, or a `lax.scan` of it) into graphs that onnxruntime
+rejects (shape mismatches in its Reshape/Add lowerings, no batching rule for its own
+`fori_loop`), and tf2onnx needs TensorFlow. The programs are small and their primitives
+few, so this module writes the ONNX graph with the `onnx` package directly:
+
+- the jaxpr is traced by JAX itself (`jax.make_jaxpr`, `jax.vmap` included), with one
+  symbolic batch dimension and, for whole sequences, one symbolic length;
+- every equation whose inputs are all constants (the model's parameters, literals) is
+  evaluated at export time, so the graph holds the *folded* values: batch norm in
+  inference mode becomes one scale and one shift, the LRU's transition
+  $\\lambda = e^{-e^{\\nu} + i e^{\\theta}}$ and $\\gamma B$ are stored, not recomputed;
+- equations whose outputs are never used are dropped (e.g. the `eqx.error_if` checks);
+- `jit`, `custom_jvp_call` and `custom_vjp_call` are inlined, `scan` becomes an ONNX
+  `Loop`; any other primitive outside the table below raises `NotImplementedError`
+  naming it.
+
+Real dtypes only: a complex value anywhere raises (convert with `eqx_lru.to_real`).
+"""
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.extend as jex
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+_SYMBOLIC = object()  # marks a dimension that is not a Python int
+
+
+def _dtype(dtype) -> int:
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        raise TypeError(
+            "ONNX export computes in real arithmetic only, and this program has a complex "
+            f"value ({dtype}). Convert the model with `eqx_lru.to_real` first; cores without a "
+            "real form (e.g. S5's complex state) export with --format stablehlo only."
+        )
+    return helper.np_dtype_to_tensor_dtype(dtype)
+
+
+class _Graph:
+    """Nodes, initializers and names of one ONNX graph (the main graph or a Loop body)."""
+
+    def __init__(self, namer: Callable[[str], str], batch: Any, batch_value: str | None):
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.fresh = namer
+        self.batch = batch  # the symbolic batch dimension (a jax.export dim), or None
+        self.batch_value = batch_value  # the name of an int64 [1] tensor holding it
+
+    def const(self, value: np.ndarray, hint: str = "c") -> str:
+        name = self.fresh(hint)
+        self.initializers.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, **attrs) -> list[str]:
+        outs = [self.fresh(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, **attrs))
+        return outs
+
+    def op1(self, op_type: str, inputs: Sequence[str], **attrs) -> str:
+        return self.op(op_type, inputs, **attrs)[0]
+
+    def shape(self, dims: Sequence[Any], *, infer_one: bool = False) -> str:
+        """An int64 shape tensor for `dims` (ints and the symbolic batch). `infer_one`:
+        a lone symbolic dimension becomes -1 (for Reshape)."""
+        symbolic = [i for i, d in enumerate(dims) if not isinstance(d, int | np.integer)]
+        if not symbolic:
+            return self.const(np.asarray(dims, np.int64), "shape")
+        if infer_one and len(symbolic) == 1:
+            return self.const(
+                np.asarray([-1 if i in symbolic else d for i, d in enumerate(dims)], np.int64),
+                "shape",
+            )
+        parts = []
+        for d in dims:
+            if isinstance(d, int | np.integer):
+                parts.append(self.const(np.asarray([d], np.int64), "dim"))
+            elif self.batch is not None and self.batch_value is not None and d == self.batch:
+                parts.append(self.batch_value)
+            else:
+                raise NotImplementedError(
+                    f"ONNX export: a dimension {d} that is not the batch size."
+                )
+        return self.op1("Concat", parts, axis=0)
+
+
+class _Translator:
+    """Translate closed jaxprs into ONNX graphs (see the module docstring)."""
+
+    def __init__(self, batch=None):
+        self.counter = itertools.count()
+        self.batch = batch
+
+    def fresh(self, hint: str) -> str:
+        return f"{hint}_{next(self.counter)}"
+
+    # ------------------------------------------------------------------ environment
+
+    def run(self, g: _Graph, jaxpr, consts: Sequence[Any], inputs: Sequence[Any]) -> list[Any]:
+        """Translate `jaxpr` into `g`. `consts`/`inputs` are NumPy arrays (constants) or
+        ONNX names (strings); returns the outputs the same way."""
+        env: dict[Any, Any] = {}
+        for var, val in zip(jaxpr.constvars, consts, strict=True):
+            env[var] = val
+        for var, val in zip(jaxpr.invars, inputs, strict=True):
+            env[var] = val
+
+        def read(atom):
+            if isinstance(atom, jex.core.Literal):
+                return np.asarray(atom.val, dtype=atom.aval.dtype)
+            return env[atom]
+
+        needed = _needed(jaxpr)
+        for eqn in jaxpr.eqns:
+            if not any(v in needed for v in eqn.outvars if not _dropped(v)):
+                continue
+            vals = [read(v) for v in eqn.invars]
+            concrete = all(
+                isinstance(d, int | np.integer) for v in eqn.outvars for d in v.aval.shape
+            )
+            if (
+                concrete
+                and all(not isinstance(v, str) for v in vals)
+                and eqn.primitive.name != "scan"
+            ):
+                outs = eqn.primitive.bind(*[jax.numpy.asarray(v) for v in vals], **eqn.params)
+                outs = outs if eqn.primitive.multiple_results else [outs]
+                outs = [np.asarray(o) for o in outs]
+            else:
+                outs = self.translate(g, eqn, vals)
+            for var, val in zip(eqn.outvars, outs, strict=True):
+                if not _dropped(var):
+                    env[var] = val
+        return [read(v) for v in jaxpr.outvars]
+
+    def name(self, g: _Graph, value: Any) -> str:
+        """`value` as an ONNX name (constants become initializers)."""
+        if isinstance(value, str):
+            return value
+        value = np.asarray(value)
+        _dtype(value.dtype)
+        return g.const(value)
+
+    # ------------------------------------------------------------------ primitives
+
+    def translate(self, g: _Graph, eqn, vals: list[Any]) -> list[Any]:
+        prim, params = eqn.primitive.name, eqn.params
+        out_avals = [v.aval for v in eqn.outvars]
+        for aval in out_avals:
+            _dtype(aval.dtype)
+        if prim in ("jit", "pjit", "closed_call", "core_call", "remat", "checkpoint"):
+            sub = params.get("jaxpr") or params.get("call_jaxpr")
+            return self._inline(g, sub, vals)
+        if prim in ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr"):
+            sub = params.get("call_jaxpr") or params.get("fun_jaxpr")
+            return self._inline(g, sub, vals)
+        if prim == "scan":
+            return self._scan(g, eqn, vals)
+        names = [self.name(g, v) for v in vals]
+        handler = getattr(self, f"_p_{prim}", None)
+        if handler is not None:
+            return handler(g, names, params, eqn)
+        if prim in _ELEMENTWISE:
+            return [g.op1(_ELEMENTWISE[prim], names)]
+        raise NotImplementedError(
+            f"ONNX export: no translation for the JAX primitive {prim!r} (in {eqn}). Export "
+            "with --format stablehlo, or add it to experiments/export/_onnx.py."
+        )
+
+    def _inline(self, g, sub, vals):
+        if isinstance(sub, jex.core.ClosedJaxpr):
+            return self.run(g, sub.jaxpr, sub.consts, vals)
+        return self.run(g, sub, [], vals)
+
+    def _p_integer_pow(self, g, x, params, eqn):
+        (x,), y = x, params["y"]
+        if y == 2:
+            return [g.op1("Mul", [x, x])]
+        if y == 3:
+            return [g.op1("Mul", [g.op1("Mul", [x, x]), x])]
+        exponent = g.const(np.asarray(y, eqn.outvars[0].aval.dtype))
+        return [g.op1("Pow", [x, exponent])]
+
+    def _p_rsqrt(self, g, x, params, eqn):
+        return [g.op1("Reciprocal", [g.op1("Sqrt", x)])]
+
+    def _p_ne(self, g, x, params, eqn):
+        return [g.op1("Not", [g.op1("Equal", x)])]
+
+    def _p_square(self, g, x, params, eqn):
+        return [g.op1("Mul", [x[0], x[0]])]
+
+    def _p_clamp(self, g, x, params, eqn):
+        lo, v, hi = x
+        return [g.op1("Max", [g.op1("Min", [v, hi]), lo])]
+
+    def _p_convert_element_type(self, g, x, params, eqn):
+        return [g.op1("Cast", x, to=_dtype(params["new_dtype"]))]
+
+    def _p_copy(self, g, x, params, eqn):
+        return [g.op1("Identity", x)]
+
+    _p_copy_p = _p_copy
+
+    def _p_select_n(self, g, x, params, eqn):
+        pred, *cases = x
+        if len(cases) == 1:
+            return [cases[0]]
+        if eqn.invars[0].aval.dtype == np.bool_:
+            return [g.op1("Where", [pred, cases[1], cases[0]])]
+        out = cases[0]
+        for i, case in enumerate(cases[1:], start=1):
+            index = g.const(np.asarray(i, eqn.invars[0].aval.dtype))
+            out = g.op1("Where", [g.op1("Equal", [pred, index]), case, out])
+        return [out]
+
+    def _p_reduce_sum(self, g, x, params, eqn):
+        return self._reduce(g, "ReduceSum", x, params)
+
+    def _p_reduce_max(self, g, x, params, eqn):
+        return self._reduce(g, "ReduceMax", x, params)
+
+    def _p_reduce_min(self, g, x, params, eqn):
+        return self._reduce(g, "ReduceMin", x, params)
+
+    def _reduce(self, g, op, x, params):
+        axes = g.const(np.asarray(params["axes"], np.int64), "axes")
+        if op == "ReduceSum":
+            return [g.op1(op, [x[0], axes], keepdims=0)]
+        return [g.op1(op, [x[0]], axes=list(params["axes"]), keepdims=0)]  # opset 17
+
+    def _p_dot_general(self, g, x, params, eqn):
+        (lc, rc), (lb, rb) = params["dimension_numbers"]
+        lhs_rank, rhs_rank = (len(v.aval.shape) for v in eqn.invars)
+        letters = iter("abcdefghijklmnopqrstuvwxyz")
+        lhs = [next(letters) for _ in range(lhs_rank)]
+        rhs = [None] * rhs_rank
+        for i, j in zip(lc, rc, strict=True):
+            rhs[j] = lhs[i]
+        for i, j in zip(lb, rb, strict=True):
+            rhs[j] = lhs[i]
+        rhs = [r or next(letters) for r in rhs]
+        batch = [lhs[i] for i in lb]
+        out = batch + [lhs[i] for i in range(lhs_rank) if i not in lc and i not in lb]
+        out += [rhs[j] for j in range(rhs_rank) if j not in rc and j not in rb]
+        equation = f"{''.join(lhs)},{''.join(rhs)}->{''.join(out)}"
+        result = g.op1("Einsum", x, equation=equation)
+        out_dtype = eqn.outvars[0].aval.dtype
+        if out_dtype != eqn.invars[0].aval.dtype:
+            result = g.op1("Cast", [result], to=_dtype(out_dtype))
+        return [result]
+
+    def _p_broadcast_in_dim(self, g, x, params, eqn):
+        shape, dims = params["shape"], params["broadcast_dimensions"]
+        in_shape = eqn.invars[0].aval.shape
+        if list(dims) != sorted(dims):
+            raise NotImplementedError("ONNX export: broadcast_in_dim with permuted dimensions.")
+        value = x[0]
+        missing = [i for i in range(len(shape)) if i not in dims]
+        if missing:
+            value = g.op1("Unsqueeze", [value, g.const(np.asarray(missing, np.int64), "axes")])
+        grown = [
+            d
+            for i, d in enumerate(dims)
+            if in_shape[i] is not shape[d] and not _same(in_shape[i], shape[d])
+        ]
+        if not missing and not grown:
+            return [g.op1("Identity", [value])]
+        # Expand broadcasts both ways: dims the operand has keep size 1 in the target.
+        target = [
+            1 if (i in dims and _same(in_shape[dims.index(i)], shape[i])) else shape[i]
+            for i in range(len(shape))
+        ]
+        return [g.op1("Expand", [value, g.shape(target)])]
+
+    def _p_reshape(self, g, x, params, eqn):
+        return [g.op1("Reshape", [x[0], g.shape(params["new_sizes"], infer_one=True)])]
+
+    def _p_squeeze(self, g, x, params, eqn):
+        return [
+            g.op1("Squeeze", [x[0], g.const(np.asarray(params["dimensions"], np.int64), "axes")])
+        ]
+
+    def _p_expand_dims(self, g, x, params, eqn):
+        return [
+            g.op1("Unsqueeze", [x[0], g.const(np.asarray(params["dimensions"], np.int64), "axes")])
+        ]
+
+    def _p_transpose(self, g, x, params, eqn):
+        return [g.op1("Transpose", x, perm=list(params["permutation"]))]
+
+    def _p_concatenate(self, g, x, params, eqn):
+        return [g.op1("Concat", x, axis=int(params["dimension"]))]
+
+    def _p_stack(self, g, x, params, eqn):
+        axis = g.const(np.asarray([params["axis"]], np.int64), "axes")
+        return [
+            g.op1("Concat", [g.op1("Unsqueeze", [v, axis]) for v in x], axis=int(params["axis"]))
+        ]
+
+    def _p_split(self, g, x, params, eqn):
+        sizes = g.const(np.asarray(params["sizes"], np.int64), "sizes")
+        return g.op("Split", [x[0], sizes], n_out=len(params["sizes"]), axis=int(params["axis"]))
+
+    def _p_slice(self, g, x, params, eqn):
+        starts, limits = params["start_indices"], params["limit_indices"]
+        strides = params["strides"] or (1,) * len(starts)
+        axes = [
+            i
+            for i, (s, e, d) in enumerate(
+                zip(starts, limits, eqn.invars[0].aval.shape, strict=True)
+            )
+            if not (s == 0 and _same(e, d))
+        ]
+        if not axes:
+            return [g.op1("Identity", x)]
+        if any(not isinstance(limits[i], int | np.integer) for i in axes):
+            raise NotImplementedError("ONNX export: a slice with a symbolic bound.")
+        consts = [np.asarray([v[i] for i in axes], np.int64) for v in (starts, limits)]
+        consts += [np.asarray(axes, np.int64), np.asarray([strides[i] for i in axes], np.int64)]
+        return [g.op1("Slice", [x[0], *(g.const(c, "slice") for c in consts)])]
+
+    def _p_gather(self, g, x, params, eqn):
+        """The gathers of an embedding lookup (`weight[ids]`): whole slices along the
+        trailing operand dimensions, the indexed (leading) dimensions clamped as JAX's
+        default `mode=clip`/`promise_in_bounds` would."""
+        dn, sizes = params["dimension_numbers"], params["slice_sizes"]
+        operand_shape = eqn.invars[0].aval.shape
+        index_map = tuple(dn.start_index_map)
+        kept = [k for k, d in enumerate(index_map) if sizes[d] != operand_shape[d]]
+        dims = [index_map[k] for k in kept]
+        whole = [d for d in range(len(operand_shape)) if d not in dims]
+        out_rank = len(eqn.outvars[0].aval.shape)
+        offset = tuple(dn.offset_dims)
+        if (
+            dims != list(range(len(dims)))
+            or any(sizes[d] != 1 for d in dims)
+            or any(sizes[d] != operand_shape[d] for d in whole)
+            or dn.operand_batching_dims
+            or offset != tuple(range(out_rank - len(offset), out_rank))
+        ):
+            raise NotImplementedError(f"ONNX export: a gather other than a table lookup ({dn}).")
+        operand, indices = x
+        idx = g.op1("Gather", [indices, g.const(np.asarray(kept, np.int64), "kept")], axis=-1)
+        idx = g.op1("Cast", [idx], to=TensorProto.INT64)
+        limit = np.asarray([operand_shape[d] - 1 for d in dims], np.int64)
+        idx = g.op1(
+            "Max", [g.op1("Min", [idx, g.const(limit, "hi")]), g.const(np.zeros_like(limit), "lo")]
+        )
+        rows = g.op1("GatherND", [operand, idx])
+        return [g.op1("Reshape", [rows, g.shape(eqn.outvars[0].aval.shape, infer_one=True)])]
+
+    def _p_unvmap_any(self, g, x, params, eqn):
+        """Equinox's "any element, over the batch too" (its `error_if` predicate)."""
+        as_int = g.op1("Cast", x, to=TensorProto.INT32)
+        return [g.op1("Cast", [g.op1("ReduceMax", [as_int], keepdims=0)], to=TensorProto.BOOL)]
+
+    def _p_unvmap_max(self, g, x, params, eqn):
+        return [g.op1("ReduceMax", x, keepdims=0)]
+
+    def _p_iota(self, g, x, params, eqn):
+        raise NotImplementedError("ONNX export: an iota of symbolic size.")
+
+    # ------------------------------------------------------------------ scan → Loop
+
+    def _scan(self, g: _Graph, eqn, vals):
+        p = eqn.params
+        n_consts, n_carry = p["num_consts"], p["num_carry"]
+        body: jex.core.ClosedJaxpr = p["jaxpr"]
+        consts, carry, xs = (
+            vals[:n_consts],
+            vals[n_consts : n_consts + n_carry],
+            vals[n_consts + n_carry :],
+        )
+        if p.get("_split_transpose"):
+            raise NotImplementedError("ONNX export: a transposed scan.")
+        if p["reverse"]:
+            raise NotImplementedError("ONNX export: a reverse scan.")
+        xs = [self.name(g, v) for v in xs]
+        carry_names = [self.name(g, v) for v in carry]
+        if not xs:
+            raise NotImplementedError("ONNX export: a scan without inputs.")
+        trip = g.op1("Shape", [xs[0]], start=0, end=1)
+        trip = g.op1("Reshape", [trip, g.const(np.asarray([], np.int64), "scalar")])
+        # The body graph: (iteration, condition, *carry) -> (condition, *carry, *ys).
+        b = _Graph(self.fresh, g.batch, g.batch_value)
+        i_name, cond_in = self.fresh("iter"), self.fresh("cond")
+        body_carry = [self.fresh("carry") for _ in carry]
+        x_t = [b.op1("Gather", [x, i_name], axis=0) for x in xs]
+        outs = self.run(b, body.jaxpr, [*body.consts], [*consts, *body_carry, *x_t])
+        outs = [self.name(b, o) for o in outs]
+        new_carry, ys = outs[:n_carry], outs[n_carry:]
+        cond_out = b.op1("Identity", [cond_in])
+        body_outs = (
+            [cond_out]
+            + [b.op1("Identity", [c]) for c in new_carry]
+            + [b.op1("Identity", [y]) for y in ys]
+        )
+        avals = [v.aval for v in body.jaxpr.outvars]
+        graph = helper.make_graph(
+            b.nodes,
+            self.fresh("scan_body"),
+            [
+                helper.make_tensor_value_info(i_name, TensorProto.INT64, []),
+                helper.make_tensor_value_info(cond_in, TensorProto.BOOL, []),
+            ]
+            + [
+                _value_info(n, v.aval)
+                for n, v in zip(
+                    body_carry, body.jaxpr.invars[n_consts : n_consts + n_carry], strict=True
+                )
+            ],
+            [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, [])]
+            + [_value_info(n, a) for n, a in zip(body_outs[1:], avals, strict=True)],
+            initializer=b.initializers,
+        )
+        true = g.const(np.asarray(True), "true")
+        loop_outs = g.op("Loop", [trip, true, *carry_names], n_out=n_carry + len(ys), body=graph)
+        return loop_outs
+
+
+_ELEMENTWISE = {
+    "add": "Add",
+    "sub": "Sub",
+    "mul": "Mul",
+    "div": "Div",
+    "neg": "Neg",
+    "exp": "Exp",
+    "log": "Log",
+    "cos": "Cos",
+    "sin": "Sin",
+    "tanh": "Tanh",
+    "logistic": "Sigmoid",
+    "sqrt": "Sqrt",
+    "abs": "Abs",
+    "sign": "Sign",
+    "max": "Max",
+    "min": "Min",
+    "pow": "Pow",
+    "erf": "Erf",
+    "floor": "Floor",
+    "ceil": "Ceil",
+    "lt": "Less",
+    "gt": "Greater",
+    "le": "LessOrEqual",
+    "ge": "GreaterOrEqual",
+    "eq": "Equal",
+    "and": "And",
+    "or": "Or",
+    "not": "Not",
+    "rem": "Mod",
+    "stop_gradient": "Identity",
+}
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # an inconclusive symbolic comparison
+        return False
+
+
+def _dropped(var) -> bool:
+    return type(var).__name__ == "DropVar"
+
+
+def _needed(jaxpr) -> set:
+    """The variables the outputs of `jaxpr` depend on (dead-code elimination)."""
+    needed = {v for v in jaxpr.outvars if not isinstance(v, jex.core.Literal)}
+    for eqn in reversed(jaxpr.eqns):
+        if any(v in needed for v in eqn.outvars if not _dropped(v)):
+            needed.update(v for v in eqn.invars if not isinstance(v, jex.core.Literal))
+    return needed
+
+
+def _onnx_dims(shape) -> list:
+    return [int(d) if isinstance(d, int | np.integer) else str(d) for d in shape]
+
+
+def _value_info(name: str, aval) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, _dtype(aval.dtype), _onnx_dims(aval.shape))
+
+
+def to_onnx(
+    closed: "jex.core.ClosedJaxpr",
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    *,
+    batch=None,
+    name: str = "eqx_lru",
+    doc: str = "",
+) -> onnx.ModelProto:
+    """The ONNX model of `closed` (from `jax.make_jaxpr`), whose inputs and outputs get
+    `input_names`/`output_names`. `batch`: the symbolic batch dimension of the inputs
+    (a `jax.export.symbolic_shape` dimension), `None` if the shapes are concrete. The
+    first input must have the batch as its leading dimension."""
+    jaxpr = closed.jaxpr
+    if len(input_names) != len(jaxpr.invars) or len(output_names) != len(jaxpr.outvars):
+        raise ValueError("to_onnx: one name per input and per output.")
+    translator = _Translator(batch)
+    g = _Graph(translator.fresh, batch, None)
+    if batch is not None:
+        g.batch_value = g.op1("Shape", [input_names[0]], start=0, end=1)
+    outs = translator.run(g, jaxpr, list(closed.consts), list(input_names))
+    for out_name, value in zip(output_names, outs, strict=True):
+        g.nodes.append(helper.make_node("Identity", [translator.name(g, value)], [out_name]))
+    graph = helper.make_graph(
+        g.nodes,
+        name,
+        [_value_info(n, v.aval) for n, v in zip(input_names, jaxpr.invars, strict=True)],
+        [_value_info(n, v.aval) for n, v in zip(output_names, jaxpr.outvars, strict=True)],
+        initializer=g.initializers,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name="eqx_lru experiments.export",
+        doc_string=doc,
+    )
+    model.ir_version = 8  # onnxruntime >= 1.15 reads it
+    onnx.checker.check_model(model)
+    return model
