@@ -114,6 +114,15 @@ class LRUBlock(eqx.Module):
     starts at the padded end carries an exactly-zero state until it reaches `ℓ - 1`. The
     output is zero at padded positions.
 
+    **Packed sequences.** `segment_ids=` runs several sequences packed into one row as if
+    they were separate: the cores reset their state at every boundary (both directions),
+    everything else acts per position or on valid-position statistics.
+
+    **Streaming.** A causal (unidirectional) block is also an RNN: `init_carry()`, then
+    `step` position by position or `chunk` over chunks in parallel, carrying the core's
+    state; inference mode only, equal to the call in inference mode. A bidirectional block
+    refuses (its output depends on later positions).
+
     **Recurrent cores.** `core=` is the one knob of the recurrence: `"complex"`,
     `"real"`, or a callable `make_core(d_model, d_state, *, key)` returning an
     `eqx_lru.AbstractRecurrentCore` (the LRU forms, `eqx_lru.ablation`'s and

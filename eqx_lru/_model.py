@@ -139,6 +139,15 @@ class LRUModel(eqx.Module):
     statistics and zeroes them before its recurrence (see `LRUBlock`), and pooling reads
     valid positions only. Per-step outputs (`pooling=None`) are zero at padded positions.
 
+    **Packed sequences.** `segment_ids=` packs several sequences into one row: each gets
+    the outputs (and, with `num_segments=`, the pooled output) it would get alone, and
+    batch-norm statistics are those of the sequences as separate rows.
+
+    **Streaming.** A model of causal blocks runs as an RNN in inference mode:
+    `init_carry()`, then `step` per token (generation loops under `jax.lax.scan`) or
+    `chunk` per chunk (prefill), each returning the output for the stream so far — with
+    `pooling="mean"` a running mean, whose sum and count travel in the carry.
+
     One example per call: batch with `jax.vmap(model, axis_name="batch", in_axes=(0, None),
     out_axes=(0, None))` (the axis name is needed by batch norm in training mode).
     """
