@@ -66,9 +66,13 @@ class S5(AbstractDiagonalSSM):
     **Initialisation (HiPPO-N, $J$ = `blocks`).** $\Lambda$ and the eigenvectors $V$ of
     the block-diagonal matrix with $J$ copies of the $P/J$-sized normal part of HiPPO-LegS
     (`hippo_n`, `s5_eigenbasis`); $\operatorname{Re}\Lambda = -\tfrac12$.
-    $B \sim \mathcal N(0, 1/H)$ `(P, H)` and $C \sim \mathcal N(0, 1/P)$ `(H, P)` are drawn
-    real and moved to the eigenbasis: $\tilde B = V^* B$, $\tilde C = C V$ (stored as real
-    and imaginary parts). $\log\Delta \sim U[\log\Delta_\min, \log\Delta_\max]$ per mode,
+    As the official code: $B$ real `(P, H)` by `lecun_normal` (truncated normal of
+    variance $1/P$, the fan-in of a `(P, H)` matrix) and $C$ complex `(H, P)`, real and
+    imaginary parts truncated normal of variance $1/P$ each (its default `C_init`,
+    `trunc_standard_normal`; its run scripts override it per task, ListOps' with a variance
+    $1/(HP)$, Path-X's with `complex_normal`, so the default is the one setting common to
+    all tasks), moved to the eigenbasis: $\tilde B = V^* B$, $\tilde C = C V$ (stored as
+    real and imaginary parts). $\log\Delta \sim U[\log\Delta_\min, \log\Delta_\max]$ per mode,
     $D \sim \mathcal N(0, 1)$.
 
     **Fields** (all real): `Lambda_re`, `Lambda_im`, `log_step` `(P/2,)`; `B_re`, `B_im`
@@ -132,13 +136,18 @@ class S5(AbstractDiagonalSSM):
             self._check_complex_dtype(dtype)
         lam, vectors = s5_eigenbasis(d_state, blocks)
         b_key, c_key, dt_key, d_key = jax.random.split(key, 4)
-        # B and C drawn real and moved to the eigenbasis in JAX (traceable: `filter_vmap` over
+        # B (real), C (complex) drawn, moved to the eigenbasis in JAX (traceable: `filter_vmap` over
         # keys builds ensembles); V is a constant of the sizes. In at least float32, as a
         # 16-bit `dtype` has no complex type; the results are cast to `dtype`.
         wide = jnp.promote_types(dtype, jnp.float32)
         v = jnp.asarray(vectors, complex_dtype(wide))
-        b = jax.random.normal(b_key, (d_state, d_model), wide) / math.sqrt(d_model)
-        c = jax.random.normal(c_key, (d_model, d_state), wide) / math.sqrt(d_state)
+        # Official S5: B by lecun_normal on (P, H) (fan-in P); C complex, each part a
+        # lecun_normal row (1, P) per output (its trunc_standard_normal): variance 1/P.
+        b = jax.nn.initializers.lecun_normal()(b_key, (d_state, d_model), wide)
+        c_parts = jax.nn.initializers.variance_scaling(
+            1.0, "fan_in", "truncated_normal", in_axis=-2, out_axis=-1, batch_axis=0
+        )(c_key, (d_model, d_state, 2), wide)
+        c = jax.lax.complex(c_parts[..., 0], c_parts[..., 1])
         highest = jax.lax.Precision.HIGHEST
         b_tilde = jnp.matmul(v.conj().T, b.astype(v.dtype), precision=highest)
         c_tilde = jnp.matmul(c.astype(v.dtype), v, precision=highest)
