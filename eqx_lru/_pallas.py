@@ -83,13 +83,14 @@ try:  # the Triton lowering and Pallas' per-backend lowering hook (private, JAX 
 except ImportError:  # pragma: no cover  (a JAX without the Triton backend)
     _pallas_core = _triton_core = _triton_registration = None
 
-# Steps per chunk and channels per program: chosen by compiling every variant of the
-# kernel for sm_90 (tests/test_pallas.py::test_compiles_for_hopper): the time loop inside
-# a chunk is unrolled, so registers and compile time grow with `chunk` (at 64 steps the
-# older kernel spilled); 16 steps keep all variants, the fused gradient and the prefetched
-# next chunk included, within the register file. 32 channels: one warp, one channel per
-# thread, the most programs.
-DEFAULT_CHUNK = 16
+# Steps per chunk and channels per program: chosen by compiling the kernel for sm_90
+# (tests/test_pallas.py::test_compiles_for_hopper; the registers and compile times are in
+# experiments/bench/HOPPER.md). The time loop inside a chunk is unrolled and the next
+# chunk's rows are held while it runs, so registers and compile time grow with `chunk`:
+# 8 steps (16 rows in flight per program) compile quickly with no spills for every
+# variant; 16 took several times longer for the fused backward. 32 channels: one warp,
+# one channel per thread, the most programs.
+DEFAULT_CHUNK = 8
 DEFAULT_BLOCK = 32
 # Steps per segment of the two-level scan: at L = 16384 eight segments, so batch 16 ×
 # 256 complex channels give 1024 one-warp programs (about eight warps per SM of an H100)
@@ -272,9 +273,8 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
                 use = q + 1 < length  # the last position has no successor
                 if valid is not None:
                     use = use & valid
-                w = jnp.where(use, 1.0, 0.0).astype(compute)
                 acc = tuple(
-                    acc[i * parts + j] + w * h[i] * ps[t][j]
+                    acc[i * parts + j] + jnp.where(use, h[i] * ps[t][j], zeros)
                     for i in range(parts) for j in range(parts)
                 )
         return h, acc, prod

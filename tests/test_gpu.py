@@ -339,3 +339,31 @@ def test_gpu_check_main_writes_one_report_and_fails_on_any_failure(tmp_path, mon
     assert "missing Python packages ['no_such_module_xyz']" in report.read_text()
     with pytest.raises(SystemExit):
         gpu_check.main(["--parts", "tests,nope"])
+
+
+def test_bench_traffic_model_counts_passes():
+    # The bench's bytes-moved model (experiments/bench/traffic.py) on a small case, against
+    # its passes counted by hand: U input-sized, X state-sized arrays.
+    from experiments.bench import traffic
+
+    B, H, N, L = 2, 3, 5, 7
+    U, X = B * L * H * 4, B * L * 2 * N * 4
+
+    def moved(impl, mode, **kw):
+        return traffic.bytes_moved(impl, mode, B=B, H=H, N=N, L=L, **kw)
+
+    assert moved("complex-pallas", "fwd") == 3 * U + 4 * X
+    assert moved("complex-pallas", "fwd", segment=4) == 3 * U + 5 * X  # two-level: +X
+    assert moved("real-pallas", "grad") == 7 * U + 10 * X  # cotangent sum fused: +X
+    assert moved("real-sequential", "grad") == 7 * U + 11 * X  # a loop after: +2X
+    assert moved("complex-associative", "fwd") == 3 * U + 10 * X
+    assert moved("real-sequential-bf16", "fwd") == 3 * U + 4 * (X // 2)
+    assert moved("scan_autodiff", "fwd") is None
+    assert traffic.bandwidth_gbs("NVIDIA H100 80GB HBM3") == 3350.0
+    assert traffic.bandwidth_gbs("NVIDIA H100 PCIe") == 2000.0
+    assert traffic.bandwidth_gbs("cpu") is None
+    rows = traffic.traffic_table(
+        {"ms": {"floor": 1.0}}, ["floor", "scan_autodiff"], mode="fwd", B=B, H=H, N=N, L=L,
+        device_kind="NVIDIA H200",
+    )
+    assert len(rows) == 3 and rows[2].startswith("| floor |")

@@ -241,12 +241,14 @@ def _skip_without_triton():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant, modes", _hopper_variants())
-def test_compiles_for_hopper(variant, modes):
+def test_compiles_for_hopper(variant, modes, monkeypatch):
     """The kernels of forward+backward at the default chunk, block and segment, lowered for
     CUDA and compiled for sm_90 (H100): no spilled registers. Registers and compile times
     are printed (`pytest -s`); compile time is not asserted (it depends on the machine).
     By default three kernels; EQX_LRU_HOPPER_ALL=1 compiles every variant (real/pairs,
     shared/per-step, forward/reverse, float32/bfloat16 storage) and each of its kernels."""
+    # XLA's Triton fuses multiply-adds; say so (triton 3.9 warns when this is unset).
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
     _skip_without_triton()
     pair, shared, reverse, stored = variant
     length, width = 4 * _pallas.DEFAULT_SEGMENT, 96  # two-level: 4 segments
@@ -395,10 +397,25 @@ def test_layer_with_pallas_equals_default(layer, getkey):
 
 @pytest.mark.gpu
 def test_compiled_kernel_on_gpu():
-    # Only on a CUDA GPU: the Triton-compiled kernel (not the interpreter) against the loop.
+    # Only on a CUDA GPU: the Triton-compiled kernel (not the interpreter) against the loop,
+    # at a small chunk and at the defaults, in one segment and in three.
     for pair, state in ((False, (37,)), (True, (2, 40))):
         for shared, reverse in ((True, False), (False, True)):
             a, x, h0 = draw(7, state, shared=shared)
             scan = rotation_scan if pair else diagonal_scan
-            out = scan(a, x, h0, reverse=reverse, interpret=False, chunk=4, block=32)
-            check(out, a, x, h0, reverse=reverse, pair=pair, rtol=1e-5, atol=1e-5)
+            for kw in (dict(chunk=4, block=32), dict(), dict(chunk=2, segment=4)):
+                out = scan(a, x, h0, reverse=reverse, interpret=False, **kw)
+                check(out, a, x, h0, reverse=reverse, pair=pair, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_compiled_fused_gradient_on_gpu():
+    # Only on a CUDA GPU: the compiled backward kernel that sums a shared transition's
+    # cotangent, against the sequential method's loop.
+    a, b, h0 = draw(10, (2, 37), shared=True)
+    for method in (PallasScan(interpret=False), PallasScan(interpret=False, chunk=2, segment=4)):
+        (_, hs), grads = _values_and_grads(method, a, b, h0, RotationScaling(), False)
+        (_, hs_ref), grads_ref = _values_and_grads("sequential", a, b, h0, RotationScaling(), False)
+        np.testing.assert_allclose(hs, hs_ref, rtol=1e-5, atol=1e-5)
+        for g, g_ref in zip(grads, grads_ref, strict=True):
+            np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)

@@ -303,11 +303,11 @@ def _compiled_grad(method, batch=2, length=128, modes=16, reference=False):
 
 # The associative method's forward+backward XLA temp here, in state-sized buffers: its
 # scan's level temporaries (the halves, quarters, … of the states and of the broadcast
-# transitions) take up to 4 (measured 3.27 with JAX 0.10.2). From JAX 0.11.2 (measured:
+# transitions) take up to 4 (measured 3.27 with JAX 0.10.2). From JAX 0.11 (measured:
 # 4.27 with 0.11.2 and 0.12.0.1) XLA also keeps the states themselves, the custom VJP's
 # residual, as one buffer (the scan's last level, a fusion XLA 0.10 recomputed inside its
 # two consumers, the loss and the backward): one more.
-ASSOCIATIVE_TEMP_STATES = 5 if jax.__version_info__ >= (0, 11, 2) else 4
+ASSOCIATIVE_TEMP_STATES = 5 if jax.__version_info__ >= (0, 11) else 4
 
 
 @pytest.mark.parametrize("method", METHODS)

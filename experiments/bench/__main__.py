@@ -9,7 +9,7 @@ import sys
 import time
 
 
-from . import impls, report
+from . import impls, report, traffic
 from .extras import DEFAULT_RING, PATHX_RING
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -350,6 +350,17 @@ def render(grid, runner, info, *, name, end_load) -> str:
         *report.key_table(key_entry, peaks, names, mode="grad", H=kH, default_method=method),
         "",
         *report.target_checks(key_entry, default_method=method),
+        "",
+        f"## Bytes moved (a model) beside the time, fwd+bwd, B={B}, H={kH}, N={kN}, L={kL}",
+        "",
+        "Modelled device-memory traffic of one call (`experiments/bench/traffic.py`: passes over",
+        "the sequence-long arrays each method makes) and the time it takes at the device's peak",
+        "bandwidth: a memory-bound layer's floor. 'measured / model' near 1 is a method at the",
+        "bandwidth limit; far above 1, latency, launches or compute dominate.",
+        "",
+        *traffic.traffic_table(
+            key_entry, names, mode="grad", B=B, H=kH, N=kN, L=kL, device_kind=info["device"]
+        ),
         "",
     ]
     if name == "quick":
