@@ -139,7 +139,7 @@ class S5(AbstractDiagonalSSM):
         # B (real), C (complex) drawn, moved to the eigenbasis in JAX (traceable: `filter_vmap` over
         # keys builds ensembles); V is a constant of the sizes. In at least float32, as a
         # 16-bit `dtype` has no complex type; the results are cast to `dtype`.
-        wide = jnp.promote_types(dtype, jnp.float32)
+        wide = dtype if dtype.itemsize >= 4 else jnp.dtype(jnp.float32)
         v = jnp.asarray(vectors, complex_dtype(wide))
         # Official S5: B by lecun_normal on (P, H) (fan-in P); C complex, each part a
         # lecun_normal row (1, P) per output (its trunc_standard_normal): variance 1/P.

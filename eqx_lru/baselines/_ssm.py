@@ -109,7 +109,9 @@ class AbstractDiagonalSSM(AbstractRecurrentCore):
     def to_form(self, form: Literal["complex", "real"]) -> "AbstractDiagonalSSM":
         """This core with `form=form`: the same parameters and function (see
         `eqx_lru.AbstractRecurrentCore.to_form`)."""
-        if check_form(form) == "complex":
+        if check_form(form) == self.form:
+            return self
+        if form == "complex":
             self._check_complex_dtype(self.D.dtype)
         return rebuild(type(self), self, form=form)
 

@@ -1,0 +1,278 @@
+"""The recurrent-core contract (`eqx_lru.AbstractRecurrentCore`) on every core of the library.
+
+For each core, in float64: `run` equals a NumPy float64 loop over its parameters and the
+`step` loop; two chunks chained through `initial_state` (either direction) equal one run;
+`segment_ids` equal separate runs per segment; `length` picks the final state. Then a brand-
+new core, defined here, plugs into `LRUBlock`, `LRUModel` and the optimiser with no other
+change (issue 16), and `to_real`/`to_complex` convert every core with two forms and refuse
+the others. Sizes are distinct: d_model=3, d_state=4 (S5: 8), length=7, LDS n=6, d_out=2.
+"""
+
+import functools
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqx_lru
+from eqx_lru import ablation, baselines
+
+H, N, L = 3, 4, 7
+LDS_N, LDS_OUT = 6, 2
+
+CORES = {
+    "complex_lru": functools.partial(eqx_lru.ComplexLRU, r_min=0.5, r_max=0.95),
+    "real_lru": functools.partial(eqx_lru.RealLRU, r_min=0.5, r_max=0.95),
+    **{f"ablation_{name}": make for name, make in ablation.ABLATION_CORES.items()},
+    "s4d": baselines.S4D,
+    "s4d_real": functools.partial(baselines.S4D, form="real"),
+    "s4d_convolution": functools.partial(baselines.S4D, mode="convolution"),
+    "s5": functools.partial(baselines.S5, blocks=2),
+    "s5_real": functools.partial(baselines.S5, blocks=2, form="real"),
+    "lds_standard": baselines.StandardSIMOLDS,
+    "lds_unit": baselines.UnitSIMOLDS,
+}
+
+
+def _build(name: str):
+    """The core `name` in float64, and a float64 input sequence for it."""
+    key, input_key = jax.random.split(jax.random.PRNGKey(0))
+    if name.startswith("lds"):
+        core = CORES[name](LDS_N, LDS_OUT, dtype=jnp.float64, key=key)
+        return core, jax.random.normal(input_key, (L,), jnp.float64)
+    d_state = 2 * N if name.startswith("s5") else N
+    core = CORES[name](H, d_state, dtype=jnp.float64, key=key)
+    return core, jax.random.normal(input_key, (L, H), jnp.float64)
+
+
+def _np(x) -> np.ndarray:
+    return np.asarray(x, np.complex128)
+
+
+def _numpy_loop(core, u) -> np.ndarray:
+    """The outputs by a float64 NumPy loop over the core's parameters (forward)."""
+    u = np.asarray(u, np.float64)
+    ys = []
+    if isinstance(core, eqx_lru.AbstractLRU | ablation.DiagonalRNN):
+        lam = _np(core.eigenvalues())
+        gamma = np.exp(np.asarray(core.gamma_log)) if isinstance(core, eqx_lru.AbstractLRU) else 1
+        B, C = _np(core.B_re) + 1j * _np(core.B_im), _np(core.C_re) + 1j * _np(core.C_im)
+        x = np.zeros(lam.shape, complex)
+        for u_t in u:
+            x = lam * x + gamma * (B @ u_t)
+            ys.append((C @ x).real + np.asarray(core.D) * u_t)
+    elif isinstance(core, ablation.AbstractDenseRNN):
+        A, B, C, D = (np.asarray(m, np.float64) for m in (core.A, core.B, core.C, core.D))
+        sigma = {"tanh": np.tanh, "relu": lambda z: np.maximum(z, 0)}.get(
+            getattr(core, "nonlinearity", None), lambda z: z
+        )
+        x = np.zeros(A.shape[0])
+        for u_t in u:
+            x = sigma(A @ x + B @ u_t)
+            ys.append(C @ x + D * u_t)
+    elif isinstance(core, baselines.AbstractDiagonalSSM):
+        lam, b = (_np(m) for m in core.discretise())
+        C = _np(core.C_re) + 1j * _np(core.C_im)
+        x = np.zeros(lam.shape, complex)
+        for u_t in u:
+            if isinstance(core, baselines.S4D):
+                x = lam * x + b * u_t[:, None]
+                y = np.sum(C * x, axis=-1)
+            else:
+                x = lam * x + b @ u_t
+                y = C @ x
+            ys.append(2 * y.real + np.asarray(core.D) * u_t)
+    else:  # LDS: the output reads the state before the input
+        lam = _np(core.eigenvalues())
+        C = _np(core.C_re) + 1j * _np(core.C_im)
+        s = np.zeros(lam.shape, complex)
+        for x_t in u:
+            ys.append((C @ s).real + np.asarray(core.D) * x_t + np.asarray(core.D0))
+            s = lam * s + x_t
+    return np.stack(ys)
+
+
+def _close(a, b, tol=1e-10):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+_IDS = jnp.array([0, 0, 5, 5, 5, 2, 2])
+_PIECES = [(0, 2), (2, 5), (5, 7)]
+_K = 3  # where the sequence is cut in two chunks
+
+
+@eqx.filter_jit
+def _contract_outputs(core, u):
+    """Everything the contract promises to be equal, computed in one compiled program."""
+    out = {}
+    out["y"], out["final"] = core.run(u)
+    out["call"] = core(u)
+    step = lambda state, u_t: core.step(state, u_t)  # noqa: E731
+    out["step_final"], out["step_y"] = jax.lax.scan(step, core.init_state(), u)
+    y1, s1 = core.run(u[:_K])
+    y2, out["chunk_final"] = core.run(u[_K:], initial_state=s1)
+    out["chunks"] = jnp.concatenate([y1, y2])
+    out["y_rev"], out["first"] = core.run(u, reverse=True)
+    y2, s2 = core.run(u[_K:], reverse=True)
+    y1, out["chunk_first"] = core.run(u[:_K], initial_state=s2, reverse=True)
+    out["chunks_rev"] = jnp.concatenate([y1, y2])
+    out["call_rev_chunk"], out["y1_rev"] = core(u[:_K], initial_state=s2, reverse=True), y1
+    out["length_final"], out["cut_final"] = core.run(u, length=jnp.int32(_K))[1], s1
+    for reverse in (False, True):
+        out[f"seg_{reverse}"] = core.run(u, segment_ids=_IDS, reverse=reverse)[0]
+        out[f"seg_call_{reverse}"] = core(u, segment_ids=_IDS, reverse=reverse)
+        separate = [core.run(u[a:b], reverse=reverse)[0] for a, b in _PIECES]
+        out[f"separate_{reverse}"] = jnp.concatenate(separate)
+    return out
+
+
+@pytest.mark.slow  # one compile per core: ~3-40 s each on a loaded 2-core CPU
+@pytest.mark.parametrize("name", list(CORES))
+def test_every_core_follows_the_contract(name):
+    with jax.enable_x64(True):
+        core, u = _build(name)
+        assert isinstance(core, eqx_lru.AbstractRecurrentCore)
+        assert set(core.recurrent_fields) <= {f for f in core.__dataclass_fields__}
+        out = _contract_outputs(core, u)
+        _close(out["y"], _numpy_loop(core, u))
+        pairs = [
+            ("call", "y"),  # the call is `run` without the state
+            ("step_y", "y"),  # step by step from init_state()
+            ("step_final", "final"),
+            ("chunks", "y"),  # two chunks chained through the state
+            ("chunk_final", "final"),
+            ("chunks_rev", "y_rev"),  # the same in reverse
+            ("chunk_first", "first"),
+            ("call_rev_chunk", "y1_rev"),
+            ("length_final", "cut_final"),  # `length`: the state after position length - 1
+            ("seg_False", "separate_False"),  # segments never exchange state
+            ("seg_True", "separate_True"),
+            ("seg_call_False", "seg_False"),
+            ("seg_call_True", "seg_True"),
+        ]
+        for a, b in pairs:
+            _close(out[a], out[b])
+
+
+@pytest.mark.parametrize("name", ["complex_lru", "real_lru", "s4d", "s4d_real", "s5", "s5_real"])
+def test_to_real_and_to_complex_convert_cores_with_two_forms(name):
+    with jax.enable_x64(True):
+        core, u = _build(name)
+        real, complex_ = eqx_lru.to_real(core), eqx_lru.to_complex(core)
+        assert real.to_form("real") is real and complex_.to_form("complex") is complex_
+        assert eqx_lru.to_real(complex_).init_state().dtype == jnp.float64
+        assert jnp.iscomplexobj(complex_.init_state())
+        _close(real(u), core(u))
+        _close(complex_(u), core(u))
+
+
+@pytest.mark.parametrize("name", ["ablation_rnn_tanh", "ablation_diag_exp", "lds_unit"])
+def test_conversion_refuses_cores_with_one_form(name):
+    with jax.enable_x64(True):
+        core, _ = _build(name)
+    for convert in (eqx_lru.to_real, eqx_lru.to_complex):
+        with pytest.raises(TypeError, match=f"{type(core).__name__} has no"):
+            convert({"model": [core]})
+
+
+def test_16_bit_complex_cores_fail_at_construction():
+    key = jax.random.PRNGKey(0)
+    for make, fix in [
+        (eqx_lru.ComplexLRU, "RealLRU"),
+        (ablation.DiagonalRNN, "RealLRU"),
+        (baselines.S4D, "form='real'"),
+        (functools.partial(baselines.S5, form="complex"), "form='real'"),
+    ]:
+        with pytest.raises(ValueError, match=f"`dtype=bfloat16` has no complex type.*{fix}"):
+            make(H, N, dtype=jnp.bfloat16, key=key)
+    with pytest.raises(ValueError, match="`dtype=float16`"):
+        baselines.UnitSIMOLDS(LDS_N, LDS_OUT, dtype=jnp.float16, key=key)
+    # The real forms take a 16-bit dtype, for their parameters and their whole computation.
+    for make in (
+        eqx_lru.RealLRU,
+        functools.partial(baselines.S4D, form="real"),
+        functools.partial(baselines.S5, form="real"),
+    ):
+        core = make(H, N, dtype=jnp.bfloat16, key=key)
+        assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(core)} == {jnp.dtype("bfloat16")}
+        assert core(jnp.ones((L, H), jnp.bfloat16)).dtype == jnp.bfloat16
+    with pytest.raises(ValueError, match="has no complex type"):
+        eqx_lru.to_complex(baselines.S5(H, N, form="real", dtype=jnp.bfloat16, key=key))
+
+
+def test_model_dtype_reaches_every_core():
+    with jax.enable_x64(True):
+        for core in ("real", baselines.S4D, functools.partial(baselines.S5, form="real")):
+            block = functools.partial(eqx_lru.LRUBlock, core=core)
+            model = eqx_lru.LRUModel(
+                2, 3, H, N, 1, block=block, dtype=jnp.float64, key=jax.random.PRNGKey(0)
+            )
+            leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
+            assert {leaf.dtype for leaf in leaves} == {jnp.dtype("float64")}
+
+
+# --- a brand-new core, plugged in with no other change (issue 16) ------------------------
+
+
+class ScaledEMA(eqx_lru.AbstractRecurrentCore):
+    r"""$x_k = \sigma(w) \odot x_{k-1} + u_k$, $y_k = s \odot x_k$: a core of this test only."""
+
+    logit: jax.Array
+    scale: jax.Array
+    recurrent_fields: ClassVar[tuple[str, ...]] = ("logit",)
+
+    def __init__(self, d_model, d_state, *, key):
+        del d_state
+        self.logit = jax.random.normal(key, (d_model,))
+        self.scale = jnp.ones(d_model)
+
+    def init_state(self):
+        return jnp.zeros_like(self.logit)
+
+    def step(self, state, u_t):
+        state = jax.nn.sigmoid(self.logit) * state + u_t
+        return state, self.scale * state
+
+    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
+        h = eqx_lru.linear_recurrence(
+            jax.nn.sigmoid(self.logit), u, algebra=eqx_lru.Diagonal(),
+            initial_state=initial_state, reverse=reverse, segment_ids=segment_ids,
+        )  # fmt: skip
+        last = h[0] if reverse else h[-1 if length is None else length - 1]
+        return self.scale * h, last
+
+
+def test_a_new_core_plugs_into_blocks_models_and_the_optimiser():
+    pytest.importorskip("optax")
+    key = jax.random.PRNGKey(0)
+    block = functools.partial(eqx_lru.LRUBlock, core=ScaledEMA, bidirectional=True, norm="layer")
+    build = eqx.nn.make_with_state(eqx_lru.LRUModel)
+    model, state = build(2, 3, H, N, 2, block=block, key=key)
+    assert isinstance(model.blocks[0].core, ScaledEMA)
+    x = jax.random.normal(jax.random.PRNGKey(1), (L, 2))
+    out, _ = model(x, state)
+    assert out.shape == (3,)
+    # remat scans over the blocks (`LRUBlock.scan_body`): the same value and gradients
+    remat, _ = build(2, 3, H, N, 2, block=block, remat=True, key=key)
+
+    def loss(m):
+        return jnp.sum(m(x, state)[0] ** 2)
+
+    g, g_remat = eqx.filter_grad(loss)(model), eqx.filter_grad(loss)(remat)
+    leaves = jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_remat)
+    for a, b in zip(*leaves, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+    labels = eqx_lru.lru_param_labels(model)
+    for b in labels.blocks:
+        assert b.core.logit == b.reverse_core.logit == "recurrent"
+        assert b.core.scale == b.reverse_core.scale == "decay"
+    optim = eqx_lru.lru_optimizer(learning_rate=1e-2, total_steps=10)
+    params = eqx.filter(model, eqx.is_inexact_array)
+    with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts
+        updates, _ = optim.update(g, optim.init(params), params)
+    new = eqx.apply_updates(model, updates)
+    assert not bool(eqx.tree_equal(new.blocks[0].core.logit, model.blocks[0].core.logit))
