@@ -131,14 +131,13 @@ def load_run(run: str | Path) -> Run:
         )
     cfg.update(method="sequential", sequence_parallel=None, remat=False)
     spec = steps.task_spec(cfg["task"])
-    key = jax.random.PRNGKey(0)
     try:
-        like = steps.build_model(cfg, spec, key)
+        like = steps.build_model(cfg, spec, jax.random.PRNGKey(0))
         tokens = isinstance(like[0].encoder, eqx.nn.Embedding)
         if tokens:  # the run's vocabulary: the size of the stored embedding
             vocab = _stored_rows(run / "best.eqx", like, like[0].encoder.weight)
             spec = dataclasses.replace(spec, vocab_size=vocab)
-            like = steps.build_model(cfg, spec, key)
+            like = steps.build_model(cfg, spec, jax.random.PRNGKey(0))
         (model, state), meta = ckpt.load(run, "best", like, required=("config",))
     except ckpt.CheckpointError as e:
         raise ExportError(str(e)) from None
