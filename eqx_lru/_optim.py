@@ -2,8 +2,8 @@ r"""The optimiser of paper §D.2: AdamW, warmup + cosine schedule, slower recurr
 
 Parameters are labelled by where they live, for `optax.multi_transform`:
 
-- `"recurrent"`: the fields a recurrent core declares in its class attribute
-    `recurrent_fields` — for the LRU (`AbstractLRU.recurrent_fields`) `nu_log`,
+- `"recurrent"`: the fields every `eqx_lru.AbstractRecurrentCore` declares in its class
+    attribute `recurrent_fields` — for the LRU (`AbstractLRU.recurrent_fields`) `nu_log`,
     `theta_log`, `gamma_log`, `B_re`, `B_im` ($A$, $\gamma$ and $B$ of the paper) —
     learning rate × `lr_factor`, no weight decay;
 - `"decay"`: every other parameter — AdamW with weight decay, as the paper ("weight decay
@@ -16,28 +16,25 @@ optax is imported lazily, so `import eqx_lru` does not need it.
 """
 
 import dataclasses
-from typing import Any
 
 import equinox as eqx
 import jax
 from jaxtyping import PyTree
+
+from ._core import AbstractRecurrentCore
 
 RECURRENT = "recurrent"
 DECAY = "decay"
 NO_DECAY = "no_decay"
 
 
-def _recurrent_fields(node: Any) -> tuple[str, ...] | None:
-    """The recurrent fields a core declares (`recurrent_fields` class attribute), if any."""
-    if isinstance(node, eqx.Module):
-        fields = getattr(type(node), "recurrent_fields", None)
-        if fields is not None:
-            return tuple(fields)
-    return None
+def _is_core(node) -> bool:
+    return isinstance(node, AbstractRecurrentCore)
 
 
-def _label_core(core: eqx.Module, fields: tuple[str, ...]) -> eqx.Module:
+def _label_core(core: AbstractRecurrentCore) -> AbstractRecurrentCore:
     """The core with each array replaced by its label, by top-level field name."""
+    fields = tuple(core.recurrent_fields)
     names = {f.name for f in dataclasses.fields(core)}
     unknown = set(fields) - names
     if unknown:
@@ -56,10 +53,11 @@ def lru_param_labels(tree: PyTree, *, decay_norm_and_bias: bool = True) -> PyTre
     r"""Label every trainable array of `tree` for `optax.multi_transform`.
 
     Works on any pytree containing recurrent cores (an `LRUModel`, your own model, a
-    filtered model or its gradients): every `eqx.Module` whose class declares
-    `recurrent_fields` (the LRU layers, the ablation and baseline cores, your own — e.g.
-    `recurrent_fields: ClassVar = ("A", "B")`), anywhere, has those top-level fields
-    labelled `"recurrent"` and its other arrays `"decay"`.
+    filtered model or its gradients): every `eqx_lru.AbstractRecurrentCore` (the LRU
+    layers, the ablation and baseline cores, your own subclass — e.g.
+    `recurrent_fields: ClassVar = ("A", "B")`), anywhere, has the top-level fields its
+    class declares in `recurrent_fields` labelled `"recurrent"` and its other arrays
+    `"decay"`.
 
     **Arguments:**
 
@@ -73,16 +71,13 @@ def lru_param_labels(tree: PyTree, *, decay_norm_and_bias: bool = True) -> PyTre
     params = eqx.filter(tree, eqx.is_inexact_array)
 
     def label(node):
-        fields = _recurrent_fields(node)
-        if fields is not None:
-            return _label_core(node, fields)
+        if _is_core(node):
+            return _label_core(node)
         if decay_norm_and_bias or node.ndim >= 2:
             return DECAY
         return NO_DECAY
 
-    return jax.tree_util.tree_map(
-        label, params, is_leaf=lambda node: _recurrent_fields(node) is not None
-    )
+    return jax.tree_util.tree_map(label, params, is_leaf=_is_core)
 
 
 def _optax():

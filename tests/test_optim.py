@@ -46,15 +46,21 @@ def test_labels_of_an_lru_model(decay_norm_and_bias):
     assert counts["recurrent"] == 2 * 2 * len(RECURRENT)
 
 
-class DenseCore(eqx.Module):
-    """A custom core that opts in to the recurrent group by declaring its fields."""
+class DenseCore(eqx_lru.AbstractRecurrentCore):
+    """A custom core: a subclass of the contract, its recurrent group declared by field."""
 
     recurrent_fields: ClassVar = ("A",)
     A: jax.Array
     C: jax.Array
 
-    def __call__(self, u, *, reverse=False):
-        return u
+    def init_state(self):
+        return jnp.zeros(self.A.shape[0])
+
+    def step(self, state, u_t):
+        return state, u_t
+
+    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
+        return u, self.init_state()
 
 
 def test_labels_of_any_pytree():
