@@ -55,6 +55,27 @@ def measure_memory(task: str, *, remat: bool, method: str = "auto") -> dict:
     }
 
 
+def measure_sequence_parallel(task: str, devices: int, *, length: int | None = None,
+                              batch: int | None = None) -> dict:
+    """Compile-only XLA temp per device of `task`'s Table 9 step (remat as the trainer sets
+    it) with each sequence split over `devices` devices (`--sequence-parallel`, the whole
+    batch on every device: a mesh of 1 x `devices`)."""
+    from . import _parallel as par
+
+    overrides = {} if batch is None else {"batch_size": batch}
+    cfg = table9(task, remat=train.task_defaults(task)["remat"], sequence_parallel=devices, **overrides)
+    spec = task_spec(task, seq_len=length)
+    mesh = par.make_mesh(jax.devices()[:devices], sequence=devices)
+    t0 = time.perf_counter()
+    compiled, _ = train.compile_train_step(cfg, spec, mesh=mesh)
+    mem = compiled.memory_analysis()
+    return {
+        "task": task, "devices": devices, "batch": cfg["batch_size"], "length": spec.seq_len,
+        "remat": cfg["remat"], "temp_gb": mem.temp_size_in_bytes / 1e9,
+        "args_gb": mem.argument_size_in_bytes / 1e9, "compile_s": time.perf_counter() - t0,
+    }
+
+
 def measure_time(task: str, *, length: int, batch: int, repeats: int) -> tuple[float, float]:
     """Median step time without and with remat; the calls alternate, so a change in the
     machine's load hits both alike."""
@@ -124,6 +145,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--time-length", type=POSITIVE_INT, default=1024)
     p.add_argument("--time-batch", type=POSITIVE_INT, default=4)
     p.add_argument("--repeats", type=POSITIVE_INT, default=5)
+    p.add_argument("--sequence-parallel", type=POSITIVE_INT, nargs="+", metavar="N",
+                   help="XLA temp per device with each sequence split over N devices, for each N "
+                   "(set XLA_FLAGS=--xla_force_host_platform_device_count=max N on a CPU)")
+    p.add_argument("--length", type=POSITIVE_INT, help="with --sequence-parallel: this sequence length")
+    p.add_argument("--batch", type=POSITIVE_INT, help="with --sequence-parallel: this batch size")
     return p
 
 
@@ -134,6 +160,18 @@ def main(argv=None) -> int:
         print("| toy (6 blocks x 4 layers) | XLA temp MB |\n|---|---|")
         for name, mb in remat_probe().items():
             print(f"| {name} | {mb:.1f} |")
+        return 0
+    if args.sequence_parallel:
+        print("| task | batch | L | remat | devices (N) | temp GB per device | vs N = first | arguments GB |\n"
+              "|---|---|---|---|---|---|---|---|", flush=True)
+        for task in args.tasks:
+            first = None
+            for n in args.sequence_parallel:
+                m = measure_sequence_parallel(task, n, length=args.length, batch=args.batch)
+                first = first or m["temp_gb"]
+                print(f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} | {n} | "
+                      f"{m['temp_gb']:.2f} | {m['temp_gb'] / first:.2f}x | {m['args_gb']:.3f} |", flush=True)
+                print(f"<!-- compile {m['compile_s']:.0f}s -->", file=sys.stderr, flush=True)
         return 0
     if args.time:
         print("| task | batch | L | step, no remat (s) | step, remat (s) | ratio |\n|---|---|---|---|---|---|", flush=True)
