@@ -509,6 +509,9 @@ def _main(argv=None):
         _log(f"wrote {out}")
     else:
         print(text)
+    from . import streaming  # token-by-token inference: STREAMING-<backend>.md
+
+    streaming.main(["--quick"] if name == "quick" else [])
 
 
 def main(argv=None) -> int:

@@ -310,16 +310,20 @@ def _specs(program: Program):
 
 class _NoRuntimeChecks:
     """`eqx.error_if` (token ids, lengths) off while tracing: its host callback cannot be
-    serialized, and `on_error="nan"` needs concrete shapes."""
+    serialized, and `on_error="nan"` needs concrete shapes. Equinox reads the setting when
+    it traces its (jitted) check, so JAX's trace caches are cleared on the way in (a check
+    traced earlier in this process would be reused) and out (so later code checks again)."""
 
     def __enter__(self):
         from equinox import _errors
 
         self.module, self.saved = _errors, _errors.EQX_ON_ERROR
         _errors.EQX_ON_ERROR = "off"
+        jax.clear_caches()
 
     def __exit__(self, *exc):
         self.module.EQX_ON_ERROR = self.saved
+        jax.clear_caches()
 
 
 def export_stablehlo(program: Program) -> bytes:
