@@ -283,7 +283,7 @@ def _core_np(core):
 
         return np.zeros(N, complex), step, to_carry
     # Other cores: their own float64 `step` (their tests check it against NumPy loops).
-    jitted = jax.jit(core.step)
+    jitted = eqx.filter_jit(core.step)
 
     def other_step(x, u):
         x, y = jitted(x, jnp.asarray(u))
