@@ -412,6 +412,7 @@ def _forward(
     else:
         h = _sum_of_directions((block.core, block.reverse_core, z), segment_ids)
     h = jax.vmap(block.glu)(jax.nn.gelu(h))
+    key = sharding.chunk_key(key, sharding.sequence_axis(block))  # a chunk's own masks
     h = block.dropout(h, key=key, inference=inference)
     return where_valid(mask, x + h), state
 

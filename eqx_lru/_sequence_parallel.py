@@ -59,6 +59,15 @@ class SequenceParallel(AbstractScanMethod):
     scan with `initial_state` then starts at the padding: zero the pads and the state
     stays zero only if `initial_state` is zero.
 
+    **Models.** An `LRUBlock` or `LRUModel` whose cores scan with this method runs on one
+    chunk of each sequence per device, inside `jax.shard_map` (the sequence axis in the
+    `in_specs`, e.g. `P(None, axis_name)` for a batch of token sequences): padding masks
+    use global positions, batch-norm statistics also sum over `axis_name`, mean/last
+    pooling combine the chunks, and dropout folds the chunk index into each example's
+    key (`eqx_lru._sharding`). Not yet across devices: pooling per packed sequence
+    (`segment_ids=` with pooling), the streaming `step`/`chunk` calls and a core's `run`
+    final state.
+
     **Arguments:**
 
     - `axis_name`: the mesh axis the length axis is sharded over (as in

@@ -10,7 +10,10 @@ GLU, layer norm, head) is local; what looks along the sequence goes through this
 - `with_sequence_axis`: batch-norm statistics are sums over the batch *and* the sequence,
     so a `MaskedBatchNorm` also reduces over the sequence axis;
 - `pool`: the mean over valid positions is a `psum` of the chunks' sums, the last valid
-    position is read on the device holding it and broadcast with a `psum`.
+    position is read on the device holding it and broadcast with a `psum`;
+- `chunk_key`: dropout draws each chunk's mask from the example's key folded with the
+    chunk's index, so chunks get independent masks (not the masks of the same sequence
+    on one device: a sequence-parallel run with dropout follows another random stream).
 
 The sequence axis of a model is found from its cores (`sequence_axis`): one declaration,
 the scan method, marks the whole model as sequence-parallel.
@@ -109,3 +112,10 @@ def pool(h: Array, mask: Array | None, length, pooling: str, axis: Hashable | No
     here = (index >= 0) & (index < size)
     value = jnp.where(here, h[jnp.clip(index, 0, size - 1)], jnp.zeros((), h.dtype))
     return jax.lax.psum(value, axis)
+
+
+def chunk_key(key, axis: Hashable | None):
+    """`key` folded with this device's chunk index (`key` itself on one device)."""
+    if key is None or axis is None:
+        return key
+    return jax.random.fold_in(key, jax.lax.axis_index(axis))
