@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PUBLISHED = (
     "experiments/bench/RESULTS-*.md",
     "experiments/bench/STREAMING-*.md",
+    "experiments/bench/HOPPER.md",
     "experiments/lra/MEMORY.md",
     "experiments/paper/README.md",
     "experiments/paper/figures/*",
