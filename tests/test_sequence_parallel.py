@@ -400,5 +400,18 @@ def test_trainer_sequence_parallel(tmp_path):
     assert result["exact"]
 
 
+@pytest.mark.usefixtures("restore_backend_env")
+def test_trainer_refuses_a_split_that_does_not_divide_the_devices(tmp_path, capsys):
+    from experiments.lra import generate, train
+
+    generate.write_listops(tmp_path / "data", (8, 4, 4), seed=0, min_length=5, max_length=9)
+    args = ["--task", "listops", "--data-root", str(tmp_path / "data"), "--out",
+            str(tmp_path / "out"), "--batch-size", "2", "--no-progress"]
+    n = jax.device_count() + 1
+    assert train.main([*args, "--sequence-parallel", str(n)]) == 2
+    assert f"--sequence-parallel {n} must divide the number of devices" in capsys.readouterr().err
+    assert train.main([*args, "--sequence-parallel", "0"]) != 0  # refused by the parser
+
+
 if __name__ == "__main__":
     _device_checks()

@@ -294,8 +294,9 @@ def _set_up(args) -> _Run:
     cfg.update(_env.configure_backend(deterministic=cfg["deterministic"], task=cfg["task"]))
     r = _Run(args, cfg, Path(args.out), time.perf_counter())
     par.initialize_distributed(args.distributed)
-    r.primary, r.mesh = jax.process_index() == 0, par.make_mesh(sequence=int(cfg.get("sequence_parallel") or 1))
+    r.primary = jax.process_index() == 0
     try:
+        r.mesh = par.make_mesh(sequence=int(cfg.get("sequence_parallel") or 1))
         par.check_batch_size(cfg["batch_size"], r.mesh)
         par.check_batch_size(cfg["eval_batch_size"], r.mesh, what="--eval-batch-size")
     except ValueError as e:
