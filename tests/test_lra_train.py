@@ -385,9 +385,16 @@ def test_second_signal_during_a_save_waits_for_it(data, reference, tmp_path, mon
             armed.append(True)
             os.kill(os.getpid(), signal.SIGINT)  # the first: finish the step, save, stop
 
+    def unhandled(signum, frame):
+        raise AssertionError("the second SIGINT reached the default handler during the save")
+
     monkeypatch.setattr(ckpt.os, "replace", replace)
-    code = _main_with_hook(_args(data, out), hook)
-    monkeypatch.undo()
+    previous = signal.signal(signal.SIGINT, unhandled)
+    try:
+        code = _main_with_hook(_args(data, out), hook)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        monkeypatch.undo()
     assert code == 130
     assert json.loads((out / "last.json").read_text())["step"] == 5
     assert train.main(_args(data, out, "--resume")) == 0

@@ -178,7 +178,14 @@ def test_a_folder_in_use_is_refused_and_a_dead_owners_lock_taken_over(tmp_path):
 
 _ZYGOTE = r"""
 import json, os, sys, traceback
-from experiments.lra import train  # imports only: JAX's backend starts in each child
+import equinox as eqx
+from experiments.lra import steps, train  # imports only: JAX's backend starts in each child
+
+# The model's initialisation as one jitted program (one cache hit) instead of dozens of
+# eager operations, each traced, lowered and looked up in every trainer: a trainer starts
+# in a fraction of the time. The same in the reference and in the killed runs.
+_build = eqx.filter_jit(steps.build_model)
+train.build_model = lambda cfg, data, key: _build(cfg, steps.task_spec(data), key)
 print("ready", flush=True)
 for line in sys.stdin:
     argv, log = json.loads(line)
@@ -280,7 +287,7 @@ def _records(out: Path) -> list[tuple]:
     return rows
 
 
-STEPS = 60
+STEPS = 240  # more than 30 kills can use up: each kill lets a trainer do 1-3 steps (+ a few)
 
 
 def _argv(data: Path, out: Path, *extra: str) -> list[str]:
@@ -334,10 +341,10 @@ def test_kill_at_random_moments_never_loses_a_run(tmp_path):
             resume = (out / "config.json").is_file()
             log = tmp_path / f"try{attempts}.log"
             pid = zygote.start(_argv(data, out, *(["--resume"] if resume else [])), log)
-            # Wait until this trainer has written a checkpoint of its own (it is in the loop,
-            # writing one every step), then kill it a random moment later.
-            _wait_for_a_checkpoint(out, log, pid, timeout=120)
-            time.sleep(rng.uniform(0.0, 0.25))
+            # Wait until this trainer has done 1-3 steps of its own (each with a checkpoint),
+            # then kill it a random moment later: mostly inside a checkpoint write.
+            _wait_for_steps(out, log, pid, rng.randint(1, 3), timeout=120)
+            time.sleep(rng.uniform(0.0, 0.03))
             how = rng.choice(["kill"] * 6 + ["term-term", "hup"])
             try:
                 if how == "kill":
@@ -352,9 +359,7 @@ def test_kill_at_random_moments_never_loses_a_run(tmp_path):
                 pass
             code = zygote.wait(pid)
             text = log.read_text() if log.exists() else ""
-            if code == 0:  # finished before the signal: start the run again
-                assert (out / "results.json").is_file(), text[-3000:]
-                break
+            assert code != 0, f"the run finished after {kills} kills: raise STEPS\n{text[-3000:]}"
             expected = {"kill": -signal.SIGKILL, "term-term": 130, "hup": 130}[how]
             assert code == expected, f"{how}: exit status {code}\n{text[-3000:]}"
             assert "Traceback" not in text, text[-3000:]
@@ -364,7 +369,6 @@ def test_kill_at_random_moments_never_loses_a_run(tmp_path):
         log = tmp_path / "final.log"
         pid = zygote.start(_argv(data, out, "--resume"), log)
         assert zygote.wait(pid) == 0, log.read_text()[-3000:]
-        assert kills >= 30 or (out / "results.json").is_file()
         got = [r for r in _records(out) if r[0] != "test"]
         want = [r for r in _records(reference) if r[0] != "test"]
         assert got == want
@@ -378,24 +382,21 @@ def test_kill_at_random_moments_never_loses_a_run(tmp_path):
         zygote.close()
 
 
-def _stamp(out: Path):
-    try:
-        st = (out / "last.json").stat()
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_mtime_ns
+def _last_step(out: Path) -> int:
+    return max((step for split, step, _ in _records(out) if split == "train"), default=0)
 
 
-def _wait_for_a_checkpoint(out: Path, log: Path, pid: int, *, timeout: float) -> None:
-    """Until the trainer `pid` (set up: its log says so) has replaced `last.json`, or ended."""
-    seen, deadline = None, time.monotonic() + timeout
+def _wait_for_steps(out: Path, log: Path, pid: int, n: int, *, timeout: float) -> None:
+    """Until the trainer `pid` has logged `n` train steps after its set-up (its log says when:
+    by then it has cut metrics.jsonl back to its checkpoint), or has ended."""
+    start, deadline = None, time.monotonic() + timeout
     while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-        if seen is None:
+        if start is None:
             if log.exists() and "set up in" in log.read_text():
-                seen = (_stamp(out),)
-        elif _stamp(out) != seen[0]:
+                start = _last_step(out)
+        elif _last_step(out) >= start + n:
             return
-        time.sleep(0.01)
+        time.sleep(0.005)
 
 
 # -------------------------------------------------- --time-limit from process start
