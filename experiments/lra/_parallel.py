@@ -14,6 +14,21 @@ environment says this is one process of many (`JAX_COORDINATOR_ADDRESS`, or a SL
 MPI launch with more than one task). Each process then loads only its rows of each global
 batch (`process_rows`) and `shard_batch` assembles the global array with
 `jax.make_array_from_process_local_data`.
+
+Tested for real (tests/test_distributed.py) as two processes of two CPU devices each on
+one machine, e.g. for process `i` of 2:
+
+    JAX_COORDINATOR_ADDRESS=127.0.0.1:12345 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=i \
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu \
+    python -m experiments.lra.train --distributed on --task listops ... --out SHARED
+
+Only process 0 writes to `--out` (which all processes must see for `--resume`). If a
+process dies, the others stop with the distributed runtime's error ("another task died")
+after `LRA_HEARTBEAT_TIMEOUT` seconds without its heartbeat (JAX's default: 100).
+
+**Sequence parallel.** `--sequence-parallel N` makes the mesh 2-D, `("data", "seq")`:
+each sequence split over the N devices of a row (`eqx_lru.SequenceParallel`), the batch
+over the rows. Keep N within the devices of one process (rows are consecutive devices).
 """
 
 import os
@@ -44,6 +59,9 @@ AXIS = "data"
 SEQ_AXIS = "seq"
 
 _ENV_TASKS = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+#: Seconds without a heartbeat after which the distributed runtime declares a process
+#: dead and stops the others with an error (JAX's default: 100).
+HEARTBEAT_ENV = "LRA_HEARTBEAT_TIMEOUT"
 
 
 def distributed_env() -> str | None:
@@ -71,9 +89,17 @@ def initialize_distributed(mode: str = "auto") -> bool:
     if mode == "off" or (mode == "auto" and distributed_env() is None):
         return False
     kwargs = {}
-    for env, arg in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
+    for env, arg in (
+        ("JAX_NUM_PROCESSES", "num_processes"),
+        ("JAX_PROCESS_ID", "process_id"),
+        (HEARTBEAT_ENV, "heartbeat_timeout_seconds"),
+    ):
         if os.environ.get(env):
             kwargs[arg] = int(os.environ[env])
+    # The CPU backend's collectives across processes: gloo (JAX 0.10.2's default; without
+    # any, a multi-process CPU run fails at its first cross-process all-reduce).
+    if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(**kwargs)
     return True
 
