@@ -31,8 +31,11 @@ batch of examples (`batch` and `length` are symbolic: one artifact serves every 
   the same function, real arithmetic), written by `_onnx.py` (a jaxpr → ONNX translator;
   why not jax2onnx is said there) and run by onnxruntime. Constants are folded at export:
   batch norm becomes one scale and shift per channel. The whole-sequence ONNX model runs
-  the step in an ONNX `Loop` over the positions (the recurrence, not the parallel scan),
-  so it also returns the carry after the last valid position.
+  the step in an ONNX `Loop` over the positions (the recurrence, not the parallel scan):
+  `(x, length, *carry) -> (out, *carry)`, starting from a carry (zeros for a new
+  sequence, or the carry of an earlier call: chunked prefill) and returning the one after
+  the last valid position; `out` is the output at position `length - 1` (with
+  `pooling=None`, every position's, zero at pads).
 
 The exported programs do not check their inputs: token ids must be in `[0, vocab_size)`
 (out-of-range ids are clamped, as JAX does) and `1 <= length <= x.shape[1]`.
