@@ -442,3 +442,20 @@ def test_time_limit_too_short_for_one_step_is_an_error(data, tmp_path, capsys):
     (line,) = [x for x in err.splitlines() if x.startswith("error:")]
     assert "--time-limit 1 min is too short for one step: 100 s of it went to" in line
     assert not (out / "last.eqx").exists()
+
+
+def test_second_signal_between_saves_aborts_at_once(data, reference, tmp_path):
+    """Two Ctrl-C in a row between checkpoints, in-process (`hard_abort=False`, as in a
+    notebook): `Abort` at once, the last checkpoint (step 3) complete and resumable."""
+    out = tmp_path / "run"
+
+    def hook(step):
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(train.Abort, match="second SIGINT"):
+        train.run(_args(data, out), hook=hook)
+    assert json.loads((out / "last.json").read_text())["step"] == 3
+    assert train.main(_args(data, out, "--resume")) == 0
+    assert _losses(out) == _losses(reference[1])

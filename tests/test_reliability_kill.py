@@ -195,7 +195,7 @@ for line in sys.stdin:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         try:
-            code = train.main(argv)
+            code = train.main(argv, hard_abort=True)  # as `python -m experiments.lra.train`
         except BaseException:
             traceback.print_exc()
             code = 99

@@ -75,11 +75,14 @@ class Stop:
     - While training: the first signal sets `reason`; the loop finishes its step, writes a
       checkpoint and exits with status 130.
     - A second signal during a checkpoint write (`with stop.saving():`) waits for the write
-      to finish, then raises `Abort`; outside one it ends the process at once with
-      `os._exit(130)` (no unwinding through JAX), the last checkpoint on disk being complete.
+      to finish, then raises `Abort`; outside one it raises `Abort` there and then, or, with
+      `hard_abort` (the command line), ends the process at once with `os._exit(130)` (no
+      unwinding through JAX); either way the last checkpoint on disk is complete. (In a
+      notebook, `hard_abort=False` keeps the kernel alive.)
     """
 
-    def __init__(self):
+    def __init__(self, *, hard_abort: bool = False):
+        self.hard_abort = hard_abort
         self.reason: str | None = None
         self.training = False
         self._saving = 0
@@ -104,12 +107,14 @@ class Stop:
         elif self._saving:
             self._abort = name
             self._say(f"\n{name} again: aborting once the checkpoint being written is complete.\n")
-        else:
+        elif self.hard_abort:
             self._say(
                 f"\n{name} again: aborted; the last checkpoint on disk is complete (resume with "
                 "--resume).\n"
             )
             os._exit(130)
+        else:
+            raise Abort(f"second {name}; the last checkpoint on disk is complete")
 
     @contextlib.contextmanager
     def saving(self):

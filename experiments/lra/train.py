@@ -246,6 +246,7 @@ def run(
     hook: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     started: float | None = None,
+    hard_abort: bool = False,
 ) -> dict[str, Any]:
     """Train (or continue) one run; the body of the CLI.
 
@@ -257,6 +258,8 @@ def run(
     - `clock`: seconds, for `--time-limit` (tests inject a fake one).
     - `started`: the `clock` reading `--time-limit` counts from (default: now; the CLI
         passes the process's start).
+    - `hard_abort`: a second signal outside a checkpoint write ends the process at once
+        (`os._exit(130)`, the CLI) instead of raising `Abort` (see `_loop.Stop`).
 
     **Returns:** a dict: `status` (`"finished"`, `"stopped"` by `--stop-at` or
     `--time-limit`, or `"interrupted"`), `step`, `steps_per_sec`, `best_val_accuracy`,
@@ -267,7 +270,7 @@ def run(
     `RunError` for a non-finite loss or an out-of-memory error.
     """
     started = clock() if started is None else started
-    with Stop() as stop:  # signals: flags; before training they end the run at once
+    with Stop(hard_abort=hard_abort) as stop:  # signals: flags; before training they end the run
         r = _set_up(args)
         r.started, r.stop = started, stop
         try:
@@ -791,13 +794,16 @@ _USER_ERRNOS = {
 
 
 def main(
-    argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time.monotonic, started: float | None = None
+    argv: Sequence[str] | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    started: float | None = None,
+    hard_abort: bool = False,
 ) -> int:
     """The CLI: `run(argv)`, with user errors as one `error:` line; returns the exit status.
-    `started`: the `clock` reading `--time-limit` counts from (`python -m` passes the
-    process's start)."""
+    `started`, `hard_abort`: see `run` (`python -m` passes the process's start and True)."""
     try:
-        results = run(argv, clock=clock, started=started)
+        results = run(argv, clock=clock, started=started, hard_abort=hard_abort)
     except OSError as e:  # a file or folder the user can fix; anything else is a bug
         if e.errno not in _USER_ERRNOS or e.filename is None:
             raise
@@ -819,4 +825,4 @@ def main(
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(started=time.monotonic() - process_age()))
+    raise SystemExit(main(started=time.monotonic() - process_age(), hard_abort=True))
