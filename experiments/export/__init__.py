@@ -477,10 +477,10 @@ def export_run(
     return artifact
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The CLI; returns the exit status (user errors: one `error:` line, status 2)."""
+def _parser():
     import argparse
-    import sys
+
+    from experiments._flags import output_folder
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.export",
@@ -493,9 +493,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="export one streaming step (state in, state out) instead of the whole sequence",
     )
-    parser.add_argument("--dest", default=None, help="output folder (default RUN/export)")
+    parser.add_argument(
+        "--dest", type=output_folder, default=None, help="output folder (default RUN/export)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI; returns the exit status (user errors: one `error:` line, status 2)."""
+    from experiments._flags import report_os_errors
+
+    return report_os_errors(_main)(argv)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    import sys
+
     try:
-        args = parser.parse_args(argv)
+        args = _parser().parse_args(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     try:
