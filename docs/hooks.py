@@ -25,6 +25,7 @@ PUBLISHED = (
 )
 REQUIRED = (
     "experiments/bench/RESULTS-cpu.md",
+    "experiments/bench/STREAMING-cpu.md",
     "experiments/lra/MEMORY.md",
     "experiments/paper/README.md",
     "experiments/ldstack/README.md",
