@@ -44,24 +44,12 @@ from ._scan import default_method as default_method
 from ._scan import linear_recurrence as linear_recurrence
 from ._sequence_parallel import SequenceParallel as SequenceParallel
 
-# The ablation ladder lives in `eqx_lru.ablation`; these names stay here for one version.
+# Subpackages: the paper's ablation ladder, and the baseline cores (S4D, S5, LDS)
 from . import ablation as ablation
-from .ablation import ABLATION_CORES as ABLATION_CORES
-from .ablation import AbstractDenseRNN as AbstractDenseRNN
-from .ablation import DenseRNN as DenseRNN
-from .ablation import DiagonalRNN as DiagonalRNN
-from .ablation import LinearDenseRNN as LinearDenseRNN
-from .ablation import to_diagonal as to_diagonal
-from .ablation._moved import AbstractDiagonalRNN as AbstractDiagonalRNN
-from .ablation._moved import DiagonalExp as DiagonalExp
-from .ablation._moved import DiagonalRealImag as DiagonalRealImag
-from .ablation._moved import DiagonalStableExp as DiagonalStableExp
+from . import baselines as baselines
 
 __all__ = [
-    "ABLATION_CORES",
     "AbstractAlgebra",
-    "AbstractDenseRNN",
-    "AbstractDiagonalRNN",
     "AbstractLRU",
     "AbstractRecurrentCore",
     "AbstractScanMethod",
@@ -70,17 +58,11 @@ __all__ = [
     "Block2x2",
     "ComplexLRU",
     "DenseAlgebra",
-    "DenseRNN",
     "Diagonal",
-    "DiagonalExp",
-    "DiagonalRNN",
-    "DiagonalRealImag",
-    "DiagonalStableExp",
     "GLU",
     "LRUBlock",
     "LRUModel",
     "LRURetrievalModel",
-    "LinearDenseRNN",
     "MaskedBatchNorm",
     "PallasScan",
     "RealLRU",
@@ -88,6 +70,7 @@ __all__ = [
     "SequenceParallel",
     "Sequential",
     "ablation",
+    "baselines",
     "default_method",
     "gamma_log_init",
     "linear_recurrence",
@@ -100,7 +83,6 @@ __all__ = [
     "ring_init",
     "scan_method",
     "to_complex",
-    "to_diagonal",
     "to_real",
     "train_step",
     "valid_mask",

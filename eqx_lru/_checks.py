@@ -4,6 +4,7 @@ argument, and says how to fix it."""
 
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,7 +136,12 @@ def check_choice(name: str, value: object, choices: tuple) -> None:
 def check_sequence(u: Array, d_model: int, dtype=None, name: str = "u") -> None:
     """A `ValueError` naming `name` unless it is one sequence `(length >= 1, d_model)` (of
     `dtype`, if given)."""
-    if u.ndim != 2 or u.shape[1] != d_model or u.shape[0] == 0:
+    if u.ndim == 2 and u.shape[1] == d_model and u.shape[0] == 0:
+        raise ValueError(
+            f"`{name}` has length 0; a sequence needs at least one position (shape "
+            "(length, d_model) with length >= 1)."
+        )
+    if u.ndim != 2 or u.shape[1] != d_model:
         raise ValueError(
             f"`{name}` must have shape (length, d_model) with length >= 1 and "
             f"d_model={d_model}; got shape {u.shape}. Batch with `jax.vmap`: a core acts on "
@@ -184,3 +190,19 @@ def check_segment_ids(segment_ids, length: int):
             f"{segment_ids.dtype} of shape {segment_ids.shape}."
         )
     return segment_ids
+
+
+def check_length(length, size: int) -> Array:
+    """`length` (the number of valid leading positions of a sequence of `size`) as an int32
+    scalar; a `ValueError` naming `length` unless it is a scalar integer, and inside `jit` an
+    `eqx.error_if` unless `1 <= length <= size`."""
+    length = jnp.asarray(length)
+    if length.shape != () or not jnp.issubdtype(length.dtype, jnp.integer):
+        raise ValueError(
+            "`length` must be a scalar integer (the number of valid leading positions); got "
+            f"{length.dtype} of shape {length.shape}."
+        )
+    length = length.astype(jnp.int32)
+    return eqx.error_if(
+        length, (length < 1) | (length > size), f"`length` must be between 1 and {size}."
+    )

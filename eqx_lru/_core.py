@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Integer, PRNGKeyArray, PyTree
 
+from ._checks import check_length, check_segment_ids
+
 
 class AbstractRecurrentCore(eqx.Module):
     r"""A recurrent core: `ComplexLRU`, `RealLRU`, the ablation cores, `baselines.S4D`,
@@ -114,6 +116,40 @@ class AbstractRecurrentCore(eqx.Module):
         return y
 
 
+
+class AbstractStatesCore(AbstractRecurrentCore):
+    """A core whose `run` computes all its states in one pass (a scan), then its outputs
+    from them: the library's cores. Subclasses implement `_states`, `_outputs` and, if
+    their scan stores states in another layout than `init_state()`'s, `_final`."""
+
+    @abc.abstractmethod
+    def _states(
+        self, u: Array, initial_state: ArrayLike | None, reverse: bool, segment_ids
+    ) -> PyTree[Array]:
+        """The state after every position (leading length axis), with the argument checks
+        (`segment_ids` is checked already)."""
+
+    @abc.abstractmethod
+    def _outputs(
+        self, states: PyTree[Array], u: Array, initial_state, reverse: bool, segment_ids
+    ) -> Array:
+        """The outputs, from `_states`' result and the inputs."""
+
+    def _final(self, state: PyTree[Array]) -> PyTree[Array]:
+        """One stored state (of `_states`' result) in `init_state()`'s layout."""
+        return state
+
+    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
+        """See `AbstractRecurrentCore.run`: `(y, final_state)`; feed `final_state` back as
+        `initial_state=` to continue the sequence in the next chunk (chunked runs equal one
+        run, and `step` token by token)."""
+        u = jnp.asarray(u)
+        segment_ids = check_segment_ids(segment_ids, u.shape[0] if u.ndim else 0)
+        states = self._states(u, initial_state, reverse, segment_ids)
+        y = self._outputs(states, u, initial_state, reverse, segment_ids)
+        return y, self._final(final_state(states, reverse=reverse, length=length))
+
+
 def final_state(
     states: PyTree[Array], *, reverse: bool, length: Integer[ArrayLike, ""] | None
 ) -> PyTree[Array]:
@@ -126,7 +162,7 @@ def final_state(
             return x[0]
         if length is None:
             return x[-1]
-        index = jnp.asarray(length).astype(jnp.int32) - 1
+        index = check_length(length, x.shape[0]) - 1
         return jax.lax.dynamic_index_in_dim(x, index, 0, keepdims=False)
 
     return jax.tree_util.tree_map(pick, states)

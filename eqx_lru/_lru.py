@@ -24,7 +24,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, Integer, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, PRNGKeyArray, jaxtyped
 
 from . import _projection as projection
 from ._algebra import AbstractAlgebra, Diagonal, RotationScaling
@@ -41,15 +41,15 @@ from ._checks import (
     complex_float_dtype,
     float_dtype,
 )
-from ._core import AbstractRecurrentCore, final_state, rebuild
+from ._core import AbstractStatesCore, rebuild
 from ._init import lru_init
 from ._methods import AbstractScanMethod, scan_method
 from ._projection import Precision, check_precision
 from ._scan import ScanMethod, recurrence
-from ._storage import Cast, ComplexPairs, Storage
+from ._storage import AbstractStorage, Cast, ComplexPairs, Identity
 
 
-class AbstractModalCore(AbstractRecurrentCore):
+class AbstractModalCore(AbstractStatesCore):
     r"""A diagonal linear core with real projections and planar states (the LRU forms and
     `eqx_lru.ablation.DiagonalRNN`):
 
@@ -96,7 +96,7 @@ class AbstractModalCore(AbstractRecurrentCore):
         r"""The input normalisation $\gamma$ (ones for cores without it)."""
 
     @abc.abstractmethod
-    def _storage(self) -> Storage:
+    def _storage(self) -> AbstractStorage:
         """How the scan stores the sequence of states: as the planar real pairs `(length, 2,
         d_state)` that the projections write and read (see `eqx_lru._storage`)."""
 
@@ -116,7 +116,8 @@ class AbstractModalCore(AbstractRecurrentCore):
         return ""
 
     def _check_state(self, state: Array) -> None:
-        check_state(state, self.init_state(), type(self).__name__, self._state_hint(state))
+        core = f"{type(self).__name__} ({self._state_layout})"
+        check_state(state, self.init_state(), core, self._state_hint(state))
 
     def _state_pairs(
         self,
@@ -161,40 +162,19 @@ class AbstractModalCore(AbstractRecurrentCore):
         pairs = self._state_pairs(jnp.asarray(u), initial_state, reverse)
         return self._from_algebra(self._storage().load(pairs))
 
-    @jaxtyped(typechecker=beartype)
-    def run(
-        self,
-        u: Float[ArrayLike, "length d_model"],
-        *,
-        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
-        reverse: bool = False,
-        length: Integer[ArrayLike, ""] | None = None,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
-    ) -> tuple[Float[Array, "length d_model"], Inexact[Array, "d_state ..."]]:
-        r"""`__call__` that also returns the state after the last valid position: position
-        `length - 1` (forward; all positions if `length` is `None`) or position 0
-        (reverse). Feed it back as `initial_state=` to continue the sequence in the next
-        chunk: chunked calls equal one call and `step` token by token.
+    def _states(self, u, initial_state, reverse, segment_ids) -> Float[Array, "length 2 d_state"]:
+        return self._state_pairs(u, initial_state, reverse, segment_ids)
 
-        **Returns:** `(y, final_state)`, `final_state` in `init_state()`'s layout.
-        """
-        u = jnp.asarray(u)
-        pairs = self._state_pairs(u, initial_state, reverse, segment_ids)
-        y = projection.project_out(pairs, self.C_re, self.C_im, **self._projection_options())
-        last = final_state(pairs, reverse=reverse, length=length)
-        final = self._from_algebra(self._storage().load(last[None])[0])
-        return y + self.D * u, final.astype(self.init_state().dtype)
+    def _outputs(self, states, u, initial_state, reverse, segment_ids) -> Array:
+        del initial_state, reverse, segment_ids
+        y = projection.project_out(states, self.C_re, self.C_im, **self._projection_options())
+        return y + self.D * u
 
-    @jaxtyped(typechecker=beartype)
-    def __call__(
-        self,
-        u: Float[ArrayLike, "length d_model"],
-        *,
-        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
-        reverse: bool = False,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
-        key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "length d_model"]:
+    def _final(self, state: Float[Array, "2 d_state"]) -> Inexact[Array, "d_state ..."]:
+        final = self._from_algebra(self._storage().load(state[None])[0])
+        return final.astype(self.init_state().dtype)
+
+    def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
         r"""Run the layer over one sequence.
 
         **Arguments:**
@@ -212,11 +192,7 @@ class AbstractModalCore(AbstractRecurrentCore):
 
         **Returns:** $y$, shape `(length, d_model)`.
         """
-        del key
-        y, _ = self.run(
-            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids
-        )
-        return y
+        return super().__call__(u, **options)
 
     @jaxtyped(typechecker=beartype)
     def step(
@@ -443,7 +419,7 @@ class ComplexLRU(AbstractLRU):
             )
         return None
 
-    def _storage(self) -> Storage:
+    def _storage(self) -> AbstractStorage:
         return ComplexPairs()
 
     def _to_algebra(self, state: Complex[Array, "*batch d_state"]) -> Array:
@@ -496,9 +472,9 @@ class RealLRU(AbstractLRU):
             return " It looks transposed: pass `state.T` (the pair is the last axis)."
         return ""
 
-    def _storage(self) -> Storage:
+    def _storage(self) -> AbstractStorage:
         if self.compute_dtype is None:
-            return Storage()
+            return Identity()
         # A float32 carry over bfloat16 (say) inputs and states.
         return Cast(compute=self.nu_log.dtype.name, stored=self.compute_dtype)
 

@@ -9,7 +9,6 @@ end), so a method never writes a backward pass of its own. Strings are shortcuts
 """
 
 import abc
-import importlib
 from collections.abc import Callable
 
 import equinox as eqx
@@ -18,7 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from ._algebra import AbstractAlgebra
-from ._storage import Storage
+from ._storage import AbstractStorage
 
 
 class AbstractScanMethod(eqx.Module):
@@ -36,7 +35,7 @@ class AbstractScanMethod(eqx.Module):
     def adjoint_scan_shared(
         self,
         algebra: AbstractAlgebra,
-        storage: Storage,
+        storage: AbstractStorage,
         algebra_t: AbstractAlgebra,
         a_t: Array,
         g: Array,
@@ -57,7 +56,7 @@ class AbstractScanMethod(eqx.Module):
     def scan(
         self,
         algebra: AbstractAlgebra,
-        storage: Storage,
+        storage: AbstractStorage,
         a: Array,
         b: Array,
         h_init: Array,
@@ -176,25 +175,18 @@ class Auto(AbstractScanMethod):
         return self.resolve().scan(algebra, storage, a, b, h_init, shared=shared, reverse=reverse)
 
 
-def _pallas() -> AbstractScanMethod:
-    try:
-        module = importlib.import_module("eqx_lru._pallas")
-    except ModuleNotFoundError as e:
-        if e.name != "eqx_lru._pallas":
-            raise
-        raise ValueError(
-            "`method='pallas'` needs the Pallas kernel (eqx_lru.PallasScan), which this "
-            "installation does not have."
-        ) from e
-    return module.PallasScan()
-
-
 _SHORTCUTS: dict[str, Callable[[], AbstractScanMethod]] = {
     "auto": Auto,
     "sequential": Sequential,
     "associative": Associative,
-    "pallas": _pallas,
 }
+
+
+def register_shortcut(name: str, make: Callable[[], AbstractScanMethod]) -> None:
+    """Make `scan_method(name)` return `make()`. The module that defines a method registers
+    its shortcut (`eqx_lru._pallas` registers `"pallas"`), so this module imports none of
+    them."""
+    _SHORTCUTS[name] = make
 
 
 def scan_method(method: "str | AbstractScanMethod") -> AbstractScanMethod:

@@ -68,8 +68,8 @@ from jax.experimental import pallas as pl
 from jaxtyping import Array
 
 from ._algebra import Diagonal, RotationScaling
-from ._methods import AbstractScanMethod
-from ._storage import Cast, ComplexPairs, Storage
+from ._methods import AbstractScanMethod, register_shortcut
+from ._storage import Cast, ComplexPairs, Identity
 
 try:  # the Triton backend's masked memory ops (names vary across versions)
     from jax.experimental.pallas import triton as _pltriton
@@ -541,7 +541,7 @@ class PallasScan(AbstractScanMethod):
 
     Supports `Diagonal` (real; complex, either as `ComplexPairs` planar pairs — the
     layout `ComplexLRU` uses — or as complex arrays, converted to pairs and back) and
-    `RotationScaling` (`RealLRU`), with the plain `Storage` or `Cast` (e.g. bfloat16
+    `RotationScaling` (`RealLRU`), with the plain `Identity` storage or `Cast` (e.g. bfloat16
     states and inputs with a float32 carry). The backward pass is the same kernel on the
     adjoint recurrence (the custom VJP of `eqx_lru.linear_recurrence`); for a shared
     transition it also sums the transition's cotangent in the same pass.
@@ -587,7 +587,7 @@ class PallasScan(AbstractScanMethod):
         kind, store = type(algebra), type(storage)
         if kind is Diagonal and store is ComplexPairs:
             return "pairs", (1, 2, b[0, 0].size), storage.conjugate
-        if store in (Storage, Cast):
+        if store in (Identity, Cast):
             if kind is Diagonal and jnp.issubdtype(b.dtype, jnp.complexfloating):
                 return "complex", (1, 2, b[0].size), False
             if kind is Diagonal and jnp.issubdtype(b.dtype, jnp.floating):
@@ -600,7 +600,7 @@ class PallasScan(AbstractScanMethod):
     def _unsupported(self, algebra, storage, b) -> ValueError:
         return ValueError(
             f"PallasScan supports the Diagonal (real or complex) and RotationScaling algebras "
-            f"with Storage, Cast or (Diagonal only) ComplexPairs storage; got algebra "
+            f"with Identity, Cast or (Diagonal only) ComplexPairs storage; got algebra "
             f"{algebra!r} with storage {storage!r} and inputs of dtype {b.dtype}. Use "
             "method='sequential' or 'associative' for it."
         )
@@ -653,7 +653,7 @@ class PallasScan(AbstractScanMethod):
         elif kind == "complex":
             load_lam = load_h = ComplexPairs().load
         else:
-            load_lam = load_h = Storage().load
+            load_lam = load_h = Identity().load
         parts = state[1]
         stored_state = (2,) + g.shape[1:] if kind == "complex" else g.shape[1:]
         sums = sums.reshape(state[0], parts, parts, state[2])
@@ -666,3 +666,6 @@ class PallasScan(AbstractScanMethod):
                 term = algebra.transition_cotangent_sum(load_lam(lam_ij), load_h(h_j))
                 total = term if total is None else total + term
         return lam, total
+
+
+register_shortcut("pallas", PallasScan)

@@ -42,9 +42,7 @@ from ._algebra import Block2x2 as Block2x2
 from ._algebra import Diagonal as Diagonal
 from ._algebra import RotationScaling as RotationScaling
 from ._methods import AbstractScanMethod, Auto, scan_method
-from ._storage import Cast as Cast
-from ._storage import ComplexPairs as ComplexPairs
-from ._storage import Storage as Storage
+from ._storage import AbstractStorage, Identity
 
 # What `method=` accepts: an `AbstractScanMethod` or a string shortcut (see `scan_method`).
 ScanMethod = str | AbstractScanMethod
@@ -58,7 +56,7 @@ def default_method() -> AbstractScanMethod:
 
 class _Config(NamedTuple):
     algebra: AbstractAlgebra
-    storage: Storage
+    storage: AbstractStorage
     method: AbstractScanMethod
     shared: bool
     reverse: bool
@@ -138,7 +136,7 @@ _REDUCE_BLOCK = 64
 
 
 def _shifted_cotangent_sum(
-    algebra: AbstractAlgebra, storage: Storage, lam_stored: Array, hs: Array, reverse: bool
+    algebra: AbstractAlgebra, storage: AbstractStorage, lam_stored: Array, hs: Array, reverse: bool
 ) -> Array:
     """Σ_k λ_k ⊗ h_{k-1}ᵀ over the steps k ≥ 1 (forward order), from the stored arrays.
 
@@ -234,13 +232,13 @@ def recurrence(
     b: Array,
     *,
     algebra: AbstractAlgebra,
-    storage: Storage = Storage(),
+    storage: AbstractStorage = Identity(),
     initial_state: Array | None = None,
     reverse: bool = False,
     method: ScanMethod = "auto",
     segment_ids: Array | None = None,
 ) -> Array:
-    """`linear_recurrence` without argument checks, over stored states (see `Storage`).
+    """`linear_recurrence` without argument checks, over stored states (see `AbstractStorage`).
 
     Internal entry point for the layers: `b` and the result are in the stored form,
     `a` and `initial_state` in the algebra's. Shapes are the caller's responsibility.

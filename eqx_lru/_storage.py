@@ -4,27 +4,31 @@ Internal: the layers use it to keep complex states as real pairs (no conversion 
 the whole sequence) or low-precision states with a float32 carry.
 """
 
+import abc
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
 
-class Storage(eqx.Module):
-    """Identity storage: the stored arrays are the states.
+class AbstractStorage(eqx.Module):
+    """How the scan stores states: `load` and `store` are mutually inverse linear maps (up to
+    rounding) between the stored form and the algebra's form, acting on arrays with a
+    leading length (or block) axis. `load_cotangent`/`store_cotangent` are their transposes
+    (`store`'s and `load`'s), and `cotangent()` is the storage whose `load`/`store` are
+    those transposes, i.e. how the backward pass stores the cotangents of the states.
 
-    `load` and `store` are mutually inverse linear maps (up to rounding) between the stored
-    form and the algebra's form; `load_cotangent`/`store_cotangent` are their transposes
-    (`store`'s and `load`'s), and `cotangent()` is the storage whose `load`/`store` are those
-    transposes, i.e. how the backward pass stores the cotangents of the states. All act on
-    arrays with a leading length (or block) axis.
+    Implementations (final): `Identity`, `ComplexPairs`, `Cast`.
     """
 
+    @abc.abstractmethod
     def load(self, x: Array) -> Array:
-        return x
+        """Stored form → the algebra's form."""
 
+    @abc.abstractmethod
     def store(self, h: Array) -> Array:
-        return h
+        """The algebra's form → stored form."""
 
     def load_cotangent(self, g: Array) -> Array:
         return self.cotangent().load(g)
@@ -32,13 +36,23 @@ class Storage(eqx.Module):
     def store_cotangent(self, ct: Array) -> Array:
         return self.cotangent().store(ct)
 
-    def cotangent(self) -> "Storage":
-        """The storage of the adjoint recurrence (self for storages that are their own
+    def cotangent(self) -> "AbstractStorage":
+        """The storage of the adjoint recurrence (itself for storages that are their own
         transpose)."""
         return self
 
 
-class ComplexPairs(Storage):
+class Identity(AbstractStorage):
+    """The stored arrays are the states."""
+
+    def load(self, x: Array) -> Array:
+        return x
+
+    def store(self, h: Array) -> Array:
+        return h
+
+
+class ComplexPairs(AbstractStorage):
     """Complex states stored as real pairs: a stored array `(length, 2, *state_shape)` holds
     the real parts in `[:, 0]` and the imaginary parts in `[:, 1]` (planar, the layout of
     `RotationScaling` states).
@@ -56,11 +70,11 @@ class ComplexPairs(Storage):
     def store(self, h: Array) -> Array:
         return jnp.stack([h.real, -h.imag if self.conjugate else h.imag], axis=1)
 
-    def cotangent(self) -> Storage:
+    def cotangent(self) -> AbstractStorage:
         return ComplexPairs(conjugate=not self.conjugate)
 
 
-class Cast(Storage):
+class Cast(AbstractStorage):
     """States computed (and carried from step to step) in `compute`, stored in `stored`,
     e.g. a float32 recurrence over bfloat16 inputs and outputs.
 

@@ -338,18 +338,12 @@ def test_rung_plugs_into_a_block(getkey):
     assert not jnp.allclose(y, y_other)
 
 
-def test_namespace_and_moved_names(getkey):
+def test_namespace():
+    """The ladder's names live behind `eqx_lru.ablation` only (no top-level aliases)."""
     assert all(hasattr(ablation, name) for name in ablation.__all__)
-    # Kept at the top level for one version:
-    assert eqx_lru.ABLATION_CORES is ABLATION_CORES
-    assert eqx_lru.AbstractDiagonalRNN is DiagonalRNN
+    assert eqx_lru.ablation is ablation and "ablation" in eqx_lru.__all__
+    for name in ablation.__all__:
+        assert not hasattr(eqx_lru, name), name
+    for old in ("AbstractDiagonalRNN", "DiagonalRealImag", "DiagonalExp", "DiagonalStableExp"):
+        assert not hasattr(eqx_lru, old) and not hasattr(ablation, old)
     assert isinstance(eqx_lru.DenseAlgebra(), eqx_lru.AbstractAlgebra)
-    assert eqx_lru.to_diagonal is to_diagonal and eqx_lru.DiagonalRNN is DiagonalRNN
-    for old, parameterisation in (
-        ("DiagonalRealImag", "real_imag"),
-        ("DiagonalExp", "exp"),
-        ("DiagonalStableExp", "stable_exp"),
-    ):
-        with pytest.warns(DeprecationWarning, match="parameterisation"):
-            core = getattr(eqx_lru, old)(H, N, key=getkey())
-        assert isinstance(core, DiagonalRNN) and core.parameterisation == parameterisation

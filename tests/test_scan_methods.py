@@ -19,6 +19,7 @@ from reference import recurrence_loop
 
 import eqx_lru
 from eqx_lru import _scan
+from eqx_lru._storage import ComplexPairs
 
 METHODS = ("sequential", "associative")
 # The default sequential loop (one step per iteration); `test_sequential_blocks_and_tails`
@@ -254,7 +255,7 @@ def test_complex_pairs_storage_matches_complex_states():
                 a,
                 pairs,
                 algebra=algebra,
-                storage=_scan.ComplexPairs(),
+                storage=ComplexPairs(),
                 initial_state=h0,
                 method=method,
             )

@@ -5,10 +5,10 @@ import abc
 import equinox as eqx
 from jaxtyping import Array, Complex, Float
 
-from .._core import AbstractRecurrentCore
+from .._core import AbstractStatesCore
 
 
-class AbstractAblationCore(AbstractRecurrentCore):
+class AbstractAblationCore(AbstractStatesCore):
     r"""A recurrent core of the ladder, $y_k = \text{readout}(x_k) + D \odot u_k$: an
     `eqx_lru.AbstractRecurrentCore` (so `eqx_lru.LRUBlock(core=...)` takes any of them),
     with the skip $D \odot u$ of the LRU on every rung.

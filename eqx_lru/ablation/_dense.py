@@ -10,21 +10,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Complex, Float, Integer, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, PRNGKeyArray, jaxtyped
 
 from .._algebra import DenseAlgebra
 from .._checks import (
     Size,
     check_choice,
     check_key,
-    check_segment_ids,
     check_sequence,
     check_size,
     check_state,
     check_token,
     float_dtype,
 )
-from .._core import final_state
 from .._methods import AbstractScanMethod, scan_method
 from .._scan import ScanMethod, recurrence, segment_starts
 from ._core import AbstractAblationCore
@@ -80,7 +78,7 @@ class AbstractDenseRNN(AbstractAblationCore):
         r"""$x_k$ from $x_{k-1}$ and $B u_k$: $\sigma(A x_{k-1} + B u_k)$."""
 
     @abc.abstractmethod
-    def _states(
+    def _scan(
         self, bu: Array, initial_state: Array, reverse: bool, segment_ids: Array | None
     ) -> Float[Array, "length d_state"]:
         """All states from the inputs $B u_k$ (one sequence), `_cell` after `_cell`."""
@@ -97,43 +95,21 @@ class AbstractDenseRNN(AbstractAblationCore):
     def _check_state(self, state: Array) -> None:
         check_state(state, self.init_state(), type(self).__name__)
 
-    @jaxtyped(typechecker=beartype)
     def hidden_states(
-        self,
-        u: Float[ArrayLike, "length d_model"],
-        *,
-        initial_state: Float[ArrayLike, " d_state"] | None = None,
-        reverse: bool = False,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        self, u: Array, *, initial_state: Array | None = None, reverse: bool = False
     ) -> Float[Array, "length d_state"]:
-        """All hidden states $x_0, \\dots, x_{L-1}$ (same arguments as `run`)."""
-        u = jnp.asarray(u)
-        check_sequence(u, self.d_model)
-        if initial_state is None:
-            initial_state = self.init_state()
-        initial_state = jnp.asarray(initial_state)
-        self._check_state(initial_state)
-        segment_ids = check_segment_ids(segment_ids, u.shape[0])
-        return self._states(u @ self.B.T, initial_state, reverse, segment_ids)
+        """All hidden states $x_0, \\dots, x_{L-1}$ (as in `run`)."""
+        return self._states(jnp.asarray(u), initial_state, reverse, None)
 
-    @jaxtyped(typechecker=beartype)
-    def run(
-        self,
-        u: Float[ArrayLike, "length d_model"],
-        *,
-        initial_state: Float[ArrayLike, " d_state"] | None = None,
-        reverse: bool = False,
-        length: Integer[ArrayLike, ""] | None = None,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
-    ) -> tuple[Float[Array, "length d_model"], Float[Array, " d_state"]]:
-        r"""$y_k = C x_k + D \odot u_k$ over one sequence, and the state after the last
-        valid position (see `eqx_lru.AbstractRecurrentCore.run`)."""
-        u = jnp.asarray(u)
-        states = self.hidden_states(
-            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids
-        )
-        final = final_state(states, reverse=reverse, length=length)
-        return states @ self.C.T + self.D * u, final
+    def _states(self, u, initial_state, reverse, segment_ids) -> Float[Array, "length d_state"]:
+        check_sequence(u, self.d_model)
+        initial_state = self.init_state() if initial_state is None else jnp.asarray(initial_state)
+        self._check_state(initial_state)
+        return self._scan(u @ self.B.T, initial_state, reverse, segment_ids)
+
+    def _outputs(self, states, u, initial_state, reverse, segment_ids) -> Array:
+        del initial_state, reverse, segment_ids
+        return states @ self.C.T + self.D * u
 
     @jaxtyped(typechecker=beartype)
     def step(
@@ -179,7 +155,7 @@ class DenseRNN(AbstractDenseRNN):
     def _cell(self, x: Array, bu: Array) -> Array:
         return _NONLINEARITIES[self.nonlinearity](self.A @ x + bu)
 
-    def _states(self, bu, initial_state, reverse, segment_ids):
+    def _scan(self, bu, initial_state, reverse, segment_ids):
         if segment_ids is None:
             starts = jnp.zeros(bu.shape[:1], bool)
         else:
@@ -222,7 +198,7 @@ class LinearDenseRNN(AbstractDenseRNN):
     def _cell(self, x: Array, bu: Array) -> Array:
         return self.A @ x + bu
 
-    def _states(self, bu, initial_state, reverse, segment_ids):
+    def _scan(self, bu, initial_state, reverse, segment_ids):
         return recurrence(
             self.A, bu, algebra=DenseAlgebra(), initial_state=initial_state,
             reverse=reverse, method=self.method, segment_ids=segment_ids,

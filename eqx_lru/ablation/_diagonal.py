@@ -15,7 +15,7 @@ from .._lru import AbstractModalCore
 from .._methods import AbstractScanMethod, scan_method
 from .._projection import Precision, check_precision
 from .._scan import ScanMethod
-from .._storage import ComplexPairs, Storage
+from .._storage import AbstractStorage, ComplexPairs
 from ._core import AbstractAblationCore
 from ._parameterisation import (
     PARAMETERISATIONS,
@@ -112,7 +112,7 @@ class DiagonalRNN(AbstractModalCore, AbstractAblationCore):
     def _gamma(self) -> Float[Array, " d_state"]:
         return jnp.ones(self.d_state, self.B_re.dtype)
 
-    def _storage(self) -> Storage:
+    def _storage(self) -> AbstractStorage:
         return ComplexPairs()
 
     def _to_algebra(self, state: Array) -> Array:

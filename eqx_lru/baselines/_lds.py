@@ -29,17 +29,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Complex, Float, Integer, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, PRNGKeyArray, jaxtyped
 
 from .._algebra import Diagonal
 from .._checks import (
-    check_segment_ids,
     check_size,
     check_state,
     complex_dtype,
     complex_float_dtype,
 )
-from .._core import AbstractRecurrentCore, final_state
+from .._core import AbstractStatesCore
 from .._methods import scan_method
 from .._scan import recurrence, segment_starts
 
@@ -68,7 +67,7 @@ def vandermonde(lam: np.ndarray) -> np.ndarray:
     return lam[:, None] ** np.arange(lam.shape[0])[None, :]
 
 
-class AbstractSIMOLDS(AbstractRecurrentCore):
+class AbstractSIMOLDS(AbstractStatesCore):
     r"""A reachable SIMO LDS in modal form (see the module docstring). Subclasses define how
     real parameters give the eigenvalues (`eigenvalues()`); $B' = \mathbf 1$ is fixed.
 
@@ -105,7 +104,7 @@ class AbstractSIMOLDS(AbstractRecurrentCore):
     def _readout(self, s: Array, x: Array) -> Array:
         return s.real @ self.C_re.T - s.imag @ self.C_im.T + x[..., None] * self.D + self.D0
 
-    def _after(self, x, initial_state, reverse, segment_ids) -> Complex[Array, "length n"]:
+    def _states(self, x, initial_state, reverse, segment_ids) -> Complex[Array, "length n"]:
         """The states after each input, $s'_{t+1}$ (forward)."""
         self._check_input(x, "u", x.shape[:1])
         if x.shape[0] == 0:
@@ -121,22 +120,17 @@ class AbstractSIMOLDS(AbstractRecurrentCore):
         )  # fmt: skip
 
     def states(
-        self,
-        x: Float[Array, " length"],
-        *,
-        initial_state: Complex[ArrayLike, " n"] | None = None,
-        reverse: bool = False,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        self, x: Array, *, initial_state: Array | None = None, reverse: bool = False
     ) -> Complex[Array, "length n"]:
         r"""The modal states $s'_0, s'_1, \dots, s'_{T-1}$ the outputs read (the state
         before each input; $s'_0$ = `initial_state`, zero by default). Reverse: the state
-        after the later inputs. Zero at each segment start."""
+        after the later inputs."""
         x = jnp.asarray(x)
-        segment_ids = check_segment_ids(segment_ids, x.shape[0] if x.ndim else 0)
-        after = self._after(x, initial_state, reverse, segment_ids)
-        return self._before(after, initial_state, reverse, segment_ids)
+        after = self._states(x, initial_state, reverse, None)
+        return self._before(after, initial_state, reverse, None)
 
     def _before(self, after, initial_state, reverse, segment_ids) -> Complex[Array, "length n"]:
+        """The states before each input (zero at each segment start)."""
         first = self.init_state() if initial_state is None else jnp.asarray(initial_state)
         if reverse:
             before = jnp.concatenate([after[1:], first[None]])
@@ -147,24 +141,9 @@ class AbstractSIMOLDS(AbstractRecurrentCore):
             before = jnp.where(starts, jnp.zeros((), before.dtype), before)
         return before
 
-    @jaxtyped(typechecker=beartype)
-    def run(
-        self,
-        u: Float[ArrayLike, " length"],
-        *,
-        initial_state: Complex[ArrayLike, " n"] | None = None,
-        reverse: bool = False,
-        length: Integer[ArrayLike, ""] | None = None,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
-    ) -> tuple[Float[Array, "length d_out"], Complex[Array, " n"]]:
-        r"""$y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0$ for one scalar input sequence
-        `u` `(length,)`, and the state after the last valid position (see
-        `eqx_lru.AbstractRecurrentCore.run`)."""
-        x = jnp.asarray(u)
-        segment_ids = check_segment_ids(segment_ids, x.shape[0] if x.ndim else 0)
-        after = self._after(x, initial_state, reverse, segment_ids)
-        before = self._before(after, initial_state, reverse, segment_ids)
-        return self._readout(before, x), final_state(after, reverse=reverse, length=length)
+    def _outputs(self, states, x, initial_state, reverse, segment_ids) -> Array:
+        r"""$y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0$."""
+        return self._readout(self._before(states, initial_state, reverse, segment_ids), x)
 
     @jaxtyped(typechecker=beartype)
     def step(

@@ -7,8 +7,7 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from beartype import beartype
-from jaxtyping import Array, ArrayLike, Complex, Float, Integer, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, PRNGKeyArray
 
 from .._checks import (
     check_choice,
@@ -162,24 +161,13 @@ class S4D(AbstractDiagonalSSM):
     def _state_shape(self) -> tuple[int, ...]:
         return self.A_im.shape
 
-    @jaxtyped(typechecker=beartype)
-    def __call__(
-        self,
-        u: Float[ArrayLike, "length d_model"],
-        *,
-        initial_state: ArrayLike | None = None,
-        reverse: bool = False,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
-        key: PRNGKeyArray | None = None,
-    ) -> Float[Array, "length d_model"]:
-        r"""$y_k = 2 \operatorname{Re}(C x_k) + D \odot u_k$ over one sequence (see
-        `run`); by FFT convolution with `mode="convolution"` when it starts from zero
-        without `segment_ids`."""
-        del key
-        if self.mode == "convolution" and initial_state is None and segment_ids is None:
-            return self._convolve(jnp.asarray(u), reverse)
-        y, _ = self.run(u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids)
-        return y
+    def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
+        r"""As `eqx_lru.AbstractRecurrentCore.__call__`; by FFT convolution with
+        `mode="convolution"` when it starts from zero without `segment_ids`."""
+        if self.mode == "convolution" and options.get("initial_state") is None:
+            if options.get("segment_ids") is None:
+                return self._convolve(jnp.asarray(u), options.get("reverse", False))
+        return super().__call__(u, **options)
 
     def kernel(self, length: int) -> Float[Array, "length d_model"]:
         r"""The convolution kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n

@@ -9,23 +9,22 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, Integer, jaxtyped
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, jaxtyped
 
 from .._algebra import Diagonal, RotationScaling
 from .._checks import (
     check_form,
-    check_segment_ids,
     check_sequence,
     check_state,
     check_token,
     complex_dtype,
 )
-from .._core import AbstractRecurrentCore, final_state, rebuild
+from .._core import AbstractStatesCore, rebuild
 from .._scan import recurrence
 from ._common import Pair
 
 
-class AbstractDiagonalSSM(AbstractRecurrentCore):
+class AbstractDiagonalSSM(AbstractStatesCore):
     r"""A diagonal SSM with conjugate-symmetric complex modes,
 
     $$x_k = \bar\Lambda \odot x_{k-1} + \bar B u_k, \qquad
@@ -130,14 +129,12 @@ class AbstractDiagonalSSM(AbstractRecurrentCore):
         check_state(state, self.init_state(), type(self).__name__)
 
     def hidden_states(
-        self,
-        u: Array,
-        initial_state: Array | None = None,
-        reverse: bool = False,
-        segment_ids: Array | None = None,
+        self, u: Array, initial_state: Array | None = None, reverse: bool = False
     ) -> Inexact[Array, "length ..."]:
         """All states $x_0, \\dots, x_{L-1}$ in the form's layout (see `init_state`)."""
-        u = jnp.asarray(u)
+        return self._states(jnp.asarray(u), initial_state, reverse, None)
+
+    def _states(self, u, initial_state, reverse, segment_ids) -> Inexact[Array, "length ..."]:
         check_sequence(u, self.d_model, self.D.dtype)
         if initial_state is not None:
             initial_state = jnp.asarray(initial_state)
@@ -146,26 +143,12 @@ class AbstractDiagonalSSM(AbstractRecurrentCore):
         return recurrence(
             self._join(*lam), self._join(*self._drive(u, b)), algebra=self._algebra(),
             initial_state=initial_state, reverse=reverse, method=self.method,
-            segment_ids=check_segment_ids(segment_ids, u.shape[0]),
+            segment_ids=segment_ids,
         )  # fmt: skip
 
-    @jaxtyped(typechecker=beartype)
-    def run(
-        self,
-        u: Float[ArrayLike, "length d_model"],
-        *,
-        initial_state: Inexact[ArrayLike, "..."] | None = None,
-        reverse: bool = False,
-        length: Integer[ArrayLike, ""] | None = None,
-        segment_ids: Integer[ArrayLike, " length"] | None = None,
-    ) -> tuple[Float[Array, "length d_model"], Inexact[Array, "..."]]:
-        r"""$y_k = 2 \operatorname{Re}(C x_k) + D \odot u_k$ over one sequence `u`
-        `(length, d_model)` (batch with `jax.vmap`), on the recurrence, and the state after
-        the last valid position (see `eqx_lru.AbstractRecurrentCore.run`; states as
-        `init_state`)."""
-        u = jnp.asarray(u)
-        states = self.hidden_states(u, initial_state, reverse, segment_ids)
-        return self._output(states, u), final_state(states, reverse=reverse, length=length)
+    def _outputs(self, states, u, initial_state, reverse, segment_ids) -> Array:
+        del initial_state, reverse, segment_ids
+        return self._output(states, u)
 
     @jaxtyped(typechecker=beartype)
     def step(
