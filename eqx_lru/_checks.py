@@ -143,8 +143,8 @@ def check_sequence(u: Array, d_model: int, dtype=None, name: str = "u") -> None:
         )
     if u.ndim != 2 or u.shape[1] != d_model:
         raise ValueError(
-            f"`{name}` must have shape (length, d_model) with length >= 1 and "
-            f"d_model={d_model}; got shape {u.shape}. Batch with `jax.vmap`: a core acts on "
+            f"`{name}` must have shape (length, d_model) with d_model={d_model} (length "
+            f">= 1); got shape {u.shape}. Batch with `jax.vmap`: a core acts on "
             "one sequence."
         )
     if dtype is not None and u.dtype != dtype:
