@@ -63,9 +63,7 @@ def _takes_dtype(make_core: CoreFactory) -> bool:
         parameters = inspect.signature(make_core).parameters.values()
     except (TypeError, ValueError):
         return True
-    return any(
-        p.name == "dtype" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
-    )
+    return any(p.name == "dtype" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def build_core(
@@ -255,9 +253,7 @@ class LRUBlock(eqx.Module):
         segment_ids = check_segment_ids(segment_ids, x.shape[0])
         mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
         forward = eqx.filter_checkpoint(_forward) if self.remat else _forward
-        return forward(
-            self, x, state, mask, key, inference, segment_ids, sequential=self.remat
-        )
+        return forward(self, x, state, mask, key, inference, segment_ids, sequential=self.remat)
 
     @jaxtyped(typechecker=beartype)
     def scan_body(
@@ -394,7 +390,14 @@ def _normalise(block: LRUBlock, x, state, mask, inference):
 
 
 def _forward(
-    block: LRUBlock, x, state, mask, key, inference, segment_ids=None, *,
+    block: LRUBlock,
+    x,
+    state,
+    mask,
+    key,
+    inference,
+    segment_ids=None,
+    *,
     sequential: bool = False,
 ):
     """The block's formula (Fig. 1) on one sequence with a validity `mask` and
@@ -428,9 +431,7 @@ def _both_directions(cores_and_input, segment_ids):
 
 def _sum_of_directions(cores_and_input, segment_ids):
     core, reverse_core, z = cores_and_input
-    return core(z, segment_ids=segment_ids) + reverse_core(
-        z, reverse=True, segment_ids=segment_ids
-    )
+    return core(z, segment_ids=segment_ids) + reverse_core(z, reverse=True, segment_ids=segment_ids)
 
 
 @_both_directions.def_fwd

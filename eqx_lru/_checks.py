@@ -83,9 +83,7 @@ def _as_dtype(dtype, name: str) -> jnp.dtype:
     try:
         return jnp.dtype(dtype)
     except TypeError:
-        raise TypeError(
-            f"`{name}` must be a dtype such as jnp.float32, got {dtype!r}."
-        ) from None
+        raise TypeError(f"`{name}` must be a dtype such as jnp.float32, got {dtype!r}.") from None
 
 
 def float_dtype(dtype, name: str = "dtype") -> jnp.dtype:

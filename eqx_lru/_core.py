@@ -110,11 +110,8 @@ class AbstractRecurrentCore(eqx.Module):
     ) -> Array:
         """The outputs of `run` (`key` is ignored, as in other Equinox layers)."""
         del key
-        y, _ = self.run(
-            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids
-        )
+        y, _ = self.run(u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids)
         return y
-
 
 
 class AbstractStatesCore(AbstractRecurrentCore):

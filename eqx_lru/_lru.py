@@ -403,9 +403,7 @@ class ComplexLRU(AbstractLRU):
 
     @classmethod
     def _check_dtype(cls, dtype) -> jnp.dtype:
-        return complex_float_dtype(
-            dtype, "ComplexLRU", "`RealLRU` (or `eqx_lru.to_real(layer)`)"
-        )
+        return complex_float_dtype(dtype, "ComplexLRU", "`RealLRU` (or `eqx_lru.to_real(layer)`)")
 
     @classmethod
     def _check_compute_dtype(cls, compute_dtype, param_dtype) -> str | None:
@@ -497,4 +495,3 @@ class RealLRU(AbstractLRU):
     def from_complex(cls, layer: ComplexLRU) -> "RealLRU":
         """The same function in real form: exact, the parameters are shared."""
         return cls._with_parameters_of(layer)
-

@@ -236,8 +236,15 @@ def _sequential(
             return jax.lax.bitcast_convert_type(store(h), jnp.uint16)
 
         hs, h = _sequential(
-            step, load_bits, store_bits, a, jax.lax.bitcast_convert_type(xs, jnp.uint16),
-            h, shared, reverse, unroll,
+            step,
+            load_bits,
+            store_bits,
+            a,
+            jax.lax.bitcast_convert_type(xs, jnp.uint16),
+            h,
+            shared,
+            reverse,
+            unroll,
         )
         return jax.lax.bitcast_convert_type(hs, dtype), h
 

@@ -96,7 +96,11 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference, segment_ids=
             sub = sub.set(index, value)
         if isinstance(block, LRUBlock):  # no nested checkpoint; see `LRUBlock.scan_body`
             h, sub = block.scan_body(
-                h, sub, length=length, segment_ids=segment_ids, key=block_key,
+                h,
+                sub,
+                length=length,
+                segment_ids=segment_ids,
+                key=block_key,
                 inference=inference,
             )
         else:
@@ -423,9 +427,7 @@ class LRUModel(eqx.Module):
             out = h if self.head is None else jax.vmap(self.head)(h)
             return carry, where_valid(mask, out)
         if self.pooling == "mean":
-            total = carry["sum"] + jnp.sum(where_valid(mask, h), axis=0).astype(
-                carry["sum"].dtype
-            )
+            total = carry["sum"] + jnp.sum(where_valid(mask, h), axis=0).astype(carry["sum"].dtype)
             size = h.shape[0] if mask is None else jnp.sum(mask, dtype=jnp.int32)
             count = carry["count"] + size
             carry = dict(carry, sum=total, count=count)

@@ -85,9 +85,7 @@ class MaskedBatchNorm(eqx.Module):
         self.eps = eps
         self.momentum = momentum
 
-    def with_axis_name(
-        self, axis_name: Hashable | Sequence[Hashable]
-    ) -> "MaskedBatchNorm":
+    def with_axis_name(self, axis_name: Hashable | Sequence[Hashable]) -> "MaskedBatchNorm":
         """The same norm (parameters, state index, options) reducing over `axis_name`
         instead: e.g. to add the pair axis of `LRURetrievalModel`."""
         new = object.__new__(type(self))

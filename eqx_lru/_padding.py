@@ -52,8 +52,7 @@ def check_length(x: Array, name: str) -> None:
     """A `ValueError` naming `name` if the sequence `x` has no position at all."""
     if x.ndim == 0 or x.shape[0] == 0:
         raise ValueError(
-            f"`{name}` has length 0 (shape {x.shape}); a sequence needs at least one "
-            "position."
+            f"`{name}` has length 0 (shape {x.shape}); a sequence needs at least one position."
         )
 
 

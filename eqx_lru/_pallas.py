@@ -237,12 +237,18 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
     def rows(q0, size):
         """The inputs of positions q0..q0+size-1, loaded (all in flight at once)."""
         xs = [tuple(v.astype(compute) for v in load(x_ref, row(q0 + t))) for t in range(size)]
-        as_ = None if shared else [
-            tuple(v.astype(compute) for v in load(a_ref, row(q0 + t))) for t in range(size)
-        ]
-        ps = None if mode != "sum" else [
-            tuple(v.astype(compute) for v in load(p_ref, row(q0 + t + 1))) for t in range(size)
-        ]
+        as_ = (
+            None
+            if shared
+            else [tuple(v.astype(compute) for v in load(a_ref, row(q0 + t))) for t in range(size)]
+        )
+        ps = (
+            None
+            if mode != "sum"
+            else [
+                tuple(v.astype(compute) for v in load(p_ref, row(q0 + t + 1))) for t in range(size)
+            ]
+        )
         return xs, as_, ps
 
     a_shared = tuple(v.astype(compute) for v in load(a_ref)) if shared else None
@@ -255,11 +261,17 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
             q = q0 + t
             a = a_shared if shared else as_[t]
             new = _step(a, h, xs[t])
-            h = new if valid is None else tuple(jnp.where(valid, n, o) for n, o in zip(new, h, strict=True))
+            h = (
+                new
+                if valid is None
+                else tuple(jnp.where(valid, n, o) for n, o in zip(new, h, strict=True))
+            )
             if mode == "ends":
                 new = _mul(a, prod)
-                prod = new if valid is None else tuple(
-                    jnp.where(valid, n, o) for n, o in zip(new, prod, strict=True)
+                prod = (
+                    new
+                    if valid is None
+                    else tuple(jnp.where(valid, n, o) for n, o in zip(new, prod, strict=True))
                 )
                 continue
             store_mask = mask
@@ -267,15 +279,17 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
                 full = jnp.broadcast_to(valid, (block,))
                 store_mask = full if mask is None else mask & full
             for p in range(parts):
-                _store(o_ref, (row(q), p, slice(None)), h[p].astype(o_ref.dtype), store_mask,
-                       interpret)
+                _store(
+                    o_ref, (row(q), p, slice(None)), h[p].astype(o_ref.dtype), store_mask, interpret
+                )
             if mode == "sum":
                 use = q + 1 < length  # the last position has no successor
                 if valid is not None:
                     use = use & valid
                 acc = tuple(
                     acc[i * parts + j] + jnp.where(use, h[i] * ps[t][j], zeros)
-                    for i in range(parts) for j in range(parts)
+                    for i in range(parts)
+                    for j in range(parts)
                 )
         return h, acc, prod
 
@@ -316,8 +330,24 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
         put(acc_ref, acc)
 
 
-def _pallas_call(mode, ins, out_shape, *, length, parts, width, lead, shared, reverse, chunk,
-                 block, segment, n_segments, interpret, aliases):
+def _pallas_call(
+    mode,
+    ins,
+    out_shape,
+    *,
+    length,
+    parts,
+    width,
+    lead,
+    shared,
+    reverse,
+    chunk,
+    block,
+    segment,
+    n_segments,
+    interpret,
+    aliases,
+):
     long_spec = pl.BlockSpec((length, None, parts, block), lambda i, j, s: (0, i, 0, j))
     shared_spec = pl.BlockSpec((None, parts, block), lambda i, j, s: (i, 0, j))
 
@@ -335,8 +365,15 @@ def _pallas_call(mode, ins, out_shape, *, length, parts, width, lead, shared, re
         "ends": [per_segment(parts), per_segment(parts)],
     }[mode]
     kernel = functools.partial(
-        _kernel, mode=mode, length=length, chunk=chunk, segment=segment,
-        n_segments=n_segments, shared=shared, reverse=reverse, width=width,
+        _kernel,
+        mode=mode,
+        length=length,
+        chunk=chunk,
+        segment=segment,
+        n_segments=n_segments,
+        shared=shared,
+        reverse=reverse,
+        width=width,
         interpret=interpret,
     )
     return pl.pallas_call(
@@ -374,8 +411,17 @@ def _pallas_scan(a, x, h0, *, shared, reverse, chunk, block, segment, interpret,
         if (why := pallas_backend_error()) is not None:
             raise RuntimeError(f"PallasScan: {why}")
     kw = dict(
-        length=length, parts=parts, width=width, lead=lead, shared=shared, reverse=reverse,
-        chunk=chunk, block=block, segment=segment, n_segments=n_segments, interpret=interpret,
+        length=length,
+        parts=parts,
+        width=width,
+        lead=lead,
+        shared=shared,
+        reverse=reverse,
+        chunk=chunk,
+        block=block,
+        segment=segment,
+        n_segments=n_segments,
+        interpret=interpret,
     )
     compute = h0.dtype
     state = jax.ShapeDtypeStruct((lead, n_segments, parts, width), compute)
@@ -415,8 +461,7 @@ def _scan_as(state: tuple[int, int, int], a, x, h0, *, shared: bool, partner=Non
     if partner is not None:
         partner = partner.reshape((length,) + state)
     out = _pallas_scan(
-        a, x.reshape((length,) + state), h0.reshape(state), shared=shared, partner=partner,
-        **kw
+        a, x.reshape((length,) + state), h0.reshape(state), shared=shared, partner=partner, **kw
     )
     if partner is None:
         return out.reshape(x.shape)
@@ -461,8 +506,7 @@ def _check_sizes(name: str, chunk, block, segment) -> None:
         raise ValueError(f"{name}: `block` must be a power of two; got {block!r}.")
     if segment is not None and not positive_int(segment):
         raise ValueError(
-            f"{name}: `segment` must be a positive integer or None (one segment); got "
-            f"{segment!r}."
+            f"{name}: `segment` must be a positive integer or None (one segment); got {segment!r}."
         )
 
 
@@ -493,8 +537,16 @@ def diagonal_scan(
         a, x, h0, pair=False, chunk=chunk, block=block, segment=segment, name="diagonal_scan"
     )
     return _scan_as(
-        (1, 1, x[0].size), a, x, h0, shared=shared, reverse=reverse, chunk=chunk, block=block,
-        segment=segment, interpret=interpret,
+        (1, 1, x[0].size),
+        a,
+        x,
+        h0,
+        shared=shared,
+        reverse=reverse,
+        chunk=chunk,
+        block=block,
+        segment=segment,
+        interpret=interpret,
     )
 
 
@@ -521,8 +573,16 @@ def rotation_scan(
     )
     width = x.shape[-1]
     return _scan_as(
-        (x[0].size // (2 * width), 2, width), a, x, h0, shared=shared, reverse=reverse,
-        chunk=chunk, block=block, segment=segment, interpret=interpret,
+        (x[0].size // (2 * width), 2, width),
+        a,
+        x,
+        h0,
+        shared=shared,
+        reverse=reverse,
+        chunk=chunk,
+        block=block,
+        segment=segment,
+        interpret=interpret,
     )
 
 
@@ -576,7 +636,10 @@ class PallasScan(AbstractScanMethod):
 
     def _kw(self, reverse: bool) -> dict:
         return dict(
-            reverse=reverse, chunk=self.chunk, block=self.block, segment=self.segment,
+            reverse=reverse,
+            chunk=self.chunk,
+            block=self.block,
+            segment=self.segment,
             interpret=self.interpret,
         )
 

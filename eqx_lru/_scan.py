@@ -301,9 +301,7 @@ def linear_recurrence(
     """
     method = scan_method(method)
     if b.ndim < 1 or b.shape[0] == 0:
-        raise ValueError(
-            f"`b` must have a non-empty leading length axis; got shape {b.shape}."
-        )
+        raise ValueError(f"`b` must have a non-empty leading length axis; got shape {b.shape}.")
     state_shape = b.shape[1:]
     algebra.check_state_shape(state_shape)
     transition = algebra.transition_shape(state_shape)
@@ -326,8 +324,7 @@ def linear_recurrence(
             )
         if initial_state.dtype != b.dtype:
             raise ValueError(
-                f"`initial_state` must have dtype {b.dtype} like `b`; got "
-                f"{initial_state.dtype}."
+                f"`initial_state` must have dtype {b.dtype} like `b`; got {initial_state.dtype}."
             )
     if segment_ids is not None and segment_ids.shape != b.shape[:1]:
         raise ValueError(

@@ -180,4 +180,3 @@ def _compose_all(algebra: AbstractAlgebra, a: Array, reverse: bool) -> Array:
         pairs = algebra.compose(left, right) if reverse else algebra.compose(right, left)
         a = jnp.concatenate([pairs, a[even:]]) if even < a.shape[0] else pairs
     return a[0]
-

@@ -92,7 +92,11 @@ def train_on_listops(out: Path, *, steps: int, seed: int) -> dict[str, dict]:
     t0 = time.perf_counter()
     sizes = LISTOPS["sizes"]
     folder = generate.write_listops(
-        out / "data", sizes, seed=seed, min_length=LISTOPS["min_length"], max_length=LISTOPS["max_length"]
+        out / "data",
+        sizes,
+        seed=seed,
+        min_length=LISTOPS["min_length"],
+        max_length=LISTOPS["max_length"],
     )
     chance = _majority(folder / "basic_test.tsv")
     print(
@@ -106,19 +110,42 @@ def train_on_listops(out: Path, *, steps: int, seed: int) -> dict[str, dict]:
         run_dir = out / form
         shutil.rmtree(run_dir, ignore_errors=True)  # the demo's own folder: start afresh
         t0 = time.perf_counter()
-        results[form] = train.run([
-            "--task", "listops", "--data-root", str(out / "data"), "--out", str(run_dir),
-            "--form", form, "--steps", str(steps), "--seed", str(seed),
-            "--depth", str(MODEL["depth"]), "--d-model", str(MODEL["d_model"]),
-            "--d-state", str(MODEL["d_state"]), "--batch-size", str(MODEL["batch_size"]),
-            "--eval-every", str(max(1, steps // 6)), "--checkpoint-every", str(max(1, steps // 2)),
-        ])
+        results[form] = train.run(
+            [
+                "--task",
+                "listops",
+                "--data-root",
+                str(out / "data"),
+                "--out",
+                str(run_dir),
+                "--form",
+                form,
+                "--steps",
+                str(steps),
+                "--seed",
+                str(seed),
+                "--depth",
+                str(MODEL["depth"]),
+                "--d-model",
+                str(MODEL["d_model"]),
+                "--d-state",
+                str(MODEL["d_state"]),
+                "--batch-size",
+                str(MODEL["batch_size"]),
+                "--eval-every",
+                str(max(1, steps // 6)),
+                "--checkpoint-every",
+                str(max(1, steps // 2)),
+            ]
+        )
         results[form]["wall"] = time.perf_counter() - t0
     print(
         f"\nListOps, deep LRU (depth {MODEL['depth']}, H={MODEL['d_model']}, N={MODEL['d_state']}, "
         f"batch {MODEL['batch_size']}, {steps} steps, the same initial parameters in both forms):"
     )
-    print(f"  {'form':<8} {'test acc':>9} {'best val (step)':>16} {'train steps/s':>14} {'wall':>7}")
+    print(
+        f"  {'form':<8} {'test acc':>9} {'best val (step)':>16} {'train steps/s':>14} {'wall':>7}"
+    )
     for form, r in results.items():
         best = f"{100 * r['best_val_accuracy']:.1f}% ({r['best_step']})"
         print(
@@ -137,11 +164,20 @@ def _parser() -> argparse.ArgumentParser:
     from experiments._flags import NATURAL, POSITIVE_INT
 
     parser = argparse.ArgumentParser(
-        prog="python -m experiments.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m experiments.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--seed", type=NATURAL, default=0)
-    parser.add_argument("--out", type=Path, default=Path("demo_out"), help="where part 2 writes (default: demo_out/)")
-    parser.add_argument("--steps", type=POSITIVE_INT, default=1500, help="training steps per form in part 2")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("demo_out"),
+        help="where part 2 writes (default: demo_out/)",
+    )
+    parser.add_argument(
+        "--steps", type=POSITIVE_INT, default=1500, help="training steps per form in part 2"
+    )
     parser.add_argument("--skip-training", action="store_true", help="part 1 only")
     return parser
 

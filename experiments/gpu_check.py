@@ -61,8 +61,9 @@ DEFAULT_COUNTS: dict[str, tuple[int, int, int]] = {
     "pathfinder": (200, 0, 0),  # the total; the loader splits it
     "pathx": (80, 0, 0),
 }
-_CHARS = np.array(list("abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ.,;:!?'\"()-0123456789"
-                       "éü"))
+_CHARS = np.array(
+    list("abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ.,;:!?'\"()-0123456789éü")
+)
 
 _PROBE = """
 import json, jax
@@ -104,8 +105,14 @@ def probe() -> dict:
     """JAX's backend, version and devices (in a subprocess, so this one never holds the
     GPU), plus `nvidia-smi`'s GPU names, driver and memory when it is installed."""
     info: dict = {"python": sys.version.split()[0]}
-    result = subprocess.run([sys.executable, "-c", _PROBE], env=gpu_env(), capture_output=True,
-                            text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        env=gpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if result.returncode == 0:
         info.update(json.loads(result.stdout.strip().splitlines()[-1]))
     else:
@@ -130,8 +137,10 @@ def no_cuda_reason(info: Mapping) -> str | None:
         return None
     where = f"JAX's backend is {backend}" + (f" ({info['error']})" if info.get("error") else "")
     if info.get("nvidia_smi"):
-        return (f"no CUDA GPU for JAX: {where}, though nvidia-smi sees {info['nvidia_smi'][0]}; "
-                'install JAX for CUDA (pip install -U "jax[cuda12]") and run again.')
+        return (
+            f"no CUDA GPU for JAX: {where}, though nvidia-smi sees {info['nvidia_smi'][0]}; "
+            'install JAX for CUDA (pip install -U "jax[cuda12]") and run again.'
+        )
     return f"no CUDA GPU: {where}; nothing to check here."
 
 
@@ -142,8 +151,13 @@ def _random_text(rng: np.random.Generator, low: int, high: int) -> str:
     return "".join(rng.choice(_CHARS, int(rng.integers(low, high))))
 
 
-def write_text_task(root: Path, counts: tuple[int, int, int], *, seed: int = 0,
-                    length: tuple[int, int] = (3000, 6000)) -> Path:
+def write_text_task(
+    root: Path,
+    counts: tuple[int, int, int],
+    *,
+    seed: int = 0,
+    length: tuple[int, int] = (3000, 6000),
+) -> Path:
     """IMDB layout `aclImdb/{train,test}/{neg,pos}/<id>_<rating>.txt` (val is test)."""
     rng = np.random.default_rng([seed, 1])
     folder = root / "aclImdb"
@@ -156,15 +170,23 @@ def write_text_task(root: Path, counts: tuple[int, int, int], *, seed: int = 0,
     return folder
 
 
-def write_retrieval_task(root: Path, counts: tuple[int, int, int], *, seed: int = 0,
-                         length: tuple[int, int] = (3000, 5000)) -> Path:
+def write_retrieval_task(
+    root: Path,
+    counts: tuple[int, int, int],
+    *,
+    seed: int = 0,
+    length: tuple[int, int] = (3000, 5000),
+) -> Path:
     """AAN layout `tsv_data/new_aan_pairs.{train,eval,test}.tsv`: label id1 id2 text1 text2."""
     rng = np.random.default_rng([seed, 2])
     folder = root / "tsv_data"
     folder.mkdir(parents=True, exist_ok=True)
     for split, n in zip(("train", "eval", "test"), counts, strict=True):
-        rows = [f"{i % 2}.0\tdoc{2 * i}\tdoc{2 * i + 1}\t{_random_text(rng, *length)}\t"
-                f"{_random_text(rng, *length)}\n" for i in range(n)]
+        rows = [
+            f"{i % 2}.0\tdoc{2 * i}\tdoc{2 * i + 1}\t{_random_text(rng, *length)}\t"
+            f"{_random_text(rng, *length)}\n"
+            for i in range(n)
+        ]
         (folder / f"new_aan_pairs.{split}.tsv").write_text("".join(rows), "utf-8")
     return folder
 
@@ -177,15 +199,23 @@ def write_image_task(root: Path, counts: tuple[int, int, int], *, seed: int = 0)
     per_batch = -(-counts[0] // 5)
     sizes = {f"data_batch_{i}": per_batch for i in range(1, 6)} | {"test_batch": counts[2]}
     for name, n in sizes.items():
-        batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                 b"labels": rng.integers(0, 10, n).tolist()}
+        batch = {
+            b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+            b"labels": rng.integers(0, 10, n).tolist(),
+        }
         with open(folder / name, "wb") as f:
             pickle.dump(batch, f)
     return folder
 
 
-def prepare_data(root: Path, counts: Mapping[str, tuple[int, int, int]] | None = None, *,
-                 tasks: Sequence[str] = TASKS, seed: int = 0, workers: int = 1) -> dict[str, Path]:
+def prepare_data(
+    root: Path,
+    counts: Mapping[str, tuple[int, int, int]] | None = None,
+    *,
+    tasks: Sequence[str] = TASKS,
+    seed: int = 0,
+    workers: int = 1,
+) -> dict[str, Path]:
     """Write official-format data for `tasks` under `root`; return each task's folder.
 
     ListOps uses the official generator settings (500 < length < 2000), Text and Retrieval
@@ -207,8 +237,14 @@ def prepare_data(root: Path, counts: Mapping[str, tuple[int, int, int]] | None =
             folders[task] = write_image_task(root, n, seed=seed)
         else:
             folders[task] = gen.write_pathfinder(
-                root, sum(n), seed=seed, resolution=128 if task == "pathx" else 32,
-                images_per_batch=100, workers=workers, overwrite=True)
+                root,
+                sum(n),
+                seed=seed,
+                resolution=128 if task == "pathx" else 32,
+                images_per_batch=100,
+                workers=workers,
+                overwrite=True,
+            )
     return folders
 
 
@@ -243,9 +279,23 @@ def bench_command(out_dir: Path, *, full: bool = False) -> list[str] | None:
 def train_args(task: str, data_root: Path, out: Path, steps: int) -> list[str]:
     """Trainer flags: Table 9 model and batch (the task defaults), `steps` steps, one
     evaluation and one checkpoint at the end."""
-    return ["--task", task, "--data-root", str(data_root), "--out", str(out),
-            "--steps", str(steps), "--eval-every", str(steps), "--checkpoint-every", str(steps),
-            "--log-every", str(steps), "--no-progress"]
+    return [
+        "--task",
+        task,
+        "--data-root",
+        str(data_root),
+        "--out",
+        str(out),
+        "--steps",
+        str(steps),
+        "--eval-every",
+        str(steps),
+        "--checkpoint-every",
+        str(steps),
+        "--log-every",
+        str(steps),
+        "--no-progress",
+    ]
 
 
 def train_command(stats: Path, args: Sequence[str]) -> list[str]:
@@ -285,8 +335,14 @@ def _run_logged(
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
         try:
-            rc: int | str = subprocess.run(cmd, cwd=REPO, env=gpu_env(**env), stdout=f,
-                                           stderr=subprocess.STDOUT, timeout=timeout).returncode
+            rc: int | str = subprocess.run(
+                cmd,
+                cwd=REPO,
+                env=gpu_env(**env),
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
     return rc, time.perf_counter() - began
@@ -324,11 +380,18 @@ def run_tests(work: Path, workers: int, timeout: float, targets: Sequence[str] =
     junit.unlink(missing_ok=True)
     rc, seconds = _run_logged(pytest_command(workers, junit, targets), log, timeout)
     if not junit.is_file():
-        return PartResult("tests", "fail", seconds, f"pytest exited with {rc} and wrote no "
-                          "results (crash or timeout)", f"```\n{_tail(log)}\n```")
+        return PartResult(
+            "tests",
+            "fail",
+            seconds,
+            f"pytest exited with {rc} and wrote no results (crash or timeout)",
+            f"```\n{_tail(log)}\n```",
+        )
     r = parse_junit(junit)
-    summary = (f"{r['passed']} passed, {r['failures'] + r['errors']} failed, "
-               f"{r['skipped']} skipped (exit status {rc})")
+    summary = (
+        f"{r['passed']} passed, {r['failures'] + r['errors']} failed, "
+        f"{r['skipped']} skipped (exit status {rc})"
+    )
     details = "".join(f"- FAILED `{name}`\n" for name in r["failed"])
     details += "".join(f"- skipped {n}: {reason}\n" for reason, n in r["skip_reasons"].items())
     ok = rc == 0 and not r["failed"]
@@ -346,8 +409,13 @@ def run_bench(work: Path, full: bool, timeout: float) -> PartResult:
     report = work / "bench.md"
     shown = report.read_text(encoding="utf-8") if report.is_file() else _tail(log, 80)
     status = "pass" if rc == 0 else "fail"
-    return PartResult("bench", status, seconds, f"`{' '.join(cmd[1:])}`: exit status {rc}",
-                      shown if report.is_file() else f"```\n{shown}\n```")
+    return PartResult(
+        "bench",
+        status,
+        seconds,
+        f"`{' '.join(cmd[1:])}`: exit status {rc}",
+        shown if report.is_file() else f"```\n{shown}\n```",
+    )
 
 
 def _train_row(task: str, out: Path, stats: Path, rc: int | str) -> dict:
@@ -359,19 +427,27 @@ def _train_row(task: str, out: Path, stats: Path, rc: int | str) -> dict:
     results, config, record = read(out / "results.json"), read(out / "config.json"), read(stats)
     cfg = get_config(task)
     return {
-        "task": task, "rc": rc, "status": results.get("status", "-"),
+        "task": task,
+        "rc": rc,
+        "status": results.get("status", "-"),
         "batch": config.get("batch_size", cfg.batch_size),
         "model": f"{config.get('depth', cfg.depth)}/{config.get('d_model', cfg.d_model)}/"
-                 f"{config.get('d_state', cfg.d_state)}",
-        "steps": results.get("step"), "steps_per_sec": results.get("steps_per_sec"),
+        f"{config.get('d_state', cfg.d_state)}",
+        "steps": results.get("step"),
+        "steps_per_sec": results.get("steps_per_sec"),
         "peak_gb": None if record.get("peak_bytes") is None else record["peak_bytes"] / 2**30,
         "ok": rc == 0 and results.get("status") == "finished",
     }
 
 
-def run_train(work: Path, tasks: Sequence[str], steps: int, timeout: float,
-              counts: Mapping[str, tuple[int, int, int]] | None = None,
-              extra_args: Sequence[str] = ()) -> PartResult:
+def run_train(
+    work: Path,
+    tasks: Sequence[str],
+    steps: int,
+    timeout: float,
+    counts: Mapping[str, tuple[int, int, int]] | None = None,
+    extra_args: Sequence[str] = (),
+) -> PartResult:
     began = time.perf_counter()
     data = work / "data"
     shutil.rmtree(data, ignore_errors=True)
@@ -387,19 +463,28 @@ def run_train(work: Path, tasks: Sequence[str], steps: int, timeout: float,
         rows.append(_train_row(task, out, stats, rc))
         if not rows[-1]["ok"]:
             logs.append(f"**{task}** (exit status {rc}):\n\n```\n{_tail(log, 25)}\n```\n")
-    table = ["| task | depth/H/N | batch | steps | steps/s | peak GPU memory | result |",
-             "|---|---|---|---|---|---|---|"]
+    table = [
+        "| task | depth/H/N | batch | steps | steps/s | peak GPU memory | result |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         rate = "-" if r["steps_per_sec"] is None else f"{r['steps_per_sec']:.2f}"
         peak = "-" if r["peak_gb"] is None else f"{r['peak_gb']:.2f} GiB"
         result = "pass" if r["ok"] else f"FAIL ({r['status']}, exit {r['rc']})"
-        table.append(f"| {r['task']} | {r['model']} | {r['batch']} | {r['steps']} | {rate} | "
-                     f"{peak} | {result} |")
+        table.append(
+            f"| {r['task']} | {r['model']} | {r['batch']} | {r['steps']} | {rate} | "
+            f"{peak} | {result} |"
+        )
     ok = all(r["ok"] for r in rows)
     passed = sum(r["ok"] for r in rows)
     summary = f"{passed}/{len(rows)} tasks trained {steps} steps"
-    return PartResult("train", "pass" if ok else "fail", time.perf_counter() - began, summary,
-                      "\n".join(table) + "\n\n" + "\n".join(logs))
+    return PartResult(
+        "train",
+        "pass" if ok else "fail",
+        time.perf_counter() - began,
+        summary,
+        "\n".join(table) + "\n\n" + "\n".join(logs),
+    )
 
 
 # --------------------------------------------------------------------------- report
@@ -414,14 +499,17 @@ def render_report(info: Mapping, parts: Sequence[PartResult], *, when: str | Non
     smi = info.get("nvidia_smi") or []
     driver = smi[0].split(",")[1].strip() if smi and len(smi[0].split(",")) > 1 else "-"
     lines = [
-        f"# GPU check: {'PASS' if ok else 'FAIL'}", "",
+        f"# GPU check: {'PASS' if ok else 'FAIL'}",
+        "",
         f"- when: {when}",
         f"- device: {device}" + (f" (nvidia-smi: {'; '.join(smi)})" if smi else ""),
         f"- driver: {driver}; platform: {info.get('platform_version', '-')}",
         f"- JAX {info.get('jax', '-')}, jaxlib {info.get('jaxlib', '-')}, "
         f"Python {info.get('python', '-')}, backend {info.get('backend', '-')}",
         "- matmul precision: JAX's default (TF32 on NVIDIA) except where the tests ask for more",
-        "", "| part | result | time | summary |", "|---|---|---|---|",
+        "",
+        "| part | result | time | summary |",
+        "|---|---|---|---|",
     ]
     lines += [f"| {p.name} | {p.status.upper()} | {p.seconds:.0f} s | {p.summary} |" for p in parts]
     for p in parts:
@@ -436,18 +524,27 @@ def render_report(info: Mapping, parts: Sequence[PartResult], *, when: str | Non
 def _parser() -> argparse.ArgumentParser:
     from experiments._flags import NATURAL, POSITIVE_INT, number
 
-    p = argparse.ArgumentParser(prog="python -m experiments.gpu_check",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--work", type=Path, default=REPO / "runs" / "gpu-check",
-                   help="folder for data, runs and logs")
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.gpu_check", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=REPO / "runs" / "gpu-check",
+        help="folder for data, runs and logs",
+    )
     p.add_argument("--report", type=Path, help="the Markdown report [WORK/report.md]")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {PARTS}")
     p.add_argument("--tasks", default=",".join(TASKS), help="LRA tasks for the train part")
     p.add_argument("--steps", type=POSITIVE_INT, default=20, help="trainer steps per task")
     p.add_argument("--workers", type=NATURAL, default=4, help="pytest-xdist workers (0: none)")
     p.add_argument("--full-bench", action="store_true", help="the full benchmark grid, not --quick")
-    p.add_argument("--timeout", type=number(float, low=0, open_low=True), default=3600,
-                   help="seconds per command")
+    p.add_argument(
+        "--timeout",
+        type=number(float, low=0, open_low=True),
+        default=3600,
+        help="seconds per command",
+    )
     return p
 
 
@@ -459,8 +556,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     tasks = [t for t in args.tasks.split(",") if t]
-    for bad, allowed, flag in ((set(parts) - set(PARTS), PARTS, "--parts"),
-                               (set(tasks) - set(TASKS), TASKS, "--tasks")):
+    for bad, allowed, flag in (
+        (set(parts) - set(PARTS), PARTS, "--parts"),
+        (set(tasks) - set(TASKS), TASKS, "--tasks"),
+    ):
         if bad:
             parser.error(f"argument {flag}: unknown {sorted(bad)}; expected some of {allowed}")
     if args.steps < 2:
@@ -483,13 +582,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         missing = missing_modules(NEEDS[name])
         try:
             if missing:
-                results.append(PartResult(name, "fail", 0.0, f"not run: missing Python packages "
-                                          f"{missing} (pip install them, then run again)"))
+                results.append(
+                    PartResult(
+                        name,
+                        "fail",
+                        0.0,
+                        f"not run: missing Python packages "
+                        f"{missing} (pip install them, then run again)",
+                    )
+                )
             else:
                 results.append(runners[name]())
         except Exception:
-            results.append(PartResult(name, "fail", 0.0, "the check itself failed",
-                                      f"```\n{traceback.format_exc()}\n```"))
+            results.append(
+                PartResult(
+                    name,
+                    "fail",
+                    0.0,
+                    "the check itself failed",
+                    f"```\n{traceback.format_exc()}\n```",
+                )
+            )
         print(f"gpu-check: {name}: {results[-1].status} ({results[-1].summary})", file=sys.stderr)
         report.write_text(render_report(info, results), encoding="utf-8")  # as it goes
     ok = all(r.status != "fail" for r in results)

@@ -45,9 +45,7 @@ def test_token_ids_out_of_range_raise(bad):
     with pytest.raises(ValueError, match=rf"\[0, {VOCAB}\).*id {bad}\b"):
         model(tokens, state, inference=True)
     # Under jit and vmap: eqx.error_if, naming the vocabulary size.
-    run = eqx.filter_jit(
-        lambda m, x: jax.vmap(lambda x: m(x, state, inference=True)[0])(x)
-    )
+    run = eqx.filter_jit(lambda m, x: jax.vmap(lambda x: m(x, state, inference=True)[0])(x))
     with pytest.raises(Exception, match=rf"Token ids must be in \[0, {VOCAB}\)"):
         jax.block_until_ready(run(model, jnp.stack([tokens, tokens])))
     good = jnp.array([[0, 1, 4, 2, 4, 3]] * 2)

@@ -62,14 +62,16 @@ def _oracle(core, u, reverse=False, x0=None):
     else:
         a = p["Lambda_re"] + 1j * p["Lambda_im"]
         b, c = p["B_re"] + 1j * p["B_im"], p["C_re"] + 1j * p["C_im"]
-        per_mode = [_zoh_np(a[j : j + 1], np.ones((1, 1)), np.exp(p["log_step"][j]))
-                    for j in range(a.shape[0])]
+        per_mode = [
+            _zoh_np(a[j : j + 1], np.ones((1, 1)), np.exp(p["log_step"][j]))
+            for j in range(a.shape[0])
+        ]
         abar = np.array([z[0][0] for z in per_mode])
         bbar = np.array([z[1][0, 0] for z in per_mode])[:, None] * b
         drive, readout = lambda ut: bbar @ ut, lambda x: 2 * (c @ x).real
     x = np.zeros(abar.shape, complex) if x0 is None else np.asarray(x0, np.complex128)
     y = np.zeros_like(u)
-    for k in (range(L - 1, -1, -1) if reverse else range(L)):
+    for k in range(L - 1, -1, -1) if reverse else range(L):
         x = abar * x + drive(u[k])
         y[k] = readout(x) + p["D"] * u[k]
     return y
@@ -79,8 +81,9 @@ def _oracle(core, u, reverse=False, x0=None):
 def test_matches_float64_oracle(name):
     with jax.enable_x64(True):
         make = functools.partial(CORES[name], H, N, dtype=jnp.float64, key=jax.random.PRNGKey(1))
-        cores = [_perturbed(make(method=m), jax.random.PRNGKey(2))
-                 for m in ("sequential", "associative")]
+        cores = [
+            _perturbed(make(method=m), jax.random.PRNGKey(2)) for m in ("sequential", "associative")
+        ]
         u = jax.random.normal(jax.random.PRNGKey(3), (L, H), jnp.float64)
         x0 = jax.random.normal(jax.random.PRNGKey(4), (2,) + cores[0].init_state().shape)
         x0 = jax.lax.complex(x0[0], x0[1])
@@ -94,12 +97,15 @@ def test_matches_float64_oracle(name):
 
 def test_s4d_convolution_mode_matches_oracle():
     with jax.enable_x64(True):
-        core = _perturbed(S4D(H, N, init="inv", mode="convolution", dtype=jnp.float64,
-                              key=jax.random.PRNGKey(1)), jax.random.PRNGKey(2))
+        core = _perturbed(
+            S4D(H, N, init="inv", mode="convolution", dtype=jnp.float64, key=jax.random.PRNGKey(1)),
+            jax.random.PRNGKey(2),
+        )
         u = jax.random.normal(jax.random.PRNGKey(3), (L, H), jnp.float64)
         for reverse in (False, True):
-            np.testing.assert_allclose(core(u, reverse=reverse), _oracle(core, u, reverse),
-                                       rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(
+                core(u, reverse=reverse), _oracle(core, u, reverse), rtol=1e-10, atol=1e-10
+            )
         # With an initial state (or segments) the call runs the recurrence: the same function.
         state = core.run(u[:4])[1]
         np.testing.assert_allclose(
@@ -165,8 +171,9 @@ def test_rnn_mode_equals_parallel(name):
     # Continue from a state: the second half from the state after the first half.
     split = 5
     state, _ = jax.lax.scan(body, core.init_state(), u[:split])
-    np.testing.assert_allclose(core(u[split:], initial_state=state), y[split:], rtol=2e-5,
-                               atol=2e-5)
+    np.testing.assert_allclose(
+        core(u[split:], initial_state=state), y[split:], rtol=2e-5, atol=2e-5
+    )
 
 
 @pytest.mark.parametrize("name", ["s4d_inv", "s5"])
@@ -177,8 +184,9 @@ def test_real_form_equals_complex_form(name):
     assert real_core.init_state().dtype == jnp.float32
     u = jax.random.normal(jax.random.PRNGKey(2), (L, H))
     for reverse in (False, True):
-        np.testing.assert_allclose(real_core(u, reverse=reverse), complex_core(u, reverse=reverse),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            real_core(u, reverse=reverse), complex_core(u, reverse=reverse), rtol=1e-5, atol=1e-5
+        )
     final, ys = jax.lax.scan(lambda s, u_t: real_core.step(s, u_t), real_core.init_state(), u)
     np.testing.assert_allclose(ys, complex_core(u), rtol=1e-5, atol=1e-5)
     x = complex_core.hidden_states(u)[-1]
@@ -192,8 +200,9 @@ def test_real_form_equals_complex_form(name):
 @pytest.mark.parametrize("name", ["s4d_inv", "s5"])
 def test_gradient_matches_finite_differences(name):
     with jax.enable_x64(True):
-        core = _perturbed(CORES[name](H, N, dtype=jnp.float64, key=jax.random.PRNGKey(0)),
-                          jax.random.PRNGKey(1))
+        core = _perturbed(
+            CORES[name](H, N, dtype=jnp.float64, key=jax.random.PRNGKey(0)), jax.random.PRNGKey(1)
+        )
         u = jax.random.normal(jax.random.PRNGKey(2), (L, H), jnp.float64)
         w = jax.random.normal(jax.random.PRNGKey(3), (L, H), jnp.float64)
         field = "log_dt" if name.startswith("s4d") else "log_step"
@@ -293,8 +302,15 @@ def _cross_entropy(logits, labels):
 def test_trains_in_lru_model(name):
     make = functools.partial(CORES[name], dt_min=0.01, dt_max=0.1)
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        CLASSES + NOISE, CLASSES, 12, 8, 1, encoder="embedding", pooling="last",
-        key=jax.random.PRNGKey(0), **_model_kwargs(make),
+        CLASSES + NOISE,
+        CLASSES,
+        12,
+        8,
+        1,
+        encoder="embedding",
+        pooling="last",
+        key=jax.random.PRNGKey(0),
+        **_model_kwargs(make),
     )
     assert isinstance(model.blocks[0].core, type(make(2, 4, key=jax.random.PRNGKey(0))))
     optim = eqx_lru.lru_optimizer(
@@ -306,7 +322,13 @@ def test_trains_in_lru_model(name):
         x, y = _recall_batch(rng, BATCH)
         key, step_key = jax.random.split(key)
         model, state, opt_state, loss = eqx_lru.train_step(
-            model, state, opt_state, x, y, key=step_key, optimizer=optim,
+            model,
+            state,
+            opt_state,
+            x,
+            y,
+            key=step_key,
+            optimizer=optim,
             loss_fn=_cross_entropy,
         )
         losses.append(float(loss))

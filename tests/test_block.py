@@ -21,7 +21,9 @@ FORMS = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}
 
 def _block(form="complex", **kw):
     core = functools.partial(FORMS[form], r_min=0.5, r_max=0.99)
-    return eqx.nn.make_with_state(eqx_lru.LRUBlock)(H, N, core=core, key=jax.random.PRNGKey(0), **kw)
+    return eqx.nn.make_with_state(eqx_lru.LRUBlock)(
+        H, N, core=core, key=jax.random.PRNGKey(0), **kw
+    )
 
 
 def _batched(block, state, x, length=None, keys=None, inference=None):
@@ -98,7 +100,11 @@ class DecayCore(eqx_lru.AbstractRecurrentCore):
     def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
         a = jax.nn.sigmoid(self.logit)
         h = eqx_lru.linear_recurrence(
-            a, u, algebra=eqx_lru.Diagonal(), initial_state=initial_state, reverse=reverse,
+            a,
+            u,
+            algebra=eqx_lru.Diagonal(),
+            initial_state=initial_state,
+            reverse=reverse,
             segment_ids=segment_ids,
         )
         return h, h[0] if reverse else h[-1 if length is None else length - 1]
@@ -122,7 +128,7 @@ def test_custom_core():
 def test_custom_core_errors():
     key = jax.random.PRNGKey(0)
     with pytest.raises(TypeError, match="AbstractRecurrentCore"):
-        eqx_lru.LRUBlock(H, N, core=lambda h, n, *, key: (lambda u, reverse=False: u), key=key)
+        eqx_lru.LRUBlock(H, N, core=lambda h, n, *, key: lambda u, reverse=False: u, key=key)
 
     class NotACore(eqx.Module):  # a module called like a core, but not a subclass
         w: jax.Array
@@ -151,7 +157,11 @@ def test_core_options_are_set_on_the_core():
     """The core is the one knob: ring, method and precision come with the factory; the
     shortcuts build the LRU with the block's dtype."""
     core = functools.partial(
-        eqx_lru.RealLRU, r_min=0.9, r_max=0.95, max_phase=0.1, method="sequential",
+        eqx_lru.RealLRU,
+        r_min=0.9,
+        r_max=0.95,
+        max_phase=0.1,
+        method="sequential",
         precision="highest",
     )
     block = eqx_lru.LRUBlock(H, 64, core=core, key=jax.random.PRNGKey(0))

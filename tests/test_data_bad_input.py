@@ -55,10 +55,14 @@ def test_malformed_retrieval_is_a_data_error(tmp_path):
         (b"", r"data_batch_2: not a readable CIFAR-10 pickle"),
         (b"\x80\x04garbage", r"data_batch_2: not a readable CIFAR-10 pickle"),
         (pickle.dumps([1, 2, 3]), r"data_batch_2: expected a dict with keys b'data'"),
-        (pickle.dumps({b"data": np.zeros((2, 3072), np.float32), b"labels": [0, 1]}),
-         r"data_batch_2: b'data' must be uint8"),
-        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}),
-         r"data_batch_2: b'labels' must hold 2 integers"),
+        (
+            pickle.dumps({b"data": np.zeros((2, 3072), np.float32), b"labels": [0, 1]}),
+            r"data_batch_2: b'data' must be uint8",
+        ),
+        (
+            pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}),
+            r"data_batch_2: b'labels' must hold 2 integers",
+        ),
     ],
 )
 def test_bad_cifar_pickle_is_a_data_error(tmp_path, content, message):
@@ -81,8 +85,11 @@ def test_unreadable_pngs_that_empty_a_split_are_a_data_error(tmp_path):
     folder = write_pathfinder(tmp_path, batches={0: 10})
     for k in range(10):
         (folder / "imgs" / "0" / f"sample_{k}.png").write_bytes(b"not a png")
-    with pytest.raises(DataError, match=r"pathfinder: the train, val and test splits are empty"
-                       r".*train/val/test sizes 0/0/0.*metadata"):
+    with pytest.raises(
+        DataError,
+        match=r"pathfinder: the train, val and test splits are empty"
+        r".*train/val/test sizes 0/0/0.*metadata",
+    ):
         load_task("pathfinder", tmp_path)
 
 
@@ -124,8 +131,11 @@ def test_cache_dir_that_is_a_file_is_a_data_error(tmp_path):
 def test_empty_listops_split_is_a_data_error_naming_the_file(tmp_path):
     folder = write_listops(tmp_path)
     write(folder / "basic_val.tsv", "Source\tTarget\n")
-    with pytest.raises(DataError, match=r"listops: the val split is empty \(train/val/test sizes "
-                       r"3/0/2; val comes from .*basic_val.tsv\)"):
+    with pytest.raises(
+        DataError,
+        match=r"listops: the val split is empty \(train/val/test sizes "
+        r"3/0/2; val comes from .*basic_val.tsv\)",
+    ):
         load_task("listops", tmp_path)
     for split in ("train", "val", "test"):  # every split empty: still the same clear error
         write(folder / f"basic_{split}.tsv", "Source\tTarget\n")
@@ -151,19 +161,27 @@ def test_split_sizes_are_reported(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--task", "listops", "--size", "0"],
-         "argument --size: must be a positive integer, got 0"),
+        (
+            ["--task", "listops", "--size", "0"],
+            "argument --size: must be a positive integer, got 0",
+        ),
         (["--task", "pathfinder", "--size", "0"], "argument --size: must be a positive integer"),
         (["--task", "listops", "--size", "-5"], "argument --size: must be a positive integer"),
-        (["--task", "listops", "--split-sizes", "40", "0", "2"],
-         "argument --split-sizes: must be a positive integer, got 0"),
+        (
+            ["--task", "listops", "--split-sizes", "40", "0", "2"],
+            "argument --split-sizes: must be a positive integer, got 0",
+        ),
         (["--task", "listops", "--split-sizes", "40", "-1", "2"], "argument --split-sizes"),
         (["--task", "listops", "--size", "2"], "argument --size: ListOps needs at least 3"),
-        (["--task", "listops", "--size", "9", "--split-sizes", "3", "3", "3"],
-         "either --size or --split-sizes"),
+        (
+            ["--task", "listops", "--size", "9", "--split-sizes", "3", "3", "3"],
+            "either --size or --split-sizes",
+        ),
         (["--task", "pathfinder", "--workers", "0"], "argument --workers: must be a positive"),
-        (["--task", "pathfinder", "--resolution", "8"],
-         "argument --resolution: must be an integer >= 16"),
+        (
+            ["--task", "pathfinder", "--resolution", "8"],
+            "argument --resolution: must be an integer >= 16",
+        ),
         (["--task", "listops", "--seed", "-1"], "argument --seed: must be an integer >= 0"),
     ],
 )

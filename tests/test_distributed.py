@@ -30,10 +30,32 @@ HEARTBEAT = 10  # seconds
 
 def _args(data, out, *extra):
     return [
-        "--task", "listops", "--data-root", str(data), "--out", str(out), "--steps", "20",
-        "--batch-size", "8", "--d-model", "8", "--d-state", "4", "--depth", "2",
-        "--dropout", "0", "--eval-every", "10", "--log-every", "1", "--checkpoint-every", "5",
-        "--no-progress", *extra,
+        "--task",
+        "listops",
+        "--data-root",
+        str(data),
+        "--out",
+        str(out),
+        "--steps",
+        "20",
+        "--batch-size",
+        "8",
+        "--d-model",
+        "8",
+        "--d-state",
+        "4",
+        "--depth",
+        "2",
+        "--dropout",
+        "0",
+        "--eval-every",
+        "10",
+        "--log-every",
+        "1",
+        "--checkpoint-every",
+        "5",
+        "--no-progress",
+        *extra,
     ]
 
 
@@ -62,11 +84,16 @@ def _start(args, *, processes: int, devices: int, logs: Path) -> list[subprocess
     procs = []
     for rank in range(processes):
         out = open(logs / f"{rank}.log", "w")  # noqa: SIM115 (closed with the process)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "experiments.lra.train", *args],
-            env={**env, "JAX_PROCESS_ID": str(rank)}, cwd=REPO, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        ))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "experiments.lra.train", *args],
+                env={**env, "JAX_PROCESS_ID": str(rank)},
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         out.close()
     return procs
 

@@ -55,8 +55,11 @@ FORMS_RTOL = 1e-3
 
 def _dot_precisions(fn, *args) -> list[str]:
     text = jax.jit(fn).lower(*args).as_text()
-    return [line.split("precision = ")[1].split("]")[0] + "]"
-            for line in text.splitlines() if "dot_general" in line and "precision = " in line]
+    return [
+        line.split("precision = ")[1].split("]")[0] + "]"
+        for line in text.splitlines()
+        if "dot_general" in line and "precision = " in line
+    ]
 
 
 def test_conftest_sets_highest_matmul_precision():
@@ -175,7 +178,12 @@ def run_determinism_check(length: int = 2048, timeout: float = 600) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     result = subprocess.run(
         [sys.executable, "-c", _DETERMINISM_SCRIPT.format(length=length)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -214,8 +222,14 @@ def test_gpu_check_no_cuda_reason():
 
 
 def test_gpu_check_prepares_all_six_tasks_at_full_length(tmp_path):
-    counts = {"listops": (3, 1, 1), "text": (2, 0, 2), "retrieval": (2, 1, 1),
-              "image": (10, 0, 2), "pathfinder": (10, 0, 0), "pathx": (10, 0, 0)}
+    counts = {
+        "listops": (3, 1, 1),
+        "text": (2, 0, 2),
+        "retrieval": (2, 1, 1),
+        "image": (10, 0, 2),
+        "pathfinder": (10, 0, 0),
+        "pathx": (10, 0, 0),
+    }
     gpu_check.prepare_data(tmp_path, counts)
     lengths = {"text": 4096, "retrieval": 4000, "image": 1024, "pathfinder": 1024, "pathx": 16384}
     from experiments.lra.data import load_task
@@ -236,8 +250,10 @@ def test_gpu_check_commands(tmp_path):
     cmd = gpu_check.pytest_command(4, tmp_path / "t.xml")
     assert cmd[1:6] == ["-m", "pytest", "-p", "no:benchmark", "-q"]
     assert f"--junitxml={tmp_path / 't.xml'}" in cmd and "-rs" in cmd
-    assert gpu_check.gpu_env()["XLA_PYTHON_CLIENT_PREALLOCATE"] in ("false", os.environ.get(
-        "XLA_PYTHON_CLIENT_PREALLOCATE"))
+    assert gpu_check.gpu_env()["XLA_PYTHON_CLIENT_PREALLOCATE"] in (
+        "false",
+        os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+    )
     for task in gpu_check.TASKS:
         args = train.parse_args(gpu_check.train_args(task, tmp_path / "d", tmp_path / task, 7))
         assert (args.task, args.steps, args.eval_every, args.batch_size) == (task, 7, 7, None)
@@ -258,17 +274,20 @@ def test_gpu_check_reads_junit_and_trainer_outputs(tmp_path):
         '<testcase classname="tests.test_a" name="test_x[1]"><failure message="boom"/></testcase>'
         '<testcase classname="tests.test_b" name="test_g">'
         '<skipped message="needs a CUDA GPU; backend is cpu"/></testcase>'
-        '<testcase classname="tests.test_b" name="test_ok2"/></testsuite></testsuites>')
+        '<testcase classname="tests.test_b" name="test_ok2"/></testsuite></testsuites>'
+    )
     parsed = gpu_check.parse_junit(junit)
     assert (parsed["passed"], parsed["failures"], parsed["skipped"]) == (2, 1, 1)
     assert parsed["failed"] == ["tests.test_a::test_x[1]"]
     assert parsed["skip_reasons"] == {"needs a CUDA GPU; backend is cpu": 1}
     out = tmp_path / "run"
     out.mkdir()
-    (out / "results.json").write_text(json.dumps({"status": "finished", "step": 20,
-                                                  "steps_per_sec": 12.5}))
-    (out / "config.json").write_text(json.dumps({"batch_size": 32, "depth": 6, "d_model": 128,
-                                                 "d_state": 256}))
+    (out / "results.json").write_text(
+        json.dumps({"status": "finished", "step": 20, "steps_per_sec": 12.5})
+    )
+    (out / "config.json").write_text(
+        json.dumps({"batch_size": 32, "depth": 6, "d_model": 128, "d_state": 256})
+    )
     (tmp_path / "s.json").write_text(json.dumps({"rc": 0, "peak_bytes": 3 * 2**30}))
     row = gpu_check._train_row("pathx", out, tmp_path / "s.json", 0)
     assert row["ok"] and row["model"] == "6/128/256" and row["peak_gb"] == 3.0
@@ -276,24 +295,44 @@ def test_gpu_check_reads_junit_and_trainer_outputs(tmp_path):
 
 
 def test_gpu_check_report():
-    info = {"backend": "gpu", "jax": "0.11.2", "jaxlib": "0.11.2", "python": "3.12.1",
-            "platform_version": "cuda 13000", "devices": ["NVIDIA H100 80GB HBM3"],
-            "nvidia_smi": ["NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB"]}
-    parts = [gpu_check.PartResult("tests", "pass", 95.2, "300 passed, 0 failed, 2 skipped"),
-             gpu_check.PartResult("train", "fail", 300.0, "5/6 tasks trained 20 steps",
-                                  "| task | steps/s |\n|---|---|\n| pathx | 6.00 |")]
+    info = {
+        "backend": "gpu",
+        "jax": "0.11.2",
+        "jaxlib": "0.11.2",
+        "python": "3.12.1",
+        "platform_version": "cuda 13000",
+        "devices": ["NVIDIA H100 80GB HBM3"],
+        "nvidia_smi": ["NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB"],
+    }
+    parts = [
+        gpu_check.PartResult("tests", "pass", 95.2, "300 passed, 0 failed, 2 skipped"),
+        gpu_check.PartResult(
+            "train",
+            "fail",
+            300.0,
+            "5/6 tasks trained 20 steps",
+            "| task | steps/s |\n|---|---|\n| pathx | 6.00 |",
+        ),
+    ]
     text = gpu_check.render_report(info, parts, when="2026-01-01 00:00 UTC")
     assert text.startswith("# GPU check: FAIL\n")
-    for needle in ("1 x NVIDIA H100 80GB HBM3", "driver: 580.65.06", "JAX 0.11.2",
-                   "| tests | PASS | 95 s | 300 passed", "| train | FAIL | 300 s |",
-                   "## train", "| pathx | 6.00 |"):
+    for needle in (
+        "1 x NVIDIA H100 80GB HBM3",
+        "driver: 580.65.06",
+        "JAX 0.11.2",
+        "| tests | PASS | 95 s | 300 passed",
+        "| train | FAIL | 300 s |",
+        "## train",
+        "| pathx | 6.00 |",
+    ):
         assert needle in text, needle
     assert gpu_check.render_report(info, parts[:1]).startswith("# GPU check: PASS")
 
 
 def test_gpu_check_tests_part_reads_a_real_pytest_run(tmp_path):
     target = tmp_path / "test_sample.py"
-    target.write_text(textwrap.dedent("""
+    target.write_text(
+        textwrap.dedent("""
         import pytest
 
         def test_ok():
@@ -305,7 +344,8 @@ def test_gpu_check_tests_part_reads_a_real_pytest_run(tmp_path):
         @pytest.mark.skip(reason="needs a CUDA GPU; backend is cpu")
         def test_gpu_only():
             pass
-        """))
+        """)
+    )
     part = gpu_check.run_tests(tmp_path, workers=0, timeout=300, targets=[str(target)])
     assert part.status == "fail"
     assert part.summary == "1 passed, 1 failed, 1 skipped (exit status 1)"
@@ -319,8 +359,9 @@ def test_gpu_check_tests_part_reads_a_real_pytest_run(tmp_path):
 def test_gpu_check_main_writes_one_report_and_fails_on_any_failure(tmp_path, monkeypatch):
     info = {"backend": "gpu", "platform_version": "cuda 13000", "devices": ["H100"]}
     monkeypatch.setattr(gpu_check, "probe", lambda: info)
-    monkeypatch.setattr(gpu_check, "run_tests", lambda *a: gpu_check.PartResult(
-        "tests", "pass", 1.0, "9 passed"))
+    monkeypatch.setattr(
+        gpu_check, "run_tests", lambda *a: gpu_check.PartResult("tests", "pass", 1.0, "9 passed")
+    )
 
     def broken(*args):
         raise RuntimeError("the bench blew up")
@@ -363,7 +404,13 @@ def test_bench_traffic_model_counts_passes():
     assert traffic.bandwidth_gbs("NVIDIA H100 PCIe") == 2000.0
     assert traffic.bandwidth_gbs("cpu") is None
     rows = traffic.traffic_table(
-        {"ms": {"floor": 1.0}}, ["floor", "scan_autodiff"], mode="fwd", B=B, H=H, N=N, L=L,
+        {"ms": {"floor": 1.0}},
+        ["floor", "scan_autodiff"],
+        mode="fwd",
+        B=B,
+        H=H,
+        N=N,
+        L=L,
         device_kind="NVIDIA H200",
     )
     assert len(rows) == 3 and rows[2].startswith("| floor |")

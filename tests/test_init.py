@@ -19,7 +19,11 @@ RINGS = [(0.0, 1.0, 2 * math.pi), (0.5, 0.9, math.pi), (0.999, 0.9999, math.pi /
 def test_ring_is_uniform(r_min, r_max, max_phase):
     with jax.enable_x64(True):
         nu_log, theta_log = eqx_lru.ring_init(
-            4000, r_min=r_min, r_max=r_max, max_phase=max_phase, dtype=jnp.float64,
+            4000,
+            r_min=r_min,
+            r_max=r_max,
+            max_phase=max_phase,
+            dtype=jnp.float64,
             key=jax.random.PRNGKey(0),
         )
     modulus_sq = np.exp(-2 * np.exp(np.asarray(nu_log)))
@@ -37,11 +41,13 @@ def test_ring_is_uniform(r_min, r_max, max_phase):
 
 def test_gamma_is_sqrt_one_minus_modulus_squared():
     with jax.enable_x64(True):
-        layer = eqx_lru.ComplexLRU(3, 50, r_min=0.2, r_max=0.99999, dtype=jnp.float64,
-                                   key=jax.random.PRNGKey(1))
+        layer = eqx_lru.ComplexLRU(
+            3, 50, r_min=0.2, r_max=0.99999, dtype=jnp.float64, key=jax.random.PRNGKey(1)
+        )
         modulus = np.abs(np.asarray(layer.eigenvalues()))
-        np.testing.assert_allclose(np.exp(np.asarray(layer.gamma_log)),
-                                   np.sqrt(1 - modulus**2), rtol=1e-9)
+        np.testing.assert_allclose(
+            np.exp(np.asarray(layer.gamma_log)), np.sqrt(1 - modulus**2), rtol=1e-9
+        )
 
 
 def test_projection_variances():

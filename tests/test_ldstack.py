@@ -44,16 +44,17 @@ def test_modal_form_equals_companion_form(cls, n):
         assert lam.shape == (n,) and len(set(np.round(lam, 9))) == n  # distinct
         np.testing.assert_allclose(np.sort_complex(lam), np.sort_complex(lam.conj()), atol=1e-12)
         a, b = companion_form(lam)
-        np.testing.assert_allclose(np.sort_complex(np.linalg.eigvals(a)), np.sort_complex(lam),
-                                   atol=1e-8)
+        np.testing.assert_allclose(
+            np.sort_complex(np.linalg.eigvals(a)), np.sort_complex(lam), atol=1e-8
+        )
         v = vandermonde(lam)
         np.testing.assert_allclose(v @ b, np.ones(n))  # B' = V B = 1
         c_prime = np.asarray(layer.C_re) + 1j * np.asarray(layer.C_im)
-        states, ys = _dense_loop(a, b, (c_prime @ v).real, np.asarray(layer.D),
-                                 np.asarray(layer.D0), np.asarray(x))
+        states, ys = _dense_loop(
+            a, b, (c_prime @ v).real, np.asarray(layer.D), np.asarray(layer.D0), np.asarray(x)
+        )
         # The modal states are V s_t; the outputs Re(C' s'_t) = Re(C' V) s_t (s_t real).
-        np.testing.assert_allclose(np.asarray(layer.states(x)), states @ v.T, rtol=1e-9,
-                                   atol=1e-9)
+        np.testing.assert_allclose(np.asarray(layer.states(x)), states @ v.T, rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(np.asarray(layer(x)), ys, rtol=1e-9, atol=1e-9)
 
 

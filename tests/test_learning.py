@@ -45,10 +45,18 @@ def test_long_delay_recall(form):
     rng = np.random.default_rng(0)
     model_key, key = jax.random.split(jax.random.PRNGKey(0))
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        CLASSES + NOISE, CLASSES, 16, 16, 2,
-        encoder="embedding", pooling="last", key=model_key,
-        block=functools.partial(eqx_lru.LRUBlock, core=functools.partial(
-            FORMS[form], r_min=0.9, r_max=0.999, max_phase=0.1)),
+        CLASSES + NOISE,
+        CLASSES,
+        16,
+        16,
+        2,
+        encoder="embedding",
+        pooling="last",
+        key=model_key,
+        block=functools.partial(
+            eqx_lru.LRUBlock,
+            core=functools.partial(FORMS[form], r_min=0.9, r_max=0.999, max_phase=0.1),
+        ),
     )
     optim = eqx_lru.lru_optimizer(
         learning_rate=3e-3, total_steps=STEPS, lr_factor=1.0, weight_decay=0.05
@@ -59,8 +67,14 @@ def test_long_delay_recall(form):
         x, y = _recall_batch(rng, BATCH)
         key, step_key = jax.random.split(key)
         model, state, opt_state, loss = eqx_lru.train_step(
-            model, state, opt_state, x, y,
-            key=step_key, optimizer=optim, loss_fn=_cross_entropy,
+            model,
+            state,
+            opt_state,
+            x,
+            y,
+            key=step_key,
+            optimizer=optim,
+            loss_fn=_cross_entropy,
         )
         losses.append(float(loss))
     x_test, y_test = _recall_batch(np.random.default_rng(1), 512)

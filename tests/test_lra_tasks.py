@@ -49,10 +49,26 @@ def test_registry_holds_the_six_lra_tasks():
 
 def _entry(**changes) -> tasks.Task:
     fields = dict(
-        name="tiny", folder="tiny", loader=_load_parity, num_classes=2, seq_len=16,
-        vocab_size=5, train_size=12,
-        defaults=dict(d_model=8, d_state=6, steps=6, batch_size=4, base_lr=3e-3, lr_factor=0.5,
-                      dropout=0.0, bidirectional=False, r_min=0.0, r_max=0.99, max_phase=1.0),
+        name="tiny",
+        folder="tiny",
+        loader=_load_parity,
+        num_classes=2,
+        seq_len=16,
+        vocab_size=5,
+        train_size=12,
+        defaults=dict(
+            d_model=8,
+            d_state=6,
+            steps=6,
+            batch_size=4,
+            base_lr=3e-3,
+            lr_factor=0.5,
+            dropout=0.0,
+            bidirectional=False,
+            r_min=0.0,
+            r_max=0.99,
+            max_phase=1.0,
+        ),
     )
     return tasks.Task(**{**fields, **changes})
 
@@ -155,8 +171,19 @@ def test_new_task_loads_from_its_entry_and_loader(tiny, tmp_path):
 def test_new_task_trains_and_evaluates_through_the_trainer(tiny, tmp_path):
     _write_parity(tmp_path / "data")
     out = tmp_path / "run"
-    argv = ["--task", "tiny", "--data-root", str(tmp_path / "data"), "--out", str(out),
-            "--depth", "1", "--log-every", "1", "--no-progress"]
+    argv = [
+        "--task",
+        "tiny",
+        "--data-root",
+        str(tmp_path / "data"),
+        "--out",
+        str(out),
+        "--depth",
+        "1",
+        "--log-every",
+        "1",
+        "--no-progress",
+    ]
     results = train.run(argv)
     assert results["status"] == "finished" and results["step"] == 6 and results["task"] == "tiny"
     assert 0 <= results["test_accuracy"] <= 1 and results["test_examples"] == SIZES["test"]

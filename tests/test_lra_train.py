@@ -33,17 +33,42 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _args(data, out, *extra):
     return [
-        "--task", "listops", "--data-root", str(data), "--out", str(out),
-        "--steps", str(STEPS), "--batch-size", "8", "--d-model", "8", "--d-state", "4",
-        "--depth", "1", "--dropout", "0.1", "--eval-every", "4", "--log-every", "1",
-        "--checkpoint-every", "3", "--no-progress", *extra,
+        "--task",
+        "listops",
+        "--data-root",
+        str(data),
+        "--out",
+        str(out),
+        "--steps",
+        str(STEPS),
+        "--batch-size",
+        "8",
+        "--d-model",
+        "8",
+        "--d-state",
+        "4",
+        "--depth",
+        "1",
+        "--dropout",
+        "0.1",
+        "--eval-every",
+        "4",
+        "--log-every",
+        "1",
+        "--checkpoint-every",
+        "3",
+        "--no-progress",
+        *extra,
     ]
 
 
 def _losses(out):
     """Every (split, step, loss) record except the test one, in order."""
-    return [(r["split"], r["step"], r["loss"]) for r in read_records(Path(out) / "metrics.jsonl")
-            if r["split"] != "test"]
+    return [
+        (r["split"], r["step"], r["loss"])
+        for r in read_records(Path(out) / "metrics.jsonl")
+        if r["split"] != "test"
+    ]
 
 
 def _last_tree(out):
@@ -79,11 +104,21 @@ def test_run_writes_everything(form, data, reference, tmp_path):
     assert results["status"] == "finished" and results["step"] == STEPS
     assert 0 <= results["test_accuracy"] <= 1 and results["test_examples"] == 20
     assert results["steps_per_sec"] > 0
-    for name in ("config.json", "metrics.jsonl", "curves.png", "results.json", "last.eqx",
-                 "last.json", "best.eqx", "best.json"):
+    for name in (
+        "config.json",
+        "metrics.jsonl",
+        "curves.png",
+        "results.json",
+        "last.eqx",
+        "last.json",
+        "best.eqx",
+        "best.json",
+    ):
         assert (out / name).is_file(), name
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert json.loads((out / "results.json").read_text())["test_accuracy"] == results["test_accuracy"]
+    assert (
+        json.loads((out / "results.json").read_text())["test_accuracy"] == results["test_accuracy"]
+    )
     assert json.loads((out / "config.json").read_text())["form"] == form
 
     records = read_records(out / "metrics.jsonl")
@@ -179,10 +214,25 @@ def test_four_devices_match_one(data, reference, tmp_path):
     args = _args(data, "unused")
     args = args[: args.index("--out")] + args[args.index("--out") + 2 :]
     args[args.index("--batch-size") + 1] = "BATCH"
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_PLATFORMS": "cpu",
+    }
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_FOUR_DEVICES), str(data), str(tmp_path / "run"), json.dumps(args)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(_FOUR_DEVICES),
+            str(data),
+            str(tmp_path / "run"),
+            json.dumps(args),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -213,9 +263,25 @@ def test_retrieval_two_tower_trains(tmp_path):
     """Retrieval's document pairs go through the two-tower model in the same trainer."""
     root = tmp_path / "data"
     _write_aan(root)
-    args = ["--task", "retrieval", "--data-root", str(root), "--out", str(tmp_path / "run"),
-            "--steps", "2", "--batch-size", "4", "--d-model", "4", "--d-state", "2", "--depth", "1",
-            "--no-progress"]
+    args = [
+        "--task",
+        "retrieval",
+        "--data-root",
+        str(root),
+        "--out",
+        str(tmp_path / "run"),
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--d-model",
+        "4",
+        "--d-state",
+        "2",
+        "--depth",
+        "1",
+        "--no-progress",
+    ]
     results = train.run(args)
     assert results["status"] == "finished" and 0 <= results["test_accuracy"] <= 1
     assert results["test_examples"] == 4
@@ -266,8 +332,11 @@ def test_time_limit_stops_cleanly_and_resumes_exactly(data, reference, tmp_path)
     stops (status 0, "stopped") when one more step plus its checkpoint might not fit,
     and resumes into the uninterrupted run, bit for bit."""
     out, now = tmp_path / "run", [0.0]
-    first = train.run(_args(data, out, "--time-limit", "1"), hook=lambda step: now.__setitem__(0, 10.0 * step),
-                      clock=lambda: now[0])
+    first = train.run(
+        _args(data, out, "--time-limit", "1"),
+        hook=lambda step: now.__setitem__(0, 10.0 * step),
+        clock=lambda: now[0],
+    )
     # Reserve before step 6 at t = 50 s: 1.5 x 10 s (slowest step) + 2 s > the 10 s left.
     assert first["status"] == "stopped" and first["step"] == 5
     assert json.loads((out / "last.json").read_text())["step"] == 5
@@ -279,21 +348,38 @@ def test_time_limit_stops_cleanly_and_resumes_exactly(data, reference, tmp_path)
 def test_backend_environment():
     """Deterministic GPU ops are added to XLA_FLAGS (kept, not duplicated, the user's own
     choice respected); big tasks allocate on demand unless the user chose an allocator."""
-    env = _env.backend_env({"XLA_FLAGS": "--xla_dump_to=/tmp/d"}, deterministic=True, task="listops")
+    env = _env.backend_env(
+        {"XLA_FLAGS": "--xla_dump_to=/tmp/d"}, deterministic=True, task="listops"
+    )
     assert env["set"] == {"XLA_FLAGS": "--xla_dump_to=/tmp/d --xla_gpu_deterministic_ops=true"}
-    assert env["record"] == {"deterministic": True, "xla_flags": env["set"]["XLA_FLAGS"], "allocator": "preallocate"}
-    again = _env.backend_env({"XLA_FLAGS": env["set"]["XLA_FLAGS"]}, deterministic=True, task="listops")
+    assert env["record"] == {
+        "deterministic": True,
+        "xla_flags": env["set"]["XLA_FLAGS"],
+        "allocator": "preallocate",
+    }
+    again = _env.backend_env(
+        {"XLA_FLAGS": env["set"]["XLA_FLAGS"]}, deterministic=True, task="listops"
+    )
     assert again["set"] == {} and again["record"]["deterministic"]
-    user = _env.backend_env({"XLA_FLAGS": "--xla_gpu_deterministic_ops=false"}, deterministic=True, task="pathx")
-    assert user["set"] == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} and not user["record"]["deterministic"]
+    user = _env.backend_env(
+        {"XLA_FLAGS": "--xla_gpu_deterministic_ops=false"}, deterministic=True, task="pathx"
+    )
+    assert (
+        user["set"] == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        and not user["record"]["deterministic"]
+    )
     fast = _env.backend_env({}, deterministic=False, task="pathx")
     assert "XLA_FLAGS" not in fast["set"] and fast["record"]["allocator"] == "on demand"
-    mine = _env.backend_env({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, deterministic=False, task="pathx")
+    mine = _env.backend_env(
+        {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, deterministic=False, task="pathx"
+    )
     assert mine["set"] == {} and mine["record"]["allocator"] == "user"
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
-def test_deterministic_flag_set_before_the_backend(deterministic, data, reference, tmp_path, monkeypatch):
+def test_deterministic_flag_set_before_the_backend(
+    deterministic, data, reference, tmp_path, monkeypatch
+):
     """`run` puts the flag into XLA_FLAGS, next to the user's flags, before it touches a
     device (in a fresh process that is before JAX reads XLA_FLAGS); config.json records
     the choice."""
@@ -312,12 +398,21 @@ def test_deterministic_flag_set_before_the_backend(deterministic, data, referenc
         assert json.loads((out / "config.json").read_text())["deterministic"] is False
 
 
-@pytest.mark.parametrize("core", ["lru", pytest.param("s4d", marks=pytest.mark.slow), pytest.param("s5", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "core",
+    [
+        "lru",
+        pytest.param("s4d", marks=pytest.mark.slow),
+        pytest.param("s5", marks=pytest.mark.slow),
+    ],
+)
 def test_every_core_trains_through_the_cli(core, data, reference, tmp_path):
     """`--core`: the LRU and the S4D / S5 baselines train in the same pipeline."""
     out = reference[1]
     if core != "lru":
-        baselines = pytest.importorskip("eqx_lru.baselines", reason="eqx_lru.baselines not available")
+        baselines = pytest.importorskip(
+            "eqx_lru.baselines", reason="eqx_lru.baselines not available"
+        )
         if not hasattr(baselines, core.upper()):
             pytest.skip(f"eqx_lru.baselines has no {core.upper()} yet")
         out = tmp_path / "run"
@@ -333,9 +428,13 @@ def test_every_core_trains_through_the_cli(core, data, reference, tmp_path):
 def test_importing_the_trainer_leaves_the_backend_alone():
     """`configure_backend` only works if nothing started JAX's backend before `run`: not
     importing the trainer, its model code or eqx_lru (checked in a fresh process)."""
-    code = ("from experiments.lra import train\nfrom jax._src import xla_bridge as xb\n"
-            "print(getattr(xb, '_backends', None))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    code = (
+        "from experiments.lra import train\nfrom jax._src import xla_bridge as xb\n"
+        "print(getattr(xb, '_backends', None))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
     if last == "None":
@@ -421,7 +520,9 @@ def test_sighup_is_handled_like_sigterm(data, reference, tmp_path):
 
     previous = signal.signal(signal.SIGHUP, unhandled)
     try:
-        first = train.run(_args(data, out), hook=lambda step: step == 5 and os.kill(os.getpid(), signal.SIGHUP))
+        first = train.run(
+            _args(data, out), hook=lambda step: step == 5 and os.kill(os.getpid(), signal.SIGHUP)
+        )
         assert signal.getsignal(signal.SIGHUP) is unhandled  # restored
     finally:
         signal.signal(signal.SIGHUP, previous)

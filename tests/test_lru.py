@@ -123,7 +123,9 @@ def test_gradients_match_finite_differences(form):
             def shifted(t, name=name, direction=direction):
                 if name == "u":
                     return loss(layer, u + t * direction)
-                return loss(eqx.tree_at(lambda m: getattr(m, name), layer, value + t * direction), u)
+                return loss(
+                    eqx.tree_at(lambda m: getattr(m, name), layer, value + t * direction), u
+                )
 
             numeric = (shifted(eps) - shifted(-eps)) / (2 * eps)
             analytic = jnp.sum((grad_u if name == "u" else getattr(grads, name)) * direction)
@@ -161,11 +163,16 @@ def test_step_equals_parallel_and_streaming(form):
     # Streaming: run the first part, carry the state, run the rest.
     first, rest = u[:4], u[4:]
     carried = layer.hidden_states(first)[-1]
-    assert max_rel_err(jnp.concatenate([layer(first), layer(rest, initial_state=carried)]), full) <= 1e-5
+    assert (
+        max_rel_err(jnp.concatenate([layer(first), layer(rest, initial_state=carried)]), full)
+        <= 1e-5
+    )
     # Reverse streaming: the state flows from the end.
     carried = layer.hidden_states(rest, reverse=True)[0]
     full_rev = layer(u, reverse=True)
-    joined = jnp.concatenate([layer(first, initial_state=carried, reverse=True), layer(rest, reverse=True)])
+    joined = jnp.concatenate(
+        [layer(first, initial_state=carried, reverse=True), layer(rest, reverse=True)]
+    )
     assert max_rel_err(joined, full_rev) <= 1e-5
 
 

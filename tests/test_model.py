@@ -28,8 +28,15 @@ def _model(encoder="linear", *, key=0, depth=DEPTH, out_size=OUT, form="complex"
     core = functools.partial(FORMS[form], r_min=0.5, r_max=0.99)
     block = functools.partial(eqx_lru.LRUBlock, core=core, **kw)
     return eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        in_size, out_size, H, N, depth, encoder=encoder, block=block,
-        key=jax.random.PRNGKey(key), **model_kw,
+        in_size,
+        out_size,
+        H,
+        N,
+        depth,
+        encoder=encoder,
+        block=block,
+        key=jax.random.PRNGKey(key),
+        **model_kw,
     )
 
 
@@ -45,8 +52,11 @@ def _random_running_stats(model, state, seed=0):
         steps, mean, var = state.get(index)
         state = state.set(
             index,
-            (steps + 3, jnp.asarray(rng.normal(size=mean.shape), mean.dtype),
-             jnp.asarray(rng.uniform(0.5, 2, size=var.shape), var.dtype)),
+            (
+                steps + 3,
+                jnp.asarray(rng.normal(size=mean.shape), mean.dtype),
+                jnp.asarray(rng.uniform(0.5, 2, size=var.shape), var.dtype),
+            ),
         )
     return state
 
@@ -310,7 +320,9 @@ def test_remat_of_blocks_that_differ_falls_back_to_checkpoints():
     scan body: one checkpoint per block, the same values."""
     model, state = _model(norm="layer", depth=2)
     model = eqx.tree_at(lambda m: m.blocks[1].dropout, model, eqx.nn.Dropout(0.5))
-    remat = eqx.tree_at(lambda m: m.blocks, _model(norm="layer", depth=2, remat=True)[0], model.blocks)
+    remat = eqx.tree_at(
+        lambda m: m.blocks, _model(norm="layer", depth=2, remat=True)[0], model.blocks
+    )
     x = _inputs("linear", 2, 5)
     a, b = infer(model, state, x), infer(remat, state, x)
     np.testing.assert_array_equal(a, b)  # (gradients through checkpoints: test_block.py)

@@ -26,7 +26,13 @@ def _assert_lru_labels(labels, *, d="decay"):
 @pytest.mark.parametrize("decay_norm_and_bias", [True, False])
 def test_labels_of_an_lru_model(decay_norm_and_bias):
     model = eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        7, 2, 6, 5, 2, encoder="embedding", key=jax.random.PRNGKey(0),
+        7,
+        2,
+        6,
+        5,
+        2,
+        encoder="embedding",
+        key=jax.random.PRNGKey(0),
         block=functools.partial(eqx_lru.LRUBlock, bidirectional=True),
     )[0]
     labels = eqx_lru.lru_param_labels(model, decay_norm_and_bias=decay_norm_and_bias)
@@ -119,8 +125,12 @@ def test_optimizer_groups_and_weight_decay():
     with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts
         for decay_norm_and_bias in (True, False):
             optim = eqx_lru.lru_optimizer(
-                learning_rate=lr, total_steps=10, lr_factor=factor, weight_decay=wd,
-                warmup_fraction=0.0, decay_norm_and_bias=decay_norm_and_bias,
+                learning_rate=lr,
+                total_steps=10,
+                lr_factor=factor,
+                weight_decay=wd,
+                warmup_fraction=0.0,
+                decay_norm_and_bias=decay_norm_and_bias,
             )
             state = optim.init(params)
             # Zero gradients: only weight decay moves anything, and never the recurrent params.

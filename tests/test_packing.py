@@ -143,18 +143,16 @@ def block_train(block, state, x, length, segment_ids):
         def one(x, n, ids):
             return block(x, state, length=n, segment_ids=ids)
 
-        y, new_state = jax.vmap(one, axis_name="batch", out_axes=(0, None))(
-            x, length, segment_ids
-        )
+        y, new_state = jax.vmap(one, axis_name="batch", out_axes=(0, None))(x, length, segment_ids)
         return jnp.sum(jnp.sin(y)), (y, new_state)
 
     (_, (y, new_state)), grads = eqx.filter_value_and_grad(loss, has_aux=True)(block)
     return y, new_state, grads
 
 
-BLOCK_CASES = [
-    (form, method, True) for form in FORMS for method in METHODS
-] + [("real", "associative", False)]
+BLOCK_CASES = [(form, method, True) for form in FORMS for method in METHODS] + [
+    ("real", "associative", False)
+]
 FAST_BLOCK_CASE = ("real", "sequential", True)  # the others are marked slow
 
 
@@ -196,8 +194,16 @@ def _model(pooling, *, encoder, remat=False, bidirectional=True, form="real"):
     block = functools.partial(eqx_lru.LRUBlock, core=core, bidirectional=bidirectional)
     in_size = VOCAB if encoder == "embedding" else H
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        in_size, OUT, H, N, DEPTH, encoder=encoder, pooling=pooling, block=block,
-        remat=remat, key=jax.random.PRNGKey(3),
+        in_size,
+        OUT,
+        H,
+        N,
+        DEPTH,
+        encoder=encoder,
+        pooling=pooling,
+        block=block,
+        remat=remat,
+        key=jax.random.PRNGKey(3),
     )
     return _perturbed(model, 4), state
 
@@ -235,7 +241,11 @@ def test_model_packed_equals_separate(case):
     packed, row_lengths, separate, lengths = _pack(sequences, rows)
     num_segments = None if pooling is None else NUM_SEGMENTS
     out_packed, state_packed, g_packed = model_train(
-        model, state, jnp.asarray(packed), jnp.asarray(row_lengths), jnp.asarray(ids),
+        model,
+        state,
+        jnp.asarray(packed),
+        jnp.asarray(row_lengths),
+        jnp.asarray(ids),
         num_segments,
     )
     out_separate, state_separate, g_separate = model_train(
@@ -260,8 +270,12 @@ def test_model_packed_equals_separate(case):
         every_position = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (ROWS, L))
         with pytest.raises(Exception, match="num_segments"):
             model_train(
-                model, state, jnp.asarray(packed), jnp.asarray(row_lengths),
-                every_position, NUM_SEGMENTS,
+                model,
+                state,
+                jnp.asarray(packed),
+                jnp.asarray(row_lengths),
+                every_position,
+                NUM_SEGMENTS,
             )
 
 

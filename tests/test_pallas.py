@@ -198,9 +198,19 @@ def _compile_sm90(ttir: str, num_warps: int) -> dict:
         with open(ptx, "w") as f:
             f.write(module)
         log = subprocess.run(
-            [get_ptxas(90).path, "-v", "--regAllocOptLevel=2", "--gpu-name=sm_90a", ptx, "-o",
-             os.path.join(folder, "kernel.cubin")],
-            capture_output=True, text=True, check=True, timeout=600,
+            [
+                get_ptxas(90).path,
+                "-v",
+                "--regAllocOptLevel=2",
+                "--gpu-name=sm_90a",
+                ptx,
+                "-o",
+                os.path.join(folder, "kernel.cubin"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
         ).stderr
         seconds = time.perf_counter() - start
     return dict(
@@ -217,8 +227,10 @@ def _hopper_variants():
     shared transition's cotangent) and the two-level scan's first kernel."""
     every = [
         (pair, shared, reverse, stored)
-        for pair in (False, True) for shared in (True, False)
-        for reverse in (False, True) for stored in ("float32", "bfloat16")
+        for pair in (False, True)
+        for shared in (True, False)
+        for reverse in (False, True)
+        for stored in ("float32", "bfloat16")
     ]
     if os.environ.get("EQX_LRU_HOPPER_ALL"):
         return [(v, ("states", "sum", "ends")) for v in every]
@@ -335,7 +347,12 @@ def test_shared_transition_cotangent_summed_in_kernel(kind, reverse):
     def grads(method, storage):
         def loss(a, b, h0):
             hs = recurrence(
-                a, b, algebra=Diagonal(), storage=storage, initial_state=h0, reverse=reverse,
+                a,
+                b,
+                algebra=Diagonal(),
+                storage=storage,
+                initial_state=h0,
+                reverse=reverse,
                 method=method,
             )
             weights = jnp.cos(jnp.arange(hs.size, dtype=jnp.float32)).reshape(hs.shape)

@@ -59,10 +59,7 @@ def test_every_rung_gets_the_recurrent_learning_rate(getkey):
     for rung, make_core in ladder.ABLATION_CORES.items():
         core = make_core(3, 4, key=getkey())
         labels = ladder.ladder_param_labels(eqx.filter(core, eqx.is_inexact_array))
-        named = {
-            path[0].name: label
-            for path, label in jax.tree_util.tree_leaves_with_path(labels)
-        }
+        named = {path[0].name: label for path, label in jax.tree_util.tree_leaves_with_path(labels)}
         recurrent = {name for name, label in named.items() if label == "recurrent"}
         assert {"C", "C_re", "C_im", "D"}.isdisjoint(recurrent), rung
         assert recurrent & {"B", "B_re"}, rung

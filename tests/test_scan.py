@@ -128,9 +128,7 @@ def test_scan_method_shortcuts_and_errors():
 )
 def test_bad_shapes_raise(a_shape, b_shape, algebra, match):
     with pytest.raises(ValueError, match=match):
-        eqx_lru.linear_recurrence(
-            jnp.ones(a_shape), jnp.ones(b_shape), algebra=ALGEBRAS[algebra]
-        )
+        eqx_lru.linear_recurrence(jnp.ones(a_shape), jnp.ones(b_shape), algebra=ALGEBRAS[algebra])
 
 
 def test_bad_arguments_raise():

@@ -269,12 +269,16 @@ def test_complex_pairs_storage_matches_complex_states():
         def run(a, pairs, h0):
             out = {}
             for method in METHODS:
-                out[method] = via_pairs(a, pairs, h0, method), jax.grad(
-                    lambda *x: _loss(via_pairs(*x, method), w), argnums=(0, 1, 2)
-                )(a, pairs, h0)
-            out["reference"] = via_complex(a, pairs, h0), jax.grad(
-                lambda *x: _loss(via_complex(*x), w), argnums=(0, 1, 2)
-            )(a, pairs, h0)
+                out[method] = (
+                    via_pairs(a, pairs, h0, method),
+                    jax.grad(lambda *x: _loss(via_pairs(*x, method), w), argnums=(0, 1, 2))(
+                        a, pairs, h0
+                    ),
+                )
+            out["reference"] = (
+                via_complex(a, pairs, h0),
+                jax.grad(lambda *x: _loss(via_complex(*x), w), argnums=(0, 1, 2))(a, pairs, h0),
+            )
             return out
 
         out = run(a, pairs, h0)
@@ -289,6 +293,7 @@ def _compiled_grad(method, batch=2, length=128, modes=16, reference=False):
 
     def scan(b):
         if reference:  # plain autodiff of lax.associative_scan, as in the paper's App. A
+
             def combine(x, y):
                 return y[0] @ x[0], jnp.einsum("...ij,...j->...i", y[0], x[1]) + y[1]
 

@@ -75,8 +75,13 @@ def _relative_errors(expected, got):
 def _single_device(algebra, ids, reverse):
     def run(a, b, h0):
         return eqx_lru.linear_recurrence(
-            a, b, algebra=algebra, initial_state=h0, reverse=reverse,
-            method="sequential", segment_ids=ids,
+            a,
+            b,
+            algebra=algebra,
+            initial_state=h0,
+            reverse=reverse,
+            method="sequential",
+            segment_ids=ids,
         )
 
     return run
@@ -91,7 +96,12 @@ def _over_vmap_axis(algebra, ids, reverse, shared, chunks, local):
 
     def chunk(a, b, h0, ids):
         return eqx_lru.linear_recurrence(
-            a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method,
+            a,
+            b,
+            algebra=algebra,
+            initial_state=h0,
+            reverse=reverse,
+            method=method,
             segment_ids=ids,
         )
 
@@ -185,7 +195,11 @@ def test_four_devices():
     ).strip()
     env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run(
-        [sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1200,
+        [sys.executable, __file__],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -229,7 +243,12 @@ def _scan_check(mesh, case, length):
 
     def body(a, b, h0, ids):
         return eqx_lru.linear_recurrence(
-            a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method,
+            a,
+            b,
+            algebra=algebra,
+            initial_state=h0,
+            reverse=reverse,
+            method=method,
             segment_ids=ids,
         )
 
@@ -285,12 +304,22 @@ def _stack_case(core, bidirectional, pooling, remat, norm, lengths, size):
 
     def build(method):
         block = functools.partial(
-            eqx_lru.LRUBlock, core=functools.partial(layer, r_min=0.5, method=method),
-            bidirectional=bidirectional, norm=norm,
+            eqx_lru.LRUBlock,
+            core=functools.partial(layer, r_min=0.5, method=method),
+            bidirectional=bidirectional,
+            norm=norm,
         )
         return eqx.nn.make_with_state(eqx_lru.LRUModel)(
-            7, 3 if pooling else None, 6, 5, 2, encoder="embedding", pooling=pooling,
-            block=block, remat=remat, key=jax.random.PRNGKey(1),
+            7,
+            3 if pooling else None,
+            6,
+            5,
+            2,
+            encoder="embedding",
+            pooling=pooling,
+            block=block,
+            remat=remat,
+            key=jax.random.PRNGKey(1),
         )
 
     (one, state), (split, _) = build("sequential"), build(eqx_lru.SequenceParallel("seq"))
@@ -311,9 +340,13 @@ def _stack_case(core, bidirectional, pooling, remat, norm, lengths, size):
 
     out_spec = P() if pooling else P(None, "seq")
     sharded = jax.shard_map(
-        batch(split_static), mesh=mesh, in_specs=(P(), P(), P(None, "seq"), P()),
-        out_specs=(out_spec, P()), check_vma=False,
+        batch(split_static),
+        mesh=mesh,
+        in_specs=(P(), P(), P(None, "seq"), P()),
+        out_specs=(out_spec, P()),
+        check_vma=False,
     )
+
     def loss(run):
         def f(params):
             fresh = jax.tree_util.tree_map(lambda y: y, state)  # a state used once
@@ -326,6 +359,7 @@ def _stack_case(core, bidirectional, pooling, remat, norm, lengths, size):
 
     (v0, (o0, s0)), g0 = loss(batch(one_static))(one_params)
     (v1, (o1, s1)), g1 = loss(sharded)(split_params)
+
     def floats(tree):
         return [y for y in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(y.dtype, jnp.floating)]
 
@@ -387,8 +421,12 @@ def test_trainer_sequence_parallel(tmp_path):
     env["JAX_PLATFORMS"] = "cpu"
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(
-        [sys.executable, "-c", _TRAINER, str(tmp_path)], env=env, cwd=repo,
-        capture_output=True, text=True, timeout=1200,
+        [sys.executable, "-c", _TRAINER, str(tmp_path)],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -405,8 +443,17 @@ def test_trainer_refuses_a_split_that_does_not_divide_the_devices(tmp_path, caps
     from experiments.lra import generate, train
 
     generate.write_listops(tmp_path / "data", (8, 4, 4), seed=0, min_length=5, max_length=9)
-    args = ["--task", "listops", "--data-root", str(tmp_path / "data"), "--out",
-            str(tmp_path / "out"), "--batch-size", "2", "--no-progress"]
+    args = [
+        "--task",
+        "listops",
+        "--data-root",
+        str(tmp_path / "data"),
+        "--out",
+        str(tmp_path / "out"),
+        "--batch-size",
+        "2",
+        "--no-progress",
+    ]
     n = jax.device_count() + 1
     assert train.main([*args, "--sequence-parallel", str(n)]) == 2
     assert f"--sequence-parallel {n} must divide the number of devices" in capsys.readouterr().err

@@ -53,7 +53,12 @@ METHODS = {
 
 def _config(core, method, dtype, *, encoder="linear", norm="batch", glu="full", pooling=None):
     return dict(
-        core=core, method=method, dtype=dtype, encoder=encoder, norm=norm, glu=glu,
+        core=core,
+        method=method,
+        dtype=dtype,
+        encoder=encoder,
+        norm=norm,
+        glu=glu,
         pooling=pooling,
     )
 
@@ -108,13 +113,24 @@ def _model(config, *, bidirectional=False, seed=0):
     running batch-norm statistics; call inside `jax.enable_x64` for float64."""
     dtype = jnp.dtype(config["dtype"])
     block = functools.partial(
-        eqx_lru.LRUBlock, core=_make_core_factory(config), norm=config["norm"],
-        glu=config["glu"], bidirectional=bidirectional,
+        eqx_lru.LRUBlock,
+        core=_make_core_factory(config),
+        norm=config["norm"],
+        glu=config["glu"],
+        bidirectional=bidirectional,
     )
     in_size = VOCAB if config["encoder"] == "embedding" else IN
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        in_size, OUT, H, N, DEPTH, encoder=config["encoder"], pooling=config["pooling"],
-        block=block, dtype=dtype, key=jax.random.PRNGKey(seed),
+        in_size,
+        OUT,
+        H,
+        N,
+        DEPTH,
+        encoder=config["encoder"],
+        pooling=config["pooling"],
+        block=block,
+        dtype=dtype,
+        key=jax.random.PRNGKey(seed),
     )
     return _perturbed(model, seed + 1), _random_running_stats(model.blocks, state, seed + 2)
 
@@ -302,8 +318,7 @@ def oracle(model, state, x):
         w, b = _f64(model.encoder.weight), _f64(model.encoder.bias)
         encode = lambda x_t: w @ _f64(x_t) + b  # noqa: E731
     blocks = [
-        (_norm_np(blk.norm, state), *_core_np(blk.core), _glu_np(blk.glu))
-        for blk in model.blocks
+        (_norm_np(blk.norm, state), *_core_np(blk.core), _glu_np(blk.glu)) for blk in model.blocks
     ]
     carries = [init for _, init, _, _, _ in blocks]
     w_out, b_out = _f64(model.head.weight), _f64(model.head.bias)
@@ -399,9 +414,7 @@ def block_three_ways(block, state, x, split):
     carry, y_first = block.chunk(block.init_carry(), first, state, length=split)
     rest = jnp.roll(x, -split, axis=0)  # positions split.. first, then garbage-free wrap
     chunk_carry, y_rest = block.chunk(carry, rest, state, length=L - split)
-    chunk_y = jnp.where(
-        jnp.arange(L)[:, None] < split, y_first, jnp.roll(y_rest, split, axis=0)
-    )
+    chunk_y = jnp.where(jnp.arange(L)[:, None] < split, y_first, jnp.roll(y_rest, split, axis=0))
     parallel, _ = block(x, state, inference=True)
     return step_carry, step_y, chunk_carry, chunk_y, parallel, y_first
 
@@ -448,7 +461,14 @@ def test_generation_loop():
     generated step by step are those the parallel model predicts on its own output."""
     block = functools.partial(eqx_lru.LRUBlock, core="real", norm="layer")
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        VOCAB, VOCAB, H, N, DEPTH, encoder="embedding", pooling=None, block=block,
+        VOCAB,
+        VOCAB,
+        H,
+        N,
+        DEPTH,
+        encoder="embedding",
+        pooling=None,
+        block=block,
         key=jax.random.PRNGKey(5),
     )
     prompt = jnp.asarray([3, 1, 4, 1, 5], jnp.int32)
@@ -472,7 +492,12 @@ def test_bidirectional_and_non_causal_refuse():
         with pytest.raises(ValueError, match="bidirectional.*later positions"):
             call()
     model = eqx_lru.LRUModel(
-        IN, OUT, H, N, DEPTH, block=functools.partial(eqx_lru.LRUBlock, bidirectional=True),
+        IN,
+        OUT,
+        H,
+        N,
+        DEPTH,
+        block=functools.partial(eqx_lru.LRUBlock, bidirectional=True),
         key=key,
     )
     with pytest.raises(ValueError, match="bidirectional"):

@@ -26,10 +26,32 @@ from experiments.lra.steps import build_model, make_optimizer
 
 def _args(data, out, *extra):
     return [
-        "--task", "listops", "--data-root", str(data), "--out", str(out), "--steps", "8",
-        "--batch-size", "8", "--d-model", "8", "--d-state", "4", "--depth", "1", "--dropout",
-        "0.1", "--eval-every", "4", "--log-every", "1", "--checkpoint-every", "3",
-        "--no-progress", *extra,
+        "--task",
+        "listops",
+        "--data-root",
+        str(data),
+        "--out",
+        str(out),
+        "--steps",
+        "8",
+        "--batch-size",
+        "8",
+        "--d-model",
+        "8",
+        "--d-state",
+        "4",
+        "--depth",
+        "1",
+        "--dropout",
+        "0.1",
+        "--eval-every",
+        "4",
+        "--log-every",
+        "1",
+        "--checkpoint-every",
+        "3",
+        "--no-progress",
+        *extra,
     ]
 
 
@@ -66,7 +88,11 @@ def _error(capsys) -> str:
     """The single `error:` line of stderr (fails if there is a traceback)."""
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith(("error:", "python -m experiments.lra.train: error:"))]
+    lines = [
+        line
+        for line in err.splitlines()
+        if line.startswith(("error:", "python -m experiments.lra.train: error:"))
+    ]
     assert len(lines) == 1, err
     return lines[0]
 
@@ -230,7 +256,12 @@ def test_out_of_memory_is_one_clear_line(data, tmp_path, capsys, monkeypatch):
     assert train.main(_args(data / "ok", tmp_path / "run")) == 1
     line = _error(capsys)
     assert line.startswith("error: out of memory") and "RESOURCE_EXHAUSTED" in line
-    for advice in ("--remat", "--batch-size 4", "more devices", "XLA_PYTHON_CLIENT_PREALLOCATE=false"):
+    for advice in (
+        "--remat",
+        "--batch-size 4",
+        "more devices",
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false",
+    ):
         assert advice in line
     # A real bug keeps its traceback.
     monkeypatch.setattr(train._Loop, "step", lambda *a: 1 / 0)
@@ -336,7 +367,9 @@ def test_full_disk_at_a_checkpoint_write_is_one_line(stopped, data, tmp_path, ca
 
     def full(folder, name, tree, meta):
         if meta["step"] >= 7:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(folder) / f".{name}.eqx.1.tmp"))
+            raise OSError(
+                errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(folder) / f".{name}.eqx.1.tmp")
+            )
         return real_save(folder, name, tree, meta)
 
     monkeypatch.setattr(ckpt, "save", full)
@@ -367,7 +400,10 @@ def test_unreadable_data_is_one_line(fault, data, tmp_path, capsys, monkeypatch)
         assert load_task is not None
     assert train.main(_args(root, tmp_path / "run")) == 2
     line = _error(capsys)
-    assert str(path) in line and ("Permission denied" if fault == "permission" else "symbolic links") in line
+    assert (
+        str(path) in line
+        and ("Permission denied" if fault == "permission" else "symbolic links") in line
+    )
 
 
 def test_flags_that_do_not_apply_to_the_core_are_refused_or_applied(data, tmp_path, capsys):
@@ -377,12 +413,17 @@ def test_flags_that_do_not_apply_to_the_core_are_refused_or_applied(data, tmp_pa
     from experiments.lra import steps
 
     baselines = pytest.importorskip("eqx_lru.baselines")
-    assert train.main(_args(data / "ok", tmp_path / "a", "--core", "s4d", "--method", "sequential")) == 2
+    assert (
+        train.main(_args(data / "ok", tmp_path / "a", "--core", "s4d", "--method", "sequential"))
+        == 2
+    )
     line = _error(capsys)
     assert "--core s4d" in line and "--method sequential would not be used" in line
     assert train.main(_args(data / "ok", tmp_path / "b", "--core", "s4d", "--form", "real")) == 2
     assert "--form real would not be used" in _error(capsys)
-    cfg = train.resolve_config(train.parse_args(_args(data / "ok", tmp_path / "c", "--core", "s5", "--form", "real")))
+    cfg = train.resolve_config(
+        train.parse_args(_args(data / "ok", tmp_path / "c", "--core", "s5", "--form", "real"))
+    )
     core = steps.make_core(cfg)(4, 4, key=jax.random.PRNGKey(0))
     assert isinstance(core, baselines.S5) and core.form == "real"
     assert cfg["r_min"] is None and cfg["max_phase"] is None  # the LRU ring is not used

@@ -36,4 +36,3 @@ def zoh_pairs(a_re: Array, a_im: Array, dt: Array) -> tuple[Pair, Pair]:
 def cmul(x: tuple[Array, Array], y: tuple[Array, Array]) -> tuple[Array, Array]:
     """Complex product on (real, imaginary) pairs."""
     return x[0] * y[0] - x[1] * y[1], x[0] * y[1] + x[1] * y[0]
-

@@ -162,7 +162,9 @@ def _outputs(d_state: int, d_out: int, dtype, key: PRNGKeyArray) -> dict[str, Ar
     c_key, d_key = jax.random.split(key)
     c = jax.random.normal(c_key, (2, d_out, d_state), dtype) / math.sqrt(2 * d_state)
     return dict(
-        C_re=c[0], C_im=c[1], D=jax.random.normal(d_key, (d_out,), dtype),
+        C_re=c[0],
+        C_im=c[1],
+        D=jax.random.normal(d_key, (d_out,), dtype),
         D0=jnp.zeros((d_out,), dtype),
     )
 
@@ -189,8 +191,9 @@ class StandardSIMOLDS(AbstractSIMOLDS):
 
     recurrent_fields: ClassVar[tuple[str, ...]] = ("alpha", "beta", "alpha_real")
 
-    def __init__(self, d_state: int, d_out: int, *, method: Any = "auto", dtype=None,
-                 key: PRNGKeyArray):
+    def __init__(
+        self, d_state: int, d_out: int, *, method: Any = "auto", dtype=None, key: PRNGKeyArray
+    ):
         """**Arguments:** `d_state` ($n$), `d_out` ($m$), `method`, `dtype`, `key`."""
         check_size("d_state", d_state)
         check_size("d_out", d_out)
@@ -228,18 +231,21 @@ class UnitSIMOLDS(AbstractSIMOLDS):
 
     recurrent_fields: ClassVar[tuple[str, ...]] = ("theta",)
 
-    def __init__(self, d_state: int, d_out: int, *, method: Any = "auto", dtype=None,
-                 key: PRNGKeyArray):
+    def __init__(
+        self, d_state: int, d_out: int, *, method: Any = "auto", dtype=None, key: PRNGKeyArray
+    ):
         """**Arguments:** `d_state` ($n$, even), `d_out` ($m$), `method`, `dtype`, `key`."""
         check_size("d_state", d_state)
         check_size("d_out", d_out)
         if d_state % 2:
-            raise ValueError(f"`d_state` must be even (conjugate pairs on the unit circle); "
-                             f"got {d_state}.")
+            raise ValueError(
+                f"`d_state` must be even (conjugate pairs on the unit circle); got {d_state}."
+            )
         dtype = complex_float_dtype(dtype, "UnitSIMOLDS", "a float32/float64 `dtype`")
         theta_key, out_key = jax.random.split(key)
-        self.theta = jax.random.uniform(theta_key, (d_state // 2,), dtype, -2 * math.pi,
-                                        2 * math.pi)
+        self.theta = jax.random.uniform(
+            theta_key, (d_state // 2,), dtype, -2 * math.pi, 2 * math.pi
+        )
         for name, value in _outputs(d_state, d_out, dtype, out_key).items():
             setattr(self, name, value)
         self.method = scan_method(method)
@@ -247,5 +253,3 @@ class UnitSIMOLDS(AbstractSIMOLDS):
     def eigenvalues(self) -> Complex[Array, " n"]:
         theta = jnp.concatenate([self.theta, -self.theta])
         return jax.lax.complex(jnp.cos(theta), jnp.sin(theta))
-
-

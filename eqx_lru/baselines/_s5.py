@@ -107,7 +107,11 @@ class S5(AbstractDiagonalSSM):
     method: Any = eqx.field(static=True)
 
     recurrent_fields: ClassVar[tuple[str, ...]] = (
-        "Lambda_re", "Lambda_im", "log_step", "B_re", "B_im",
+        "Lambda_re",
+        "Lambda_im",
+        "log_step",
+        "B_re",
+        "B_im",
     )
 
     def __init__(

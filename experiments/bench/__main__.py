@@ -39,7 +39,11 @@ FULL = {
         "reps": 3,
     },
     # Paper Table 9: (H, N) of the LRA models (ListOps/Text/Retrieval, Image, Pathfinder, PathX).
-    "step": {"sizes": [(512, 384), (128, 256), (256, 192), (192, 256)], "tokens": 4096, "calls": 500},
+    "step": {
+        "sizes": [(512, 384), (128, 256), (256, 192), (192, 256)],
+        "tokens": 4096,
+        "calls": 500,
+    },
     "precision": {
         "configs": [
             (256, 256, 1024, DEFAULT_RING),
@@ -72,7 +76,10 @@ REDUCED = dict(
     unroll=(),
     hugetlb={"cases": [("real-sequential", 16384)], "pairs": 2, "reps": 2},
     step={"sizes": [(128, 256), (512, 384)], "tokens": 4096, "calls": 200},
-    precision={"configs": [(256, 256, 16384, DEFAULT_RING), (256, 256, 16384, PATHX_RING)], "batch": 2},
+    precision={
+        "configs": [(256, 256, 16384, DEFAULT_RING), (256, 256, 16384, PATHX_RING)],
+        "batch": 2,
+    },
     peak_rss=False,
     autodiff=False,
     model=[
@@ -175,7 +182,9 @@ class Runner:
         return self.get(
             section,
             spec,
-            lambda: interleave.run(spec) if self.in_process else _child("interleave", json.dumps(spec)),
+            lambda: (
+                interleave.run(spec) if self.in_process else _child("interleave", json.dumps(spec))
+            ),
         )
 
     def hugetlb(self, case, pairs):
@@ -299,7 +308,13 @@ def _grid_entry(runner, mode, H, N, L):
 def _memory_entry(runner, impl, mode, H, N, L):
     for result in runner.data["memory"].values():
         c = result.get("case", {})
-        if (c.get("impl"), c.get("mode"), c.get("H"), c.get("N"), c.get("L")) == (impl, mode, H, N, L):
+        if (c.get("impl"), c.get("mode"), c.get("H"), c.get("N"), c.get("L")) == (
+            impl,
+            mode,
+            H,
+            N,
+            L,
+        ):
             return result
     return None
 
@@ -317,7 +332,9 @@ def render(grid, runner, info, *, name, end_load) -> str:
     key_entry = _grid_entry(runner, "grad", kH, kN, kL)
     peaks = {
         (impl, mode, H): (_memory_entry(runner, impl, mode, H, N, largest) or {}).get("peak_mb")
-        for impl in names for mode in ("fwd", "grad") for H in grid["H"]
+        for impl in names
+        for mode in ("fwd", "grad")
+        for H in grid["H"]
     }
     peak_what = "peak MB" + (" (RSS)" if backend == "cpu" else " (device memory)")
     command = "python -m experiments.bench" + ("" if name == "full" else f" --grid {name}")
@@ -345,7 +362,7 @@ def render(grid, runner, info, *, name, end_load) -> str:
         "",
         f"## Key configuration: fwd+bwd, B={B}, H={kH}, N={kN}, L={kL}",
         "",
-        f"Bold: the default method on this backend (`method=\"auto\"` → `\"{method}\"`).",
+        f'Bold: the default method on this backend (`method="auto"` → `"{method}"`).',
         "",
         *report.key_table(key_entry, peaks, names, mode="grad", H=kH, default_method=method),
         "",
@@ -364,7 +381,10 @@ def render(grid, runner, info, *, name, end_load) -> str:
         "",
     ]
     if name == "quick":
-        lines += ["(Quick grid: tiny sizes, dominated by dispatch; the targets concern the full grid.)", ""]
+        lines += [
+            "(Quick grid: tiny sizes, dominated by dispatch; the targets concern the full grid.)",
+            "",
+        ]
     for mode, title in (("grad", "fwd+bwd"), ("fwd", "fwd")):
         for H in grid["H"]:
             entries = {L: _grid_entry(runner, mode, H, N, L) for L in grid["L"]}
@@ -379,7 +399,8 @@ def render(grid, runner, info, *, name, end_load) -> str:
             "Peak RSS of a process that only imports JAX and makes the data: "
             + ", ".join(
                 f"{e['peak_mb']:,.0f} MB (H={e['case']['H']}, L={e['case']['L']})"
-                for e in data_rss if e.get("peak_mb")
+                for e in data_rss
+                if e.get("peak_mb")
             )
             + ".",
             "",
@@ -449,7 +470,11 @@ def _model_lines(runner, backend, specs) -> list[str]:
             rows.append(result if "spec" in result else dict(result, spec=spec))
     if not rows:
         return []
-    peak = "peak device memory (`memory_stats()`)" if backend != "cpu" else "no peak device memory (the CPU backend reports none)"
+    peak = (
+        "peak device memory (`memory_stats()`)"
+        if backend != "cpu"
+        else "no peak device memory (the CPU backend reports none)"
+    )
     return [
         "## One training step per LRA task (Table 9 sizes)",
         "",
@@ -470,14 +495,20 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__)
     parser.add_argument(
-        "--grid", choices=tuple(GRIDS), default="full",
+        "--grid",
+        choices=tuple(GRIDS),
+        default="full",
         help="full (default), reduced (about 25 min on 2 CPU cores) or quick (seconds)",
     )
     parser.add_argument("--quick", action="store_true", help="the same as --grid quick")
     parser.add_argument(
-        "--out", type=output_file, help="Markdown to write (default: RESULTS-<backend>.md here; quick: stdout)"
+        "--out",
+        type=output_file,
+        help="Markdown to write (default: RESULTS-<backend>.md here; quick: stdout)",
     )
-    parser.add_argument("--json", type=output_file, help="raw results (default: results-<backend>.json by --out)")
+    parser.add_argument(
+        "--json", type=output_file, help="raw results (default: results-<backend>.json by --out)"
+    )
     parser.add_argument("--resume", action="store_true", help="reuse measurements in the JSON file")
     return parser
 
@@ -493,13 +524,17 @@ def _main(argv=None):
     grid = GRIDS[name]
     out = args.out or (None if name == "quick" else os.path.join(HERE, f"RESULTS-{backend}.md"))
     json_path = args.json or (
-        os.path.join(os.path.dirname(os.path.abspath(out)), f"results-{backend}.json") if out else None
+        os.path.join(os.path.dirname(os.path.abspath(out)), f"results-{backend}.json")
+        if out
+        else None
     )
     info = report.machine_info()
     try:
         runner = Runner(json_path, in_process=name == "quick", resume=args.resume)
     except ValueError as e:  # json.JSONDecodeError: a damaged results file
-        parser.error(f"--resume: {json_path} is not a valid results file ({e}); delete it or drop --resume")
+        parser.error(
+            f"--resume: {json_path} is not a valid results file ({e}); delete it or drop --resume"
+        )
     _log(f"benchmark ({name}) on {backend} -> {out or 'stdout'}")
     run(grid, runner, quick=name == "quick", backend=backend)
     text = render(grid, runner, info, name=name, end_load=os.getloadavg())

@@ -137,7 +137,9 @@ def main(argv):
     if section == "step":
         rows = step_cost(args["sizes"], tokens=args["tokens"], calls=args["calls"])
     else:
-        rows = precision([tuple(c[:3]) + (tuple(c[3]),) for c in args["configs"]], batch=args["batch"])
+        rows = precision(
+            [tuple(c[:3]) + (tuple(c[3]),) for c in args["configs"]], batch=args["batch"]
+        )
     print(json.dumps(rows), flush=True)
 
 

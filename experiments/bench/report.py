@@ -25,15 +25,27 @@ def machine_info() -> dict:
 
     cpuinfo = _read("/proc/cpuinfo")
     model = next(
-        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+        (
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.splitlines()
+            if line.startswith("model name")
+        ),
         platform.processor() or "unknown",
     )
     cache = next(
-        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("cache size")),
+        (
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.splitlines()
+            if line.startswith("cache size")
+        ),
         "?",
     )
     mem_kb = next(
-        (int(line.split()[1]) for line in _read("/proc/meminfo").splitlines() if line.startswith("MemTotal")),
+        (
+            int(line.split()[1])
+            for line in _read("/proc/meminfo").splitlines()
+            if line.startswith("MemTotal")
+        ),
         0,
     )
     thp = _read("/sys/kernel/mm/transparent_hugepage/enabled").strip() or "?"
@@ -112,16 +124,27 @@ def target_checks(entry, *, default_method) -> list[str]:
     r_c_temp = temp[real] / temp[cplx]
     mark = lambda ok: "met" if ok else "**missed**"  # noqa: E731
     checks = [
-        ("time ≤ 0.30× App. A, both forms", f"complex {c_base:.2f}×, real {r_base:.2f}×",
-         mark(max(c_base, r_base) <= 0.30)),
-        ("XLA temp ≤ 0.40× App. A, both forms", f"complex {c_temp:.2f}×, real {r_temp:.2f}×",
-         mark(max(c_temp, r_temp) <= 0.40)),
+        (
+            "time ≤ 0.30× App. A, both forms",
+            f"complex {c_base:.2f}×, real {r_base:.2f}×",
+            mark(max(c_base, r_base) <= 0.30),
+        ),
+        (
+            "XLA temp ≤ 0.40× App. A, both forms",
+            f"complex {c_temp:.2f}×, real {r_temp:.2f}×",
+            mark(max(c_temp, r_temp) <= 0.40),
+        ),
         ("real form no slower than complex", f"real / complex = {r_c:.2f}", mark(r_c <= 1.02)),
-        ("real form no more XLA temp than complex (to 0.1%)",
-         f"real / complex = {r_c_temp:.4f} ({temp[real] - temp[cplx]:+,.2f} MB)",
-         mark(r_c_temp <= 1.001)),
-        ("within 1.3× of the projections-only floor",
-         f"complex {c_floor:.2f}×, real {r_floor:.2f}×", mark(max(c_floor, r_floor) <= 1.3)),
+        (
+            "real form no more XLA temp than complex (to 0.1%)",
+            f"real / complex = {r_c_temp:.4f} ({temp[real] - temp[cplx]:+,.2f} MB)",
+            mark(r_c_temp <= 1.001),
+        ),
+        (
+            "within 1.3× of the projections-only floor",
+            f"complex {c_floor:.2f}×, real {r_floor:.2f}×",
+            mark(max(c_floor, r_floor) <= 1.3),
+        ),
         ("(reference) the floor itself", f"{ratio(entry, FLOOR, BASELINE):.2f}× App. A", ""),
     ]
     lines = ["| target | measured | |", "|---|---|---|"]
@@ -154,7 +177,9 @@ def grid_table(entries, peaks, names, *, mode, H) -> list[str]:
         else:
             temp = "—"
         lines.append(
-            f"| {label(impl)} | " + " | ".join(cells) + f" | {temp} | {_fmt_mb(peaks.get((impl, mode, H)))} |"
+            f"| {label(impl)} | "
+            + " | ".join(cells)
+            + f" | {temp} | {_fmt_mb(peaks.get((impl, mode, H)))} |"
         )
     return lines
 
@@ -166,7 +191,10 @@ def unroll_table(by_mode, *, default) -> list[str]:
         {n for r in by_mode.values() for n in r.get("ms", {})}, key=lambda n: int(n.split("@")[1])
     )
     ref = f"real-sequential@{default}"
-    lines = ["| steps per iteration | fwd ms (× default) | fwd+bwd ms (× default) |", "|---|---|---|"]
+    lines = [
+        "| steps per iteration | fwd ms (× default) | fwd+bwd ms (× default) |",
+        "|---|---|---|",
+    ]
     for n in names:
         cells = []
         for mode in ("fwd", "grad"):
@@ -216,7 +244,9 @@ def model_table(rows) -> list[str]:
         s = r["spec"]
         core = f"LRU {s['form']}" if s["core"] == "lru" else s["core"].upper()
         if "temp_gb" not in r:
-            lines.append(f"| {s['task']} | {core} | | | | error: {' '.join(r.get('error', []))[-80:]} | | | |")
+            lines.append(
+                f"| {s['task']} | {core} | | | | error: {' '.join(r.get('error', []))[-80:]} | | | |"
+            )
             continue
         bidir = ", bidir." if r["bidirectional"] else ""
         if "step_s" in r:
@@ -238,7 +268,9 @@ def step_table(rows) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['H']} | {r['N']} | {r['form']} | {r['call_us']:.1f} | {r['scan_us']:.2f} |")
+        lines.append(
+            f"| {r['H']} | {r['N']} | {r['form']} | {r['call_us']:.1f} | {r['scan_us']:.2f} |"
+        )
     return lines
 
 

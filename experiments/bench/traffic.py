@@ -67,8 +67,9 @@ def _scan_passes(method: str, *, backward: bool, L: int, segment: int | None) ->
     return passes
 
 
-def bytes_moved(impl: str, mode: str, *, B: int, H: int, N: int, L: int,
-                segment: int | None = 2048) -> int | None:
+def bytes_moved(
+    impl: str, mode: str, *, B: int, H: int, N: int, L: int, segment: int | None = 2048
+) -> int | None:
     """Modelled bytes of one call of implementation `impl` (a name of `impls.variants`) in
     `mode` ("fwd" or "grad"); `None` for a row the model does not cover."""
     U = B * L * H * 4
@@ -89,8 +90,9 @@ def bytes_moved(impl: str, mode: str, *, B: int, H: int, N: int, L: int,
     return int(total)
 
 
-def traffic_table(entry, names, *, mode: str, B: int, H: int, N: int, L: int,
-                  device_kind: str) -> list[str]:
+def traffic_table(
+    entry, names, *, mode: str, B: int, H: int, N: int, L: int, device_kind: str
+) -> list[str]:
     """Markdown rows: modelled bytes, the time they take at the device's peak bandwidth,
     and the measured time (`entry` a grid result with `ms`), for every implementation."""
     bandwidth = bandwidth_gbs(device_kind)

@@ -96,15 +96,17 @@ def siso_outputs(a, b, c, x, directions) -> np.ndarray:
 
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     run = jax.jit(jax.vmap(one))
-    return np.asarray(run(f32(c_prime.real), f32(c_prime.imag), f32(x @ directions.T).T),
-                      np.float64)
+    return np.asarray(
+        run(f32(c_prime.real), f32(c_prime.imag), f32(x @ directions.T).T), np.float64
+    )
 
 
 def standard_init_moduli(n: int, draws: int) -> np.ndarray:
     """|λ| of `StandardSIMOLDS` initialisations (roots of random monic polynomials)."""
     keys = jax.random.split(jax.random.PRNGKey(1), draws)
-    return np.concatenate([np.abs(np.asarray(StandardSIMOLDS(n, 1, key=k).eigenvalues()))
-                           for k in keys])
+    return np.concatenate(
+        [np.abs(np.asarray(StandardSIMOLDS(n, 1, key=k).eigenvalues())) for k in keys]
+    )
 
 
 def relative_rms(approx: np.ndarray, exact: np.ndarray) -> np.ndarray:
@@ -127,22 +129,34 @@ def main(argv: list[str] | None = None) -> dict:
     ks = [2**i for i in range(int(math.log2(count)) + 1)]
     errors = {k: relative_rms(ys.reshape(count // k, k, length).mean(1), y) for k in ks}
     results = dict(
-        n=n, d=d, length=length, projections=count,
+        n=n,
+        d=d,
+        length=length,
+        projections=count,
         identity_split_relative_error=float(relative_rms(exact_split, y)),
         single_relative_rms=dict(mean=single.mean(), median=np.median(single), max=single.max()),
         relative_variance_single=float(np.mean(single**2)),
         expected_relative_variance_single=projection_variance(a, b, c, x).mean() / np.mean(y**2),
-        averages=[dict(k=k, subsamples=len(e), relative_rms_mean=e.mean(),
-                       relative_rms_of_mean_square=math.sqrt(np.mean(e**2)))
-                  for k, e in errors.items()],
+        averages=[
+            dict(
+                k=k,
+                subsamples=len(e),
+                relative_rms_mean=e.mean(),
+                relative_rms_of_mean_square=math.sqrt(np.mean(e**2)),
+            )
+            for k, e in errors.items()
+        ],
     )
     slope = np.polyfit(np.log(ks), np.log([math.sqrt(np.mean(errors[k] ** 2)) for k in ks]), 1)[0]
     results["log_log_slope"] = slope
     moduli = standard_init_moduli(n, 10 if args.fast else 200)
     results["standard_init_moduli"] = dict(
-        n=n, draws=len(moduli) // n, median=np.median(moduli),
+        n=n,
+        draws=len(moduli) // n,
+        median=np.median(moduli),
         fraction_within_0_8_to_1_2=np.mean((moduli > 0.8) & (moduli < 1.2)),
-        fraction_above_1=np.mean(moduli > 1), max=moduli.max(),
+        fraction_above_1=np.mean(moduli > 1),
+        max=moduli.max(),
     )
     results["avg16_relative_rms"] = [float(v) for v in errors.get(16, errors[ks[-1]])[:2]]
     results["avg_all_relative_rms"] = float(errors[count][0])
@@ -154,20 +168,31 @@ def main(argv: list[str] | None = None) -> dict:
         top.plot(steps, row, color="0.82", lw=0.3)
     for i in range(2):
         k = min(16, count)
-        top.plot(steps, ys[i * k : (i + 1) * k].mean(0), color="tab:blue", lw=0.8,
-                 label=f"average of {k} SISO" if i == 0 else None)
+        top.plot(
+            steps,
+            ys[i * k : (i + 1) * k].mean(0),
+            color="tab:blue",
+            lw=0.8,
+            label=f"average of {k} SISO" if i == 0 else None,
+        )
     top.plot(steps, ys.mean(0), color="tab:red", lw=0.9, label=f"average of all {count} SISO")
     top.plot(steps, y, color="k", lw=0.9, label="MISO LDS")
     top.set_ylim(-spread, spread)
     top.set_xlim(0, length)
-    top.set_title(f"MISO LDS (n={n}, d={d}, T={length}) vs {count} SISO LDS from random "
-                  "projections (gray)", fontsize=9)
+    top.set_title(
+        f"MISO LDS (n={n}, d={d}, T={length}) vs {count} SISO LDS from random projections (gray)",
+        fontsize=9,
+    )
     top.legend(fontsize=7, loc="upper right")
     rms = [math.sqrt(np.mean(errors[k] ** 2)) for k in ks]
     bottom.loglog(ks, rms, "o-", label=f"measured (slope {slope:.2f})")
     v = results["expected_relative_variance_single"]
-    bottom.loglog(ks, [math.sqrt(v / k) for k in ks], "--",
-                  label=f"theory sqrt(v / k), v = {v:.1f} (exact variance of one projection)")
+    bottom.loglog(
+        ks,
+        [math.sqrt(v / k) for k in ks],
+        "--",
+        label=f"theory sqrt(v / k), v = {v:.1f} (exact variance of one projection)",
+    )
     bottom.set_xlabel("k (SISO LDS averaged)")
     bottom.set_ylabel("relative RMS error vs MISO")
     bottom.legend(fontsize=8)
@@ -175,9 +200,12 @@ def main(argv: list[str] | None = None) -> dict:
     fig.tight_layout()
     results["png"] = save_figure(fig, args.out, "projections").name
     save_json(results, args.out, "projections")
-    print(f"one projection: relative RMS {single.mean():.2f} (mean over {count}); "
-          f"averages: " + ", ".join(f"k={k}: {r:.3f}" for k, r in zip(ks, rms, strict=True))
-          + f"; slope {slope:.2f}")
+    print(
+        f"one projection: relative RMS {single.mean():.2f} (mean over {count}); "
+        f"averages: "
+        + ", ".join(f"k={k}: {r:.3f}" for k, r in zip(ks, rms, strict=True))
+        + f"; slope {slope:.2f}"
+    )
     return results
 
 

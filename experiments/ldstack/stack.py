@@ -143,18 +143,26 @@ def error_vs_depth(rng, length: int, depth: int) -> list[dict]:
         exact_prefix = [int(np.argmax(e > tol)) if (e > tol).any() else length for e in err]
         # |A s_t + B x_t| on the true trajectory: how far tanh is from the identity.
         pre = np.concatenate([np.zeros((1, N)), exact[:-1]]) @ a.T + x @ b.T
-        out.append(dict(
-            regime=name, spectral_radius=radius, input_scale=scale, length=length,
-            mean_abs_preactivation=float(np.abs(pre).mean()),
-            relative_max_error=(err.max(1) / np.abs(exact).max()).tolist(),
-            relative_rms_error=(np.sqrt((err**2).mean(1)) / np.sqrt((exact**2).mean())).tolist(),
-            exact_prefix_steps=exact_prefix,
-        ))
+        out.append(
+            dict(
+                regime=name,
+                spectral_radius=radius,
+                input_scale=scale,
+                length=length,
+                mean_abs_preactivation=float(np.abs(pre).mean()),
+                relative_max_error=(err.max(1) / np.abs(exact).max()).tolist(),
+                relative_rms_error=(
+                    np.sqrt((err**2).mean(1)) / np.sqrt((exact**2).mean())
+                ).tolist(),
+                exact_prefix_steps=exact_prefix,
+            )
+        )
     return out
 
 
-def timings(rng, lengths: list[int], depths: list[int], methods: tuple[str, ...],
-            repeats: int) -> list[dict]:
+def timings(
+    rng, lengths: list[int], depths: list[int], methods: tuple[str, ...], repeats: int
+) -> list[dict]:
     a, b = random_rnn(rng, 0.9, 0.3)
     lam, p, p_inv = modal(a, jnp.complex64)
     a32, b32 = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
@@ -165,8 +173,9 @@ def timings(rng, lengths: list[int], depths: list[int], methods: tuple[str, ...]
         for depth in depths:
             for method in methods:
                 fn = stack_fn(depth, method)
-                row[f"stack{depth}_{method}_s"] = _time(fn, lam, p, p_inv, a32, b32, x,
-                                                         repeats=repeats)
+                row[f"stack{depth}_{method}_s"] = _time(
+                    fn, lam, p, p_inv, a32, b32, x, repeats=repeats
+                )
         rows.append(row)
     return rows
 
@@ -181,9 +190,14 @@ def main(argv: list[str] | None = None) -> dict:
         length, depth = 1024, 48
         lengths, depths, repeats = [256, 1024, 4096, 16384, 65536], [4, 16], 5
         methods = ("associative", "sequential")
-    results = dict(state_size=N, input_size=D, device=jax.devices()[0].device_kind,
-                   backend=jax.default_backend(), errors=error_vs_depth(rng, length, depth),
-                   timings=timings(rng, lengths, depths, methods, repeats))
+    results = dict(
+        state_size=N,
+        input_size=D,
+        device=jax.devices()[0].device_kind,
+        backend=jax.default_backend(),
+        errors=error_vs_depth(rng, length, depth),
+        timings=timings(rng, lengths, depths, methods, repeats),
+    )
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     layers = np.arange(depth)
@@ -201,12 +215,22 @@ def main(argv: list[str] | None = None) -> dict:
     left.legend(fontsize=7)
     left.grid(True, which="both", alpha=0.3)
     ts = [r["length"] for r in results["timings"]]
-    right.loglog(ts, [r["rnn_sequential_s"] * 1e3 for r in results["timings"]], "k-o",
-                 label="tanh RNN, sequential lax.scan")
+    right.loglog(
+        ts,
+        [r["rnn_sequential_s"] * 1e3 for r in results["timings"]],
+        "k-o",
+        label="tanh RNN, sequential lax.scan",
+    )
     for depth_k in depths:
         for method, style in (("associative", "-"), ("sequential", ":"))[: len(methods)]:
-            right.loglog(ts, [r[f"stack{depth_k}_{method}_s"] * 1e3 for r in results["timings"]],
-                         style, marker="s", ms=3, label=f"depth-{depth_k} stack, {method} scan")
+            right.loglog(
+                ts,
+                [r[f"stack{depth_k}_{method}_s"] * 1e3 for r in results["timings"]],
+                style,
+                marker="s",
+                ms=3,
+                label=f"depth-{depth_k} stack, {method} scan",
+            )
     right.set_xlabel("sequence length T")
     right.set_ylabel("time per sequence (ms)")
     right.set_title(f"time on {results['device']} ({results['backend']})", fontsize=9)
@@ -217,11 +241,16 @@ def main(argv: list[str] | None = None) -> dict:
     save_json(results, args.out, "stack")
     for case in results["errors"]:
         errs = case["relative_max_error"]
-        print(f"{case['regime']}: relative max error by layer 0, 1, 2, 4, 8, last: "
-              + ", ".join(f"{errs[k]:.1e}" for k in (0, 1, 2, 4, 8, len(errs) - 1)))
+        print(
+            f"{case['regime']}: relative max error by layer 0, 1, 2, 4, 8, last: "
+            + ", ".join(f"{errs[k]:.1e}" for k in (0, 1, 2, 4, 8, len(errs) - 1))
+        )
     for row in results["timings"]:
-        print(" ".join(f"{k}={v * 1e3:.2f}ms" if k.endswith("_s") else f"{k}={v}"
-                       for k, v in row.items()))
+        print(
+            " ".join(
+                f"{k}={v * 1e3:.2f}ms" if k.endswith("_s") else f"{k}={v}" for k, v in row.items()
+            )
+        )
     return results
 
 

@@ -33,7 +33,11 @@ __all__ = [
 ]
 
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
-_ALLOCATOR_VARS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
+_ALLOCATOR_VARS = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+)
 
 
 def _on_demand(task: str) -> bool:
@@ -91,13 +95,21 @@ def is_out_of_memory(error: BaseException) -> bool:
     return any(marker in text for marker in _OOM_MARKERS)
 
 
-def out_of_memory_message(error: BaseException, cfg: Mapping[str, Any], *, devices: int | None) -> str:
+def out_of_memory_message(
+    error: BaseException, cfg: Mapping[str, Any], *, devices: int | None
+) -> str:
     """One paragraph: what ran out, and what to change."""
-    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    first = next(
+        (line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__
+    )
     if len(first) > 300:
         first = first[:300] + "..."
     batch = cfg.get("batch_size")
-    half = f"--batch-size {batch // 2}" if isinstance(batch, int) and batch > 1 else "a smaller --batch-size"
+    half = (
+        f"--batch-size {batch // 2}"
+        if isinstance(batch, int) and batch > 1
+        else "a smaller --batch-size"
+    )
     remat = "" if cfg.get("remat") else "--remat (recompute each block in the backward pass), "
     return (
         f"out of memory while training {cfg.get('task')} (batch {batch}, "

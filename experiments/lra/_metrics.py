@@ -57,7 +57,9 @@ class MetricsLog:
         if not self.enabled:
             return
         kept = [
-            r for r in read_records(self.path) if r.get("split") != "test" and r.get("step", 0) <= step
+            r
+            for r in read_records(self.path)
+            if r.get("split") != "test" and r.get("step", 0) <= step
         ]
         write_atomic(self.path, "".join(_dumps(r) + "\n" for r in kept).encode())
 
@@ -111,7 +113,12 @@ def plot_curves(records: list[Mapping[str, Any]], path: str | os.PathLike, *, ti
     if tests:
         t = tests[-1]
         ax_acc.scatter(
-            [t.get("checkpoint_step", t["step"])], [t["accuracy"]], marker="*", s=120, color="k", zorder=3,
+            [t.get("checkpoint_step", t["step"])],
+            [t["accuracy"]],
+            marker="*",
+            s=120,
+            color="k",
+            zorder=3,
             label=f"test {100 * t['accuracy']:.1f}% (best val @ {t.get('checkpoint_step', t['step'])})",
         )
     ax_loss.set(xlabel="step", ylabel="cross-entropy", title="loss")

@@ -174,7 +174,9 @@ def replicate(tree, mesh: Mesh):
     return jax.tree_util.tree_map(leaf, tree)
 
 
-def shard_batch(local: Mapping[str, np.ndarray], mesh: Mesh, batch_size: int) -> dict[str, jax.Array]:
+def shard_batch(
+    local: Mapping[str, np.ndarray], mesh: Mesh, batch_size: int
+) -> dict[str, jax.Array]:
     """Assemble global arrays of leading size `batch_size`, sharded along `"data"`.
 
     `local` holds this process's rows (`process_rows(batch_size)`) of every field.
@@ -186,9 +188,10 @@ def shard_batch(local: Mapping[str, np.ndarray], mesh: Mesh, batch_size: int) ->
         global_shape = (batch_size,) + x.shape[1:]
         if jax.process_count() == 1:
             if x.shape != global_shape:
-                raise ValueError(f"batch field {name!r} has shape {x.shape}, expected {global_shape}.")
+                raise ValueError(
+                    f"batch field {name!r} has shape {x.shape}, expected {global_shape}."
+                )
             out[name] = jax.device_put(x, sharding)
         else:
             out[name] = jax.make_array_from_process_local_data(sharding, x, global_shape)
     return out
-

@@ -187,8 +187,10 @@ def evaluate_listops(expr: str) -> int:
             raise ValueError(f"Unknown ListOps token {token!r} in {expr[:60]!r}.")
         (stack[-1][1] if stack else result).append(value)
     if stack or parens or len(result) != 1:
-        raise ValueError(f"Malformed ListOps expression {expr[:60]!r}: unclosed operator, "
-                         "unbalanced parentheses or not exactly one top-level value.")
+        raise ValueError(
+            f"Malformed ListOps expression {expr[:60]!r}: unclosed operator, "
+            "unbalanced parentheses or not exactly one top-level value."
+        )
     return result[0]
 
 
@@ -520,8 +522,10 @@ def generate_pathfinder_image(
         if targets is not None:
             break
     else:
-        raise RuntimeError(f"Could not place two target curves in a {params.resolution}px image; "
-                           "reduce contour_length or segment_length.")
+        raise RuntimeError(
+            f"Could not place two target curves in a {params.resolution}px image; "
+            "reduce contour_length or segment_length."
+        )
     distractors = _place_distractors(rng, canvas)
     markers = (targets[0][0], targets[1 - label][-1])  # label 1: both ends of the first target
     for centre in markers:
@@ -584,8 +588,10 @@ def write_pathfinder(
     for path in existing:
         shutil.rmtree(path)
     (folder / "metadata").mkdir(parents=True, exist_ok=True)
-    jobs = [(folder, b, range(s, min(s + images_per_batch, n)), seed, params)
-            for b, s in enumerate(range(0, n, images_per_batch))]
+    jobs = [
+        (folder, b, range(s, min(s + images_per_batch, n)), seed, params)
+        for b, s in enumerate(range(0, n, images_per_batch))
+    ]
     if workers == 1:
         for job in jobs:
             _write_pathfinder_batch(*job)
@@ -639,8 +645,13 @@ def _parser() -> argparse.ArgumentParser:
     listops.add_argument("--max-length", type=positive, default=2000, help="keep length < this")
     listops.add_argument("--max-depth", type=positive, default=10)
     listops.add_argument("--max-args", type=_int_at_least(2), default=10)
-    listops.add_argument("--split-sizes", type=positive, nargs=3, metavar=("TRAIN", "VAL", "TEST"),
-                         help="explicit split sizes instead of --size split 96/2/2")
+    listops.add_argument(
+        "--split-sizes",
+        type=positive,
+        nargs=3,
+        metavar=("TRAIN", "VAL", "TEST"),
+        help="explicit split sizes instead of --size split 96/2/2",
+    )
     pathfinder = parser.add_argument_group("pathfinder")
     pathfinder.add_argument(
         "--resolution", type=_int_at_least(16), default=32, help="32 (Pathfinder) or 128 (Path-X)"
@@ -648,7 +659,8 @@ def _parser() -> argparse.ArgumentParser:
     pathfinder.add_argument("--images-per-batch", type=positive, default=1000)
     pathfinder.add_argument("--workers", type=positive, default=1, help="processes (same output)")
     parser.add_argument(
-        "--overwrite", action="store_true",
+        "--overwrite",
+        action="store_true",
         help="replace the task's existing files under --out (refused otherwise)",
     )
     return parser
@@ -660,8 +672,9 @@ def _listops_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     if args.split_sizes:
         return tuple(args.split_sizes)
     if args.size is not None and args.size < 3:
-        parser.error(f"argument --size: ListOps needs at least 3 examples (one per split), "
-                     f"got {args.size}")
+        parser.error(
+            f"argument --size: ListOps needs at least 3 examples (one per split), got {args.size}"
+        )
     return listops_split_sizes(args.size or 100_000)
 
 
@@ -677,14 +690,24 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
                 "or choose another --out."
             )
         folder = write_listops(
-            args.out, sizes, seed=args.seed, min_length=args.min_length, max_length=args.max_length,
-            max_depth=args.max_depth, max_args=args.max_args,
+            args.out,
+            sizes,
+            seed=args.seed,
+            min_length=args.min_length,
+            max_length=args.max_length,
+            max_depth=args.max_depth,
+            max_args=args.max_args,
         )
         return f"{sum(sizes)} ListOps examples (train/val/test {'/'.join(map(str, sizes))})", folder
     n = args.size or 200_000
     folder = write_pathfinder(
-        args.out, n, seed=args.seed, resolution=args.resolution,
-        images_per_batch=args.images_per_batch, workers=args.workers, overwrite=args.overwrite,
+        args.out,
+        n,
+        seed=args.seed,
+        resolution=args.resolution,
+        images_per_batch=args.images_per_batch,
+        workers=args.workers,
+        overwrite=args.overwrite,
     )
     return f"{n} Pathfinder images ({args.resolution}x{args.resolution})", folder
 
@@ -698,7 +721,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         what, folder = _generate(parser, args)
     except (ValueError, RuntimeError, OSError) as e:
-        if isinstance(e, OSError) and not isinstance(e, FileExistsError) and e.filename is not None and e.strerror:
+        if (
+            isinstance(e, OSError)
+            and not isinstance(e, FileExistsError)
+            and e.filename is not None
+            and e.strerror
+        ):
             e = f"--out: cannot write {e.filename} ({e.strerror})"
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -49,30 +49,42 @@ def measure_memory(task: str, *, remat: bool, method: str = "auto") -> dict:
     compiled, _ = train.compile_train_step(cfg, task_spec(task))
     mem = compiled.memory_analysis()
     return {
-        "task": task, "remat": remat, "batch": cfg["batch_size"], "length": task_spec(task).seq_len,
-        "temp_gb": mem.temp_size_in_bytes / 1e9, "args_gb": mem.argument_size_in_bytes / 1e9,
+        "task": task,
+        "remat": remat,
+        "batch": cfg["batch_size"],
+        "length": task_spec(task).seq_len,
+        "temp_gb": mem.temp_size_in_bytes / 1e9,
+        "args_gb": mem.argument_size_in_bytes / 1e9,
         "compile_s": time.perf_counter() - t0,
     }
 
 
-def measure_sequence_parallel(task: str, devices: int, *, length: int | None = None,
-                              batch: int | None = None) -> dict:
+def measure_sequence_parallel(
+    task: str, devices: int, *, length: int | None = None, batch: int | None = None
+) -> dict:
     """Compile-only XLA temp per device of `task`'s Table 9 step (remat as the trainer sets
     it) with each sequence split over `devices` devices (`--sequence-parallel`, the whole
     batch on every device: a mesh of 1 x `devices`)."""
     from . import _parallel as par
 
     overrides = {} if batch is None else {"batch_size": batch}
-    cfg = table9(task, remat=train.task_defaults(task)["remat"], sequence_parallel=devices, **overrides)
+    cfg = table9(
+        task, remat=train.task_defaults(task)["remat"], sequence_parallel=devices, **overrides
+    )
     spec = task_spec(task, seq_len=length)
     mesh = par.make_mesh(jax.devices()[:devices], sequence=devices)
     t0 = time.perf_counter()
     compiled, _ = train.compile_train_step(cfg, spec, mesh=mesh)
     mem = compiled.memory_analysis()
     return {
-        "task": task, "devices": devices, "batch": cfg["batch_size"], "length": spec.seq_len,
-        "remat": cfg["remat"], "temp_gb": mem.temp_size_in_bytes / 1e9,
-        "args_gb": mem.argument_size_in_bytes / 1e9, "compile_s": time.perf_counter() - t0,
+        "task": task,
+        "devices": devices,
+        "batch": cfg["batch_size"],
+        "length": spec.seq_len,
+        "remat": cfg["remat"],
+        "temp_gb": mem.temp_size_in_bytes / 1e9,
+        "args_gb": mem.argument_size_in_bytes / 1e9,
+        "compile_s": time.perf_counter() - t0,
     }
 
 
@@ -120,14 +132,20 @@ def remat_probe() -> dict[str, float]:
     for name, fn in (("unrolled", unrolled), ("scan", scanned)):
         for remat in (False, True):
             c = jax.jit(jax.grad(functools.partial(fn, remat=remat))).lower(ws, x).compile()
-            out[f"{name}, remat {'on' if remat else 'off'}"] = c.memory_analysis().temp_size_in_bytes / 1e6
+            out[f"{name}, remat {'on' if remat else 'off'}"] = (
+                c.memory_analysis().temp_size_in_bytes / 1e6
+            )
     return out
 
 
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in open("/proc/cpuinfo")
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     dev = jax.devices()[0]
@@ -137,18 +155,29 @@ def machine() -> str:
 def _parser() -> argparse.ArgumentParser:
     from experiments._flags import POSITIVE_INT
 
-    p = argparse.ArgumentParser(prog="python -m experiments.lra.memory", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.lra.memory", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     p.add_argument("--method", default="auto", choices=("auto", "sequential", "associative"))
     p.add_argument("--time", action="store_true", help="time the step with/without remat instead")
-    p.add_argument("--probe", action="store_true", help="does jax.checkpoint save memory here? (a toy)")
+    p.add_argument(
+        "--probe", action="store_true", help="does jax.checkpoint save memory here? (a toy)"
+    )
     p.add_argument("--time-length", type=POSITIVE_INT, default=1024)
     p.add_argument("--time-batch", type=POSITIVE_INT, default=4)
     p.add_argument("--repeats", type=POSITIVE_INT, default=5)
-    p.add_argument("--sequence-parallel", type=POSITIVE_INT, nargs="+", metavar="N",
-                   help="XLA temp per device with each sequence split over N devices, for each N "
-                   "(set XLA_FLAGS=--xla_force_host_platform_device_count=max N on a CPU)")
-    p.add_argument("--length", type=POSITIVE_INT, help="with --sequence-parallel: this sequence length")
+    p.add_argument(
+        "--sequence-parallel",
+        type=POSITIVE_INT,
+        nargs="+",
+        metavar="N",
+        help="XLA temp per device with each sequence split over N devices, for each N "
+        "(set XLA_FLAGS=--xla_force_host_platform_device_count=max N on a CPU)",
+    )
+    p.add_argument(
+        "--length", type=POSITIVE_INT, help="with --sequence-parallel: this sequence length"
+    )
     p.add_argument("--batch", type=POSITIVE_INT, help="with --sequence-parallel: this batch size")
     return p
 
@@ -162,29 +191,53 @@ def main(argv=None) -> int:
             print(f"| {name} | {mb:.1f} |")
         return 0
     if args.sequence_parallel:
-        print("| task | batch | L | remat | devices (N) | temp GB per device | vs N = first | arguments GB |\n"
-              "|---|---|---|---|---|---|---|---|", flush=True)
+        print(
+            "| task | batch | L | remat | devices (N) | temp GB per device | vs N = first | arguments GB |\n"
+            "|---|---|---|---|---|---|---|---|",
+            flush=True,
+        )
         for task in args.tasks:
             first = None
             for n in args.sequence_parallel:
                 m = measure_sequence_parallel(task, n, length=args.length, batch=args.batch)
                 first = first or m["temp_gb"]
-                print(f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} | {n} | "
-                      f"{m['temp_gb']:.2f} | {m['temp_gb'] / first:.2f}x | {m['args_gb']:.3f} |", flush=True)
+                print(
+                    f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} | {n} | "
+                    f"{m['temp_gb']:.2f} | {m['temp_gb'] / first:.2f}x | {m['args_gb']:.3f} |",
+                    flush=True,
+                )
                 print(f"<!-- compile {m['compile_s']:.0f}s -->", file=sys.stderr, flush=True)
         return 0
     if args.time:
-        print("| task | batch | L | step, no remat (s) | step, remat (s) | ratio |\n|---|---|---|---|---|---|", flush=True)
+        print(
+            "| task | batch | L | step, no remat (s) | step, remat (s) | ratio |\n|---|---|---|---|---|---|",
+            flush=True,
+        )
         for task in args.tasks:
-            off, on = measure_time(task, length=args.time_length, batch=args.time_batch, repeats=args.repeats)
-            print(f"| {task} | {args.time_batch} | {args.time_length} | {off:.3f} | {on:.3f} | {on / off:.2f}x |", flush=True)
+            off, on = measure_time(
+                task, length=args.time_length, batch=args.time_batch, repeats=args.repeats
+            )
+            print(
+                f"| {task} | {args.time_batch} | {args.time_length} | {off:.3f} | {on:.3f} | {on / off:.2f}x |",
+                flush=True,
+            )
         return 0
-    print(f"| task | batch | L | temp GB, no remat | temp GB, remat | arguments GB |\n|---|---|---|---|---|---|", flush=True)
+    print(
+        f"| task | batch | L | temp GB, no remat | temp GB, remat | arguments GB |\n|---|---|---|---|---|---|",
+        flush=True,
+    )
     for task in args.tasks:
         off, on = (measure_memory(task, remat=r, method=args.method) for r in (False, True))
-        print(f"| {task} | {off['batch']} | {off['length']} | {off['temp_gb']:.2f} | {on['temp_gb']:.2f} | "
-              f"{off['args_gb']:.3f} |", flush=True)
-        print(f"<!-- compile {off['compile_s']:.0f}s / {on['compile_s']:.0f}s -->", file=sys.stderr, flush=True)
+        print(
+            f"| {task} | {off['batch']} | {off['length']} | {off['temp_gb']:.2f} | {on['temp_gb']:.2f} | "
+            f"{off['args_gb']:.3f} |",
+            flush=True,
+        )
+        print(
+            f"<!-- compile {off['compile_s']:.0f}s / {on['compile_s']:.0f}s -->",
+            file=sys.stderr,
+            flush=True,
+        )
     return 0
 
 

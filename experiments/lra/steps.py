@@ -54,9 +54,29 @@ AXIS_NAME = "batch"  # the jax.vmap axis batch norm reduces over
 CORES = ("lru", "s4d", "s5")
 #: The settings the traced programs depend on (not the seed, nor the data size).
 PROGRAM_KEYS = (
-    "task", "core", "form", "depth", "d_model", "d_state", "steps", "batch_size", "lr",
-    "lr_factor", "weight_decay", "dropout", "warmup_fraction", "bidirectional", "r_min",
-    "r_max", "max_phase", "glu", "norm", "pooling", "method", "remat", "sequence_parallel",
+    "task",
+    "core",
+    "form",
+    "depth",
+    "d_model",
+    "d_state",
+    "steps",
+    "batch_size",
+    "lr",
+    "lr_factor",
+    "weight_decay",
+    "dropout",
+    "warmup_fraction",
+    "bidirectional",
+    "r_min",
+    "r_max",
+    "max_phase",
+    "glu",
+    "norm",
+    "pooling",
+    "method",
+    "remat",
+    "sequence_parallel",
 )
 
 
@@ -77,7 +97,9 @@ def task_spec(task: str | TaskData | TaskSpec, seq_len: int | None = None) -> Ta
         return task if seq_len is None else dataclasses.replace(task, seq_len=seq_len)
     if isinstance(task, TaskData):
         vocab = None if task.vocab is None else len(task.vocab)
-        return TaskSpec(task.task, task.num_classes, seq_len or task.seq_len, vocab, task.in_channels)
+        return TaskSpec(
+            task.task, task.num_classes, seq_len or task.seq_len, vocab, task.in_channels
+        )
     t = get_task(task)
     return TaskSpec(task, t.num_classes, seq_len or t.seq_len, t.vocab_size, t.in_channels)
 
@@ -100,17 +122,26 @@ def make_core(cfg: dict[str, Any]) -> Callable:
     if cfg["core"] == "lru":
         layer = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}[cfg["form"]]
         return functools.partial(
-            layer, r_min=cfg["r_min"], r_max=cfg["r_max"], max_phase=cfg["max_phase"], method=_scan_method(cfg)
+            layer,
+            r_min=cfg["r_min"],
+            r_max=cfg["r_max"],
+            max_phase=cfg["max_phase"],
+            method=_scan_method(cfg),
         )
     try:
         from eqx_lru import baselines
+
         cls = {"s4d": baselines.S4D, "s5": baselines.S5}[cfg["core"]]
     except (ImportError, AttributeError):
-        raise ValueError(f"--core {cfg['core']}: this eqx_lru has no eqx_lru.baselines.{cfg['core'].upper()}.") from None
+        raise ValueError(
+            f"--core {cfg['core']}: this eqx_lru has no eqx_lru.baselines.{cfg['core'].upper()}."
+        ) from None
     except KeyError:
         raise ValueError(f"--core must be one of {CORES}, got {cfg['core']!r}.") from None
     if cls is baselines.S4D and sequence_parallel(cfg) > 1:
-        raise ValueError("--sequence-parallel needs a recurrent core (--core lru or s5); S4D trains as a convolution.")
+        raise ValueError(
+            "--sequence-parallel needs a recurrent core (--core lru or s5); S4D trains as a convolution."
+        )
     if cls is baselines.S4D:
         # S4D trains as a convolution, as in its own code: its recurrence keeps L x H x N/2
         # complex states per example (199 GB of XLA temp for the ListOps step at Table 9
@@ -119,7 +150,9 @@ def make_core(cfg: dict[str, Any]) -> Callable:
     return functools.partial(cls, form=cfg["form"], method=_scan_method(cfg))
 
 
-def build_model(cfg: dict[str, Any], data: TaskData | TaskSpec, key) -> tuple[eqx.Module, eqx.nn.State]:
+def build_model(
+    cfg: dict[str, Any], data: TaskData | TaskSpec, key
+) -> tuple[eqx.Module, eqx.nn.State]:
     """The model of `cfg` for `data`, and its BatchNorm state.
 
     Token tasks embed tokens, pixel tasks encode pixels linearly, Retrieval uses the
@@ -134,11 +167,20 @@ def _build(cfg, spec: TaskSpec, key):
     in_size = spec.vocab_size if tokens else int(spec.in_channels)
     sizes = (cfg["d_model"], cfg["d_state"], cfg["depth"])
     block = functools.partial(
-        eqx_lru.LRUBlock, core=make_core(cfg), norm=cfg["norm"], bidirectional=cfg["bidirectional"],
-        dropout=cfg["dropout"], glu=cfg["glu"], axis_name=AXIS_NAME,
+        eqx_lru.LRUBlock,
+        core=make_core(cfg),
+        norm=cfg["norm"],
+        bidirectional=cfg["bidirectional"],
+        dropout=cfg["dropout"],
+        glu=cfg["glu"],
+        axis_name=AXIS_NAME,
     )
-    model = dict(encoder="embedding" if tokens else "linear", pooling=cfg["pooling"], block=block,
-                 remat=bool(cfg["remat"]))
+    model = dict(
+        encoder="embedding" if tokens else "linear",
+        pooling=cfg["pooling"],
+        block=block,
+        remat=bool(cfg["remat"]),
+    )
     if get_task(spec.task).model != "retrieval":
         return eqx_lru.LRUModel(in_size, spec.num_classes, *sizes, key=key, **model)
     enc_key, head_key = jax.random.split(key)
@@ -149,8 +191,11 @@ def _build(cfg, spec: TaskSpec, key):
 def make_optimizer(cfg: dict[str, Any]):
     """`(optimiser, schedule)` of §D.2 for `cfg`."""
     optim = eqx_lru.lru_optimizer(
-        learning_rate=cfg["lr"], total_steps=cfg["steps"], lr_factor=cfg["lr_factor"],
-        weight_decay=cfg["weight_decay"], warmup_fraction=cfg["warmup_fraction"],
+        learning_rate=cfg["lr"],
+        total_steps=cfg["steps"],
+        lr_factor=cfg["lr_factor"],
+        weight_decay=cfg["weight_decay"],
+        warmup_fraction=cfg["warmup_fraction"],
     )
     schedule = eqx_lru.lru_schedule(cfg["lr"], cfg["steps"], warmup_fraction=cfg["warmup_fraction"])
     return optim, schedule
@@ -191,7 +236,9 @@ def _forward(params, static, bn_state, batch, keys, inference, mesh: Mesh | None
             return model(x, bn_state, length=length, key=key, inference=inference)
 
         in_axes = (0, None if length is None else 0, None if keys is None else 0)
-        return jax.vmap(one, axis_name=AXIS_NAME, in_axes=in_axes, out_axes=(0, None))(x, length, keys)
+        return jax.vmap(one, axis_name=AXIS_NAME, in_axes=in_axes, out_axes=(0, None))(
+            x, length, keys
+        )
 
     n = 1 if mesh is None else par.sequence_size(mesh)
     if n == 1:
@@ -214,8 +261,11 @@ def _forward(params, static, bn_state, batch, keys, inference, mesh: Mesh | None
     rows = P(par.AXIS)
     spec = P(par.AXIS, *([None] * (seq_dim - 1)), par.SEQ_AXIS)
     sharded = jax.shard_map(
-        functools.partial(run, norm_axes=(par.AXIS,)), mesh=mesh,
-        in_specs=(P(), P(), spec, rows, rows), out_specs=(rows, P()), check_vma=False,
+        functools.partial(run, norm_axes=(par.AXIS,)),
+        mesh=mesh,
+        in_specs=(P(), P(), spec, rows, rows),
+        out_specs=(rows, P()),
+        check_vma=False,
     )
     return sharded(params, bn_state, x, length, keys)
 
@@ -273,11 +323,15 @@ def _jit_steps(static, optim, schedule, mesh: Mesh) -> Steps:
         in_shardings=(replicated, replicated, replicated, sharded, replicated, replicated),
         out_shardings=replicated,
     )
-    evaluate = jax.jit(eval_step, in_shardings=(replicated, replicated, sharded), out_shardings=replicated)
+    evaluate = jax.jit(
+        eval_step, in_shardings=(replicated, replicated, sharded), out_shardings=replicated
+    )
     return Steps(train, evaluate)
 
 
-def host_batch(data: TaskData, split, indices: np.ndarray, *, padded: bool) -> dict[str, np.ndarray]:
+def host_batch(
+    data: TaskData, split, indices: np.ndarray, *, padded: bool
+) -> dict[str, np.ndarray]:
     """Model-ready host arrays: `x`, `label`, `length` (token tasks), `weight` (eval)."""
     raw = data.batch(split, indices)
     if raw.get("inputs2") is not None:  # a pair of documents (Retrieval)
@@ -302,7 +356,10 @@ def example_batch(spec: TaskSpec, batch_size: int) -> dict[str, np.ndarray]:
     if spec.vocab_size is None:
         out = {"x": np.zeros((b, length, spec.in_channels), np.float32)}
     elif get_task(spec.task).model == "retrieval":
-        out = {"x": np.full((b, 2, length), 3, np.int32), "length": np.full((b, 2), length, np.int32)}
+        out = {
+            "x": np.full((b, 2, length), 3, np.int32),
+            "length": np.full((b, 2), length, np.int32),
+        }
     else:
         out = {"x": np.full((b, length), 3, np.int32), "length": np.full((b,), length, np.int32)}
     out["label"] = np.zeros((b,), np.int32)
@@ -326,8 +383,11 @@ def compile_train_step(
     steps = make_steps(cfg, static, mesh, spec)
     optim, _ = make_optimizer(cfg)
     args = (
-        par.replicate(params, mesh), par.replicate(bn_state, mesh), par.replicate(optim.init(params), mesh),
+        par.replicate(params, mesh),
+        par.replicate(bn_state, mesh),
+        par.replicate(optim.init(params), mesh),
         par.shard_batch(example_batch(spec, cfg["batch_size"]), mesh, cfg["batch_size"]),
-        par.replicate(jax.random.PRNGKey(seed + 1), mesh), jnp.asarray(0, jnp.int32),
+        par.replicate(jax.random.PRNGKey(seed + 1), mesh),
+        jnp.asarray(0, jnp.int32),
     )
     return steps.train.lower(*args).compile(), args

@@ -147,23 +147,33 @@ class Task:
             if not ok:
                 raise ValueError(f"Task {self.name!r}: {what}.")
 
-        need(isinstance(self.name, str) and self.name.isidentifier(),
-             "name must be a word (letters, digits, underscores), as in --task NAME")
+        need(
+            isinstance(self.name, str) and self.name.isidentifier(),
+            "name must be a word (letters, digits, underscores), as in --task NAME",
+        )
         need(self.num_classes >= 2, f"num_classes must be >= 2, got {self.num_classes}")
         need(self.seq_len >= 1 and self.train_size >= 1, "seq_len and train_size must be >= 1")
-        need(self.model in ("classifier", "retrieval"),
-             f"model must be 'classifier' or 'retrieval', got {self.model!r}")
+        need(
+            self.model in ("classifier", "retrieval"),
+            f"model must be 'classifier' or 'retrieval', got {self.model!r}",
+        )
         if self.in_channels is None:
-            need(self.vocab_size is not None and self.vocab_size >= 4,
-                 "a token task (in_channels None) needs vocab_size >= 4 (specials included)")
+            need(
+                self.vocab_size is not None and self.vocab_size >= 4,
+                "a token task (in_channels None) needs vocab_size >= 4 (specials included)",
+            )
         else:
             need(self.in_channels >= 1, f"in_channels must be >= 1, got {self.in_channels}")
-            need(math.isqrt(self.seq_len) ** 2 == self.seq_len,
-                 f"a pixel task's seq_len must be H*W of a square image, got {self.seq_len}")
+            need(
+                math.isqrt(self.seq_len) ** 2 == self.seq_len,
+                f"a pixel task's seq_len must be H*W of a square image, got {self.seq_len}",
+            )
             need(self.model == "classifier", "a pixel task must use the 'classifier' model")
         for stats in (self.pixel_mean, self.pixel_std):
-            need(stats is None or len(stats) in (1, self.in_channels or 0),
-                 "pixel_mean and pixel_std need one value per channel (or one for all)")
+            need(
+                stats is None or len(stats) in (1, self.in_channels or 0),
+                "pixel_mean and pixel_std need one value per channel (or one for all)",
+            )
         self.config  # noqa: B018 (checks `defaults` now rather than at the first run)
 
     @property
@@ -184,8 +194,12 @@ class Task:
         settings.setdefault("eval_every", max(1, self.train_size // settings["batch_size"]))
         try:
             return TaskConfig(
-                task=self.name, num_classes=self.num_classes, seq_len=self.seq_len,
-                input_kind=self.input_kind, train_size=self.train_size, **settings,
+                task=self.name,
+                num_classes=self.num_classes,
+                seq_len=self.seq_len,
+                input_kind=self.input_kind,
+                train_size=self.train_size,
+                **settings,
             )
         except TypeError as e:
             raise ValueError(f"Task {self.name!r}: bad defaults ({e}).") from None
@@ -239,71 +253,175 @@ def _named_files(files: Callable[[Path], Mapping[str, Path]]) -> Callable[[Path]
     return lambda folder: {s: str(p) for s, p in files(folder).items()}
 
 
-register(Task(
-    name="listops", folder="listops-1000", loader=_tokens.load_listops,
-    num_classes=10, seq_len=2048, vocab_size=18, train_size=96_000,
-    source_files=lambda folder: list(folder.glob("basic_*.tsv")),
-    split_sources=_named_files(_tokens.listops_files),
-    defaults=dict(
-        d_model=128, d_state=256, steps=80_000, batch_size=32, lr_factor=0.5, dropout=0.0,
-        base_lr=3e-3,  # S5 ListOps: ssm_lr 1e-3, lr 3e-3
-        bidirectional=False, r_min=0.0, r_max=0.99, max_phase=_TAU,
-    ),
-))
-register(Task(
-    name="text", folder="aclImdb", loader=_tokens.load_text,
-    num_classes=2, seq_len=4096, vocab_size=135, train_size=25_000, allocate_on_demand=True,
-    source_files=_tokens.text_files,
-    split_sources=lambda folder: {s: f"{folder / f}/{{neg,pos}}/*.txt" for s, f in
-                                  {"train": "train", "val": "test", "test": "test"}.items()},
-    defaults=dict(
-        d_model=256, d_state=192, steps=50_000, batch_size=32, lr_factor=0.1, dropout=0.1,
-        base_lr=4e-3,  # S5 IMDB: ssm_lr 1e-3, lr 4e-3
-        bidirectional=False, r_min=0.5, r_max=0.9, max_phase=_TAU,
-    ),
-))
-register(Task(
-    name="retrieval", folder="tsv_data", loader=_tokens.load_retrieval, model="retrieval",
-    num_classes=2, seq_len=4000, vocab_size=98, train_size=147_086,
-    remat=True, allocate_on_demand=True,
-    source_files=lambda folder: list(folder.glob("new_aan_pairs.*.tsv")),
-    split_sources=_named_files(_tokens.retrieval_files),
-    defaults=dict(
-        d_model=128, d_state=256, steps=100_000, batch_size=64, lr_factor=0.5, dropout=0.1,
-        base_lr=2e-3,  # S5 AAN: ssm_lr 1e-3, lr 2e-3
-        bidirectional=False, r_min=0.5, r_max=0.9, max_phase=_TAU,
-    ),
-))
-register(Task(
-    name="image", folder="cifar-10-batches-py", loader=_pixels.load_image,
-    num_classes=10, seq_len=1024, in_channels=3, train_size=45_000,
-    pixel_mean=(0.4914, 0.4822, 0.4465), pixel_std=(0.247, 0.243, 0.261),
-    source_files=_pixels.image_files, split_sources=_image_splits,
-    defaults=dict(
-        d_model=512, d_state=384, steps=180_000, batch_size=50, lr_factor=0.25, dropout=0.1,
-        base_lr=4.5e-3,  # S5 sCIFAR: ssm_lr 1e-3, lr 4.5e-3
-        bidirectional=False, r_min=0.9, r_max=0.999, max_phase=_TAU,
-    ),
-))
-register(Task(
-    name="pathfinder", folder="pathfinder32/curv_contour_length_14", loader=_pixels.load_pathfinder,
-    num_classes=2, seq_len=32 * 32, in_channels=1, train_size=160_000,
-    pixel_mean=(0.5,), pixel_std=(0.5,),
-    source_files=_pixels.pathfinder_files, split_sources=_pathfinder_splits,
-    defaults=dict(
-        d_model=192, d_state=256, steps=500_000, batch_size=64, lr_factor=0.25, dropout=0.0,
-        base_lr=4.5e-3,  # S5 Pathfinder: ssm_lr 9e-4, lr 4.5e-3
-        bidirectional=True, r_min=0.9, r_max=0.999, max_phase=_TAU,
-    ),
-))
-register(Task(
-    name="pathx", folder="pathfinder128/curv_contour_length_14", loader=_pixels.load_pathfinder,
-    num_classes=2, seq_len=128 * 128, in_channels=1, train_size=160_000,
-    pixel_mean=(0.5,), pixel_std=(0.5,), remat=True, allocate_on_demand=True,
-    source_files=_pixels.pathfinder_files, split_sources=_pathfinder_splits,
-    defaults=dict(
-        d_model=128, d_state=256, steps=250_000, batch_size=32, lr_factor=0.25, dropout=0.0,
-        base_lr=1.8e-3,  # S5 Path-X: ssm_lr 6e-4, lr 1.8e-3
-        bidirectional=True, r_min=0.999, r_max=0.9999, max_phase=math.pi / 10, glu="half",
-    ),
-))
+register(
+    Task(
+        name="listops",
+        folder="listops-1000",
+        loader=_tokens.load_listops,
+        num_classes=10,
+        seq_len=2048,
+        vocab_size=18,
+        train_size=96_000,
+        source_files=lambda folder: list(folder.glob("basic_*.tsv")),
+        split_sources=_named_files(_tokens.listops_files),
+        defaults=dict(
+            d_model=128,
+            d_state=256,
+            steps=80_000,
+            batch_size=32,
+            lr_factor=0.5,
+            dropout=0.0,
+            base_lr=3e-3,  # S5 ListOps: ssm_lr 1e-3, lr 3e-3
+            bidirectional=False,
+            r_min=0.0,
+            r_max=0.99,
+            max_phase=_TAU,
+        ),
+    )
+)
+register(
+    Task(
+        name="text",
+        folder="aclImdb",
+        loader=_tokens.load_text,
+        num_classes=2,
+        seq_len=4096,
+        vocab_size=135,
+        train_size=25_000,
+        allocate_on_demand=True,
+        source_files=_tokens.text_files,
+        split_sources=lambda folder: {
+            s: f"{folder / f}/{{neg,pos}}/*.txt"
+            for s, f in {"train": "train", "val": "test", "test": "test"}.items()
+        },
+        defaults=dict(
+            d_model=256,
+            d_state=192,
+            steps=50_000,
+            batch_size=32,
+            lr_factor=0.1,
+            dropout=0.1,
+            base_lr=4e-3,  # S5 IMDB: ssm_lr 1e-3, lr 4e-3
+            bidirectional=False,
+            r_min=0.5,
+            r_max=0.9,
+            max_phase=_TAU,
+        ),
+    )
+)
+register(
+    Task(
+        name="retrieval",
+        folder="tsv_data",
+        loader=_tokens.load_retrieval,
+        model="retrieval",
+        num_classes=2,
+        seq_len=4000,
+        vocab_size=98,
+        train_size=147_086,
+        remat=True,
+        allocate_on_demand=True,
+        source_files=lambda folder: list(folder.glob("new_aan_pairs.*.tsv")),
+        split_sources=_named_files(_tokens.retrieval_files),
+        defaults=dict(
+            d_model=128,
+            d_state=256,
+            steps=100_000,
+            batch_size=64,
+            lr_factor=0.5,
+            dropout=0.1,
+            base_lr=2e-3,  # S5 AAN: ssm_lr 1e-3, lr 2e-3
+            bidirectional=False,
+            r_min=0.5,
+            r_max=0.9,
+            max_phase=_TAU,
+        ),
+    )
+)
+register(
+    Task(
+        name="image",
+        folder="cifar-10-batches-py",
+        loader=_pixels.load_image,
+        num_classes=10,
+        seq_len=1024,
+        in_channels=3,
+        train_size=45_000,
+        pixel_mean=(0.4914, 0.4822, 0.4465),
+        pixel_std=(0.247, 0.243, 0.261),
+        source_files=_pixels.image_files,
+        split_sources=_image_splits,
+        defaults=dict(
+            d_model=512,
+            d_state=384,
+            steps=180_000,
+            batch_size=50,
+            lr_factor=0.25,
+            dropout=0.1,
+            base_lr=4.5e-3,  # S5 sCIFAR: ssm_lr 1e-3, lr 4.5e-3
+            bidirectional=False,
+            r_min=0.9,
+            r_max=0.999,
+            max_phase=_TAU,
+        ),
+    )
+)
+register(
+    Task(
+        name="pathfinder",
+        folder="pathfinder32/curv_contour_length_14",
+        loader=_pixels.load_pathfinder,
+        num_classes=2,
+        seq_len=32 * 32,
+        in_channels=1,
+        train_size=160_000,
+        pixel_mean=(0.5,),
+        pixel_std=(0.5,),
+        source_files=_pixels.pathfinder_files,
+        split_sources=_pathfinder_splits,
+        defaults=dict(
+            d_model=192,
+            d_state=256,
+            steps=500_000,
+            batch_size=64,
+            lr_factor=0.25,
+            dropout=0.0,
+            base_lr=4.5e-3,  # S5 Pathfinder: ssm_lr 9e-4, lr 4.5e-3
+            bidirectional=True,
+            r_min=0.9,
+            r_max=0.999,
+            max_phase=_TAU,
+        ),
+    )
+)
+register(
+    Task(
+        name="pathx",
+        folder="pathfinder128/curv_contour_length_14",
+        loader=_pixels.load_pathfinder,
+        num_classes=2,
+        seq_len=128 * 128,
+        in_channels=1,
+        train_size=160_000,
+        pixel_mean=(0.5,),
+        pixel_std=(0.5,),
+        remat=True,
+        allocate_on_demand=True,
+        source_files=_pixels.pathfinder_files,
+        split_sources=_pathfinder_splits,
+        defaults=dict(
+            d_model=128,
+            d_state=256,
+            steps=250_000,
+            batch_size=32,
+            lr_factor=0.25,
+            dropout=0.0,
+            base_lr=1.8e-3,  # S5 Path-X: ssm_lr 6e-4, lr 1.8e-3
+            bidirectional=True,
+            r_min=0.999,
+            r_max=0.9999,
+            max_phase=math.pi / 10,
+            glu="half",
+        ),
+    )
+)

@@ -99,7 +99,14 @@ from ._metrics import MetricsLog, plot_curves, read_records
 from .cli import _CHECKS, OTHER_KEYS, TRAINING_KEYS, parse_args
 from .configs import get_config
 from .data import TaskData, batch_indices, load_task
-from .steps import build_model, compile_train_step, host_batch, make_optimizer, make_steps, task_spec
+from .steps import (
+    build_model,
+    compile_train_step,
+    host_batch,
+    make_optimizer,
+    make_steps,
+    task_spec,
+)
 from .tasks import get_task
 
 
@@ -109,8 +116,17 @@ except ImportError:  # data.py before DataError: its user errors are ValueError 
     DataError = None
 
 __all__ = [
-    "UsageError", "RunError", "parse_args", "task_defaults", "resolve_config", "build_model", "make_steps",
-    "compile_train_step", "run", "main", "TRAINING_KEYS",
+    "UsageError",
+    "RunError",
+    "parse_args",
+    "task_defaults",
+    "resolve_config",
+    "build_model",
+    "make_steps",
+    "compile_train_step",
+    "run",
+    "main",
+    "TRAINING_KEYS",
 ]
 
 
@@ -129,15 +145,37 @@ def task_defaults(task: str) -> dict[str, Any]:
     """The settings of a new run of `task` without flags (its registry entry, tasks.py)."""
     c = get_config(task)
     return {
-        "task": task, "core": "lru", "form": "complex", "depth": c.depth, "d_model": c.d_model,
-        "d_state": c.d_state, "steps": c.steps, "batch_size": c.batch_size, "lr": c.base_lr,
-        "lr_factor": c.lr_factor, "weight_decay": c.weight_decay, "dropout": c.dropout,
-        "warmup_fraction": c.warmup_fraction, "bidirectional": c.bidirectional,
-        "r_min": c.r_min, "r_max": c.r_max, "max_phase": c.max_phase, "glu": c.glu,
-        "norm": c.norm, "pooling": c.pooling, "seed": 0, "max_examples": None,
-        "method": "auto", "data_root": None, "cache_dir": None,
-        "eval_every": c.eval_every, "checkpoint_every": 1000, "log_every": 50,
-        "eval_batch_size": None, "remat": get_task(task).remat, "deterministic": True,
+        "task": task,
+        "core": "lru",
+        "form": "complex",
+        "depth": c.depth,
+        "d_model": c.d_model,
+        "d_state": c.d_state,
+        "steps": c.steps,
+        "batch_size": c.batch_size,
+        "lr": c.base_lr,
+        "lr_factor": c.lr_factor,
+        "weight_decay": c.weight_decay,
+        "dropout": c.dropout,
+        "warmup_fraction": c.warmup_fraction,
+        "bidirectional": c.bidirectional,
+        "r_min": c.r_min,
+        "r_max": c.r_max,
+        "max_phase": c.max_phase,
+        "glu": c.glu,
+        "norm": c.norm,
+        "pooling": c.pooling,
+        "seed": 0,
+        "max_examples": None,
+        "method": "auto",
+        "data_root": None,
+        "cache_dir": None,
+        "eval_every": c.eval_every,
+        "checkpoint_every": 1000,
+        "log_every": 50,
+        "eval_batch_size": None,
+        "remat": get_task(task).remat,
+        "deterministic": True,
     }
 
 
@@ -148,7 +186,11 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
     `OUT/config.json` is missing or corrupt, or for invalid values.
     """
     out = Path(args.out)
-    given = {k: getattr(args, k) for k in TRAINING_KEYS + OTHER_KEYS if getattr(args, k, None) is not None}
+    given = {
+        k: getattr(args, k)
+        for k in TRAINING_KEYS + OTHER_KEYS
+        if getattr(args, k, None) is not None
+    }
     if args.resume:
         path = out / "config.json"
         if not path.is_file():
@@ -160,7 +202,11 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
             saved = ckpt.read_json(path, required=("task",))
         except ckpt.CheckpointError as e:
             raise UsageError(str(e)) from None
-        changed = {k: (saved.get(k), v) for k, v in given.items() if k in TRAINING_KEYS and saved.get(k, v) != v}
+        changed = {
+            k: (saved.get(k), v)
+            for k, v in given.items()
+            if k in TRAINING_KEYS and saved.get(k, v) != v
+        }
         if changed:
             diff = "; ".join(f"{k}: {a!r} in the run, {b!r} now" for k, (a, b) in changed.items())
             raise UsageError(
@@ -172,7 +218,9 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
         cfg.setdefault("run_id", uuid.uuid4().hex)  # runs from before run ids
     else:
         if args.task is None:
-            raise UsageError("--task is required (unless --resume picks it up from OUT/config.json).")
+            raise UsageError(
+                "--task is required (unless --resume picks it up from OUT/config.json)."
+            )
         cfg = _core_settings({**task_defaults(args.task), **given}, given)
         cfg["run_id"] = uuid.uuid4().hex  # binds every checkpoint to this run
     if cfg.get("eval_batch_size") is None:
@@ -194,7 +242,9 @@ def _core_settings(cfg: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]
     if cfg["core"] == "lru":
         return cfg
     if cfg["core"] == "s4d":
-        unused = [f"--{k} {given[k]}" for k in ("form", "method") if k in given and given[k] != "complex"]
+        unused = [
+            f"--{k} {given[k]}" for k in ("form", "method") if k in given and given[k] != "complex"
+        ]
         if unused:
             raise UsageError(
                 f"--core s4d trains as an FFT convolution (as in S4D's own code; its recurrence "
@@ -280,7 +330,9 @@ def run(
             return _outputs(r, carry, status)
         except Exception as e:
             if _env.is_out_of_memory(e):
-                raise RunError(_env.out_of_memory_message(e, r.cfg, devices=r.mesh.size if r.mesh else None)) from e
+                raise RunError(
+                    _env.out_of_memory_message(e, r.cfg, devices=r.mesh.size if r.mesh else None)
+                ) from e
             raise
         finally:
             if r.log is not None:
@@ -311,11 +363,15 @@ def _set_up(args) -> _Run:
         except ckpt.FolderInUse as e:
             raise UsageError(str(e)) from None
         except OSError as e:
-            raise UsageError(f"--out {str(r.out)!r}: cannot create its lock file ({e.strerror or e}).") from None
+            raise UsageError(
+                f"--out {str(r.out)!r}: cannot create its lock file ({e.strerror or e})."
+            ) from None
     try:
         if not args.resume and ckpt.exists(r.out, "last"):
-            raise UsageError(f"{r.out} already holds a run (last.eqx). Pass --resume to continue it, or choose "
-                             "another --out.")
+            raise UsageError(
+                f"{r.out} already holds a run (last.eqx). Pass --resume to continue it, or choose "
+                "another --out."
+            )
         if cfg["cache_dir"] is not None:
             _writable_folder(Path(cfg["cache_dir"]).expanduser(), "--cache-dir")
     except BaseException:
@@ -332,7 +388,9 @@ def _writable_folder(folder: Path, flag: str) -> None:
         ckpt.write_atomic(folder / ".write-test", b"")
         (folder / ".write-test").unlink()
     except OSError as e:
-        raise UsageError(f"{flag} {str(folder)!r} is not a writable folder ({e.strerror or e}).") from None
+        raise UsageError(
+            f"{flag} {str(folder)!r} is not a writable folder ({e.strerror or e})."
+        ) from None
 
 
 def _load_data(r: _Run) -> None:
@@ -345,9 +403,13 @@ def _load_data(r: _Run) -> None:
             f"the {cfg['task']} data (see the README, 'Experiments: Long Range Arena'), or "
             "generate ListOps/Pathfinder data with `python -m experiments.lra.generate`."
         )
-    user_errors = (FileNotFoundError,) + ((DataError,) if DataError is not None else (ValueError, OSError))
+    user_errors = (FileNotFoundError,) + (
+        (DataError,) if DataError is not None else (ValueError, OSError)
+    )
     try:
-        r.data = load_task(cfg["task"], root, cache_dir=cfg["cache_dir"], max_examples=cfg["max_examples"])
+        r.data = load_task(
+            cfg["task"], root, cache_dir=cfg["cache_dir"], max_examples=cfg["max_examples"]
+        )
     except user_errors as e:
         raise UsageError(str(e)) from None
     except OSError as e:  # permissions, a symlink loop, a full cache disk...
@@ -391,7 +453,10 @@ def _build(r: _Run) -> Carry:
         ckpt.write_atomic(r.out / "config.json", json.dumps(cfg, indent=1, sort_keys=True).encode())
     r.log = MetricsLog(r.out / "metrics.jsonl", enabled=r.primary)
     r.log.truncate(carry.step)
-    on_devices = {f: par.replicate(getattr(carry, f), r.mesh) for f in ("params", "bn_state", "opt_state", "run_key")}
+    on_devices = {
+        f: par.replicate(getattr(carry, f), r.mesh)
+        for f in ("params", "bn_state", "opt_state", "run_key")
+    }
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
     core = f"{cfg['form']} LRU" if cfg["core"] == "lru" else cfg["core"].upper()
     r.say(
@@ -412,26 +477,39 @@ def _resume(r: _Run, carry: Carry) -> Carry:
     except ckpt.CheckpointError as e:
         raise UsageError(str(e)) from None
     if pair is None:
-        r.say(f"Note: {r.out} holds no complete checkpoint (the run stopped before its first one was "
-              "written): starting it again from step 0, with its saved settings.")
+        r.say(
+            f"Note: {r.out} holds no complete checkpoint (the run stopped before its first one was "
+            "written): starting it again from step 0, with its saved settings."
+        )
         return carry
     _check_run(r, pair.meta, pair.json_path)
     try:
         (p, s, o, k, step), meta = ckpt.load_pair(
-            pair.json_path, pair.eqx_path, carry.tree(), step_of=lambda t: t[-1], finite=True,
+            pair.json_path,
+            pair.eqx_path,
+            carry.tree(),
+            step_of=lambda t: t[-1],
+            finite=True,
             required=("pending", "best"),
         )
     except ckpt.CheckpointError as e:
         raise UsageError(str(e)) from None
     except FileNotFoundError as e:
-        raise UsageError(f"--resume: {e} Restore it from a backup, or start a new run with another --out.") from None
+        raise UsageError(
+            f"--resume: {e} Restore it from a backup, or start a new run with another --out."
+        ) from None
     if pair.json_path.name != "last.json":
-        r.say(f"Note: the newest checkpoint was being written when the run stopped; resuming from the "
-              f"previous one ({pair.json_path.name}).")
+        r.say(
+            f"Note: the newest checkpoint was being written when the run stopped; resuming from the "
+            f"previous one ({pair.json_path.name})."
+        )
     saved = meta.get("data")
     if saved is not None and saved != r.fingerprint:
         changed = [n for n in r.fingerprint if saved.get(n) != r.fingerprint[n]]
-        detail = ", ".join(f"{n}: {saved.get(n, {}).get('examples')} -> {r.fingerprint[n]['examples']} examples" for n in changed)
+        detail = ", ".join(
+            f"{n}: {saved.get(n, {}).get('examples')} -> {r.fingerprint[n]['examples']} examples"
+            for n in changed
+        )
         if not r.args.allow_data_change:
             raise UsageError(
                 f"--resume: the data under {r.cfg['data_root']} differ from those the checkpoint "
@@ -442,7 +520,9 @@ def _resume(r: _Run, carry: Carry) -> Carry:
         r.say(f"Note: continuing on changed data ({detail}), as --allow-data-change asks.")
     best_sha256 = _check_best(r, meta, (eqx.combine(carry.params, r.static), carry.bn_state))
     r.say(f"Resuming {r.out} at step {int(step)}/{r.cfg['steps']}.")
-    return Carry(int(step), p, s, o, k, tuple(map(tuple, meta["pending"])), meta["best"], None, best_sha256)
+    return Carry(
+        int(step), p, s, o, k, tuple(map(tuple, meta["pending"])), meta["best"], None, best_sha256
+    )
 
 
 def _check_run(r: _Run, meta: dict[str, Any], path: Path) -> None:
@@ -451,7 +531,9 @@ def _check_run(r: _Run, meta: dict[str, Any], path: Path) -> None:
     diff = [k for k in TRAINING_KEYS if k in theirs and k in r.cfg and theirs[k] != r.cfg[k]]
     run_id, own = meta.get("run_id"), r.cfg.get("run_id")
     if diff:
-        what = "; ".join(f"{k}: {theirs[k]!r} in {path.name}, {r.cfg[k]!r} in config.json" for k in diff)
+        what = "; ".join(
+            f"{k}: {theirs[k]!r} in {path.name}, {r.cfg[k]!r} in config.json" for k in diff
+        )
     elif run_id is not None and run_id != own:
         what = f"run id {run_id} in {path.name}, {own} in config.json: another run with the same settings"
     else:
@@ -547,17 +629,26 @@ class _Loop:
         """The batch of `step`: a pure function of (seed, epoch, position)."""
         epoch, position = divmod(step, self.per_epoch)
         if self._epoch is None or self._epoch[0] != epoch:
-            order = batch_indices(len(self.r.data.train), self.cfg["batch_size"], seed=self.cfg["seed"],
-                                  epoch=epoch, shuffle=True, drop_last=True)
+            order = batch_indices(
+                len(self.r.data.train),
+                self.cfg["batch_size"],
+                seed=self.cfg["seed"],
+                epoch=epoch,
+                shuffle=True,
+                drop_last=True,
+            )
             self._epoch = (epoch, order)
         idx = self._epoch[1][position][self.rows]
         host = host_batch(self.r.data, self.r.data.train, idx, padded=False)
         return par.shard_batch(host, self.r.mesh, self.cfg["batch_size"])
 
     def step(self, c: Carry, batch) -> Carry:
-        p, s, o, metrics = self.r.steps.train(c.params, c.bn_state, c.opt_state, batch, c.run_key,
-                                              jnp.asarray(c.step, jnp.int32))
-        c = dataclasses.replace(c, step=c.step + 1, params=p, bn_state=s, opt_state=o, pending=c.pending + (metrics,))
+        p, s, o, metrics = self.r.steps.train(
+            c.params, c.bn_state, c.opt_state, batch, c.run_key, jnp.asarray(c.step, jnp.int32)
+        )
+        c = dataclasses.replace(
+            c, step=c.step + 1, params=p, bn_state=s, opt_state=o, pending=c.pending + (metrics,)
+        )
         if not self.speed.running:  # the first step of this process compiles: not timed
             jax.block_until_ready(metrics)
             self.speed.resume(c.step)
@@ -583,9 +674,17 @@ class _Loop:
     def log_train(self, c: Carry) -> Carry:
         values = np.asarray(ckpt.to_host(list(c.pending)), np.float64)
         _check_finite(self.r, values, c.step)
-        self.r.log.write({"split": "train", "step": c.step, "epoch": (c.step - 1) // self.per_epoch,
-                          "loss": float(values[:, 0].mean()), "accuracy": float(values[:, 1].mean()),
-                          "lr": float(values[-1, 2]), "steps_per_sec": self.speed.interval(c.step)})
+        self.r.log.write(
+            {
+                "split": "train",
+                "step": c.step,
+                "epoch": (c.step - 1) // self.per_epoch,
+                "loss": float(values[:, 0].mean()),
+                "accuracy": float(values[:, 1].mean()),
+                "lr": float(values[-1, 2]),
+                "steps_per_sec": self.speed.interval(c.step),
+            }
+        )
         self.postfix.update(loss=f"{values[:, 0].mean():.3f}", acc=f"{values[:, 1].mean():.3f}")
         return dataclasses.replace(c, pending=())
 
@@ -597,7 +696,11 @@ class _Loop:
         if c.best is None or val["accuracy"] > c.best["val_accuracy"]:
             # Kept on the host and written with the next checkpoint (`save`): `best.*` and
             # `last.*` then always belong together.
-            tree = ckpt.to_host((eqx.combine(c.params, self.r.static), c.bn_state)) if self.r.primary else None
+            tree = (
+                ckpt.to_host((eqx.combine(c.params, self.r.static), c.bn_state))
+                if self.r.primary
+                else None
+            )
             best = {"val_accuracy": val["accuracy"], "val_loss": val["loss"], "step": c.step}
             c = dataclasses.replace(c, best=best, best_tree=tree, best_sha256=None)
         self.postfix.update(val=f"{val['accuracy']:.3f}")
@@ -618,16 +721,29 @@ class _Loop:
             tree = ckpt.to_host(c.tree())
             bad = ckpt.nonfinite_leaves(tree[:3])
             if bad:
-                raise RunError(_diverged(self.r, c.step, f"the parameters or optimiser state ({bad[0]})"))
-            meta = {"step": c.step, "epoch": c.step // self.per_epoch, "position": c.step % self.per_epoch,
-                    "best": c.best, "pending": [list(map(float, x)) for x in ckpt.to_host(c.pending)],
-                    "config": self.cfg, "data": self.r.fingerprint, "run_id": self.cfg["run_id"]}
+                raise RunError(
+                    _diverged(self.r, c.step, f"the parameters or optimiser state ({bad[0]})")
+                )
+            meta = {
+                "step": c.step,
+                "epoch": c.step // self.per_epoch,
+                "position": c.step % self.per_epoch,
+                "best": c.best,
+                "pending": [list(map(float, x)) for x in ckpt.to_host(c.pending)],
+                "config": self.cfg,
+                "data": self.r.fingerprint,
+                "run_id": self.cfg["run_id"],
+            }
 
             def write():
                 digest = c.best_sha256
                 if c.best_tree is not None:
-                    digest = ckpt.save(self.r.out, "best", c.best_tree,
-                                       {**c.best, "config": self.cfg, "run_id": self.cfg["run_id"]})
+                    digest = ckpt.save(
+                        self.r.out,
+                        "best",
+                        c.best_tree,
+                        {**c.best, "config": self.cfg, "run_id": self.cfg["run_id"]},
+                    )
                 ckpt.save(self.r.out, "last", tree, {**meta, "best_sha256": digest})
                 return digest
 
@@ -651,8 +767,11 @@ def _diverged(r: _Run, step: int, what: str) -> str:
     except (ckpt.CheckpointError, OSError):
         pair = None
     last = pair.meta.get("step") if pair is not None and pair.intact else None
-    kept = (f"the last checkpoint {r.out / 'last.eqx'} (step {last}) is kept" if last is not None
-            else "no checkpoint was written")
+    kept = (
+        f"the last checkpoint {r.out / 'last.eqx'} (step {last}) is kept"
+        if last is not None
+        else "no checkpoint was written"
+    )
     return (
         f"{what} became non-finite at step {step}: the run diverged and was stopped; {kept}. "
         f"Start again with a lower --lr (now {r.cfg['lr']:g}) or --lr-factor (now {r.cfg['lr_factor']:g}) "
@@ -671,8 +790,15 @@ def _train(r: _Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
         from tqdm import tqdm
 
         # disable=None: a bar on a terminal only, not in log files.
-        r.bar = tqdm(total=total, initial=carry.step, unit="step", dynamic_ncols=True,
-                     desc=f"{r.cfg['task']} {r.cfg['core']}", file=sys.stderr, disable=None)
+        r.bar = tqdm(
+            total=total,
+            initial=carry.step,
+            unit="step",
+            dynamic_ncols=True,
+            desc=f"{r.cfg['task']} {r.cfg['core']}",
+            file=sys.stderr,
+            disable=None,
+        )
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lra-data")
     stopper = r.stop if r.stop is not None else Stop()
     stopper.training = True  # from now on a signal stops the run after a checkpoint
@@ -740,8 +866,12 @@ def _evaluate(r: _Run, params, bn_state, split) -> dict[str, Any]:
         part = r.steps.eval(params, bn_state, par.shard_batch(host, r.mesh, bs))
         sums = part if sums is None else sums + part
     nll, correct, count = (float(v) for v in ckpt.to_host(sums))
-    return {"loss": nll / count, "accuracy": correct / count, "examples": int(count),
-            "seconds": round(time.perf_counter() - t0, 3)}
+    return {
+        "loss": nll / count,
+        "accuracy": correct / count,
+        "examples": int(count),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
 
 
 def _test(r: _Run, carry: Carry) -> dict[str, Any]:
@@ -754,42 +884,80 @@ def _test(r: _Run, carry: Carry) -> dict[str, Any]:
         (model, bn_state), meta = ckpt.load(r.out, "best", template)
     params = par.replicate(eqx.filter(model, eqx.is_inexact_array), r.mesh)
     test = _evaluate(r, params, par.replicate(bn_state, r.mesh), r.data.test)
-    r.log.write({"split": "test", "step": carry.step, "checkpoint": "best", "checkpoint_step": meta["step"], **test})
-    return {"test_accuracy": test["accuracy"], "test_loss": test["loss"], "test_examples": test["examples"]}
+    r.log.write(
+        {
+            "split": "test",
+            "step": carry.step,
+            "checkpoint": "best",
+            "checkpoint_step": meta["step"],
+            **test,
+        }
+    )
+    return {
+        "test_accuracy": test["accuracy"],
+        "test_loss": test["loss"],
+        "test_examples": test["examples"],
+    }
 
 
 def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
     """Test score (when finished), results.json, curves.png and the closing line."""
     cfg, best, rate = r.cfg, carry.best or {}, r.speed.rate
     results = {
-        "status": status, "task": cfg["task"], "core": cfg["core"], "form": cfg["form"], "step": carry.step,
-        "steps": cfg["steps"], "best_val_accuracy": best.get("val_accuracy"), "best_step": best.get("step"),
-        "steps_per_sec": rate, "devices": r.mesh.size, "platform": r.mesh.devices.flat[0].platform,
+        "status": status,
+        "task": cfg["task"],
+        "core": cfg["core"],
+        "form": cfg["form"],
+        "step": carry.step,
+        "steps": cfg["steps"],
+        "best_val_accuracy": best.get("val_accuracy"),
+        "best_step": best.get("step"),
+        "steps_per_sec": rate,
+        "devices": r.mesh.size,
+        "platform": r.mesh.devices.flat[0].platform,
         "out": str(r.out),
     }
     if status != "finished":
-        r.say(f"Stopped at step {carry.step}/{cfg['steps']} ({status}); checkpoint {r.out / 'last.eqx'} "
-              "saved. Continue with the same command plus --resume.")
+        r.say(
+            f"Stopped at step {carry.step}/{cfg['steps']} ({status}); checkpoint {r.out / 'last.eqx'} "
+            "saved. Continue with the same command plus --resume."
+        )
     else:
         results.update(_test(r, carry))
         results["seconds"] = round(time.perf_counter() - r.began, 1)
         if r.primary:
             ckpt.write_atomic(r.out / "results.json", json.dumps(results, indent=1).encode())
-        r.say(f"{cfg['task']} ({cfg['core']}, {cfg['form']}): test accuracy {100 * results['test_accuracy']:.2f}% "
-              f"(best val {100 * best['val_accuracy']:.2f}% at step {best['step']}), "
-              f"{'n/a' if rate is None else f'{rate:.2f}'} steps/s; outputs in {r.out}/")
+        r.say(
+            f"{cfg['task']} ({cfg['core']}, {cfg['form']}): test accuracy {100 * results['test_accuracy']:.2f}% "
+            f"(best val {100 * best['val_accuracy']:.2f}% at step {best['step']}), "
+            f"{'n/a' if rate is None else f'{rate:.2f}'} steps/s; outputs in {r.out}/"
+        )
     r.log.close()
     if r.primary:
-        plot_curves(read_records(r.out / "metrics.jsonl"), r.out / "curves.png",
-                    title=f"{cfg['task']} · {cfg['core']} {cfg['form']} · depth {cfg['depth']}, "
-                          f"H={cfg['d_model']}, N={cfg['d_state']} · batch {cfg['batch_size']}")
+        plot_curves(
+            read_records(r.out / "metrics.jsonl"),
+            r.out / "curves.png",
+            title=f"{cfg['task']} · {cfg['core']} {cfg['form']} · depth {cfg['depth']}, "
+            f"H={cfg['d_model']}, N={cfg['d_state']} · batch {cfg['batch_size']}",
+        )
     return results
 
 
 #: File-system errors that are the environment's, not the program's: one line, status 2.
 _USER_ERRNOS = {
-    errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENOSPC,
-    errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG, errno.EEXIST, errno.EIO, errno.ENOTEMPTY,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOENT,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.ELOOP,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.ENAMETOOLONG,
+    errno.EEXIST,
+    errno.EIO,
+    errno.ENOTEMPTY,
 }
 
 
@@ -807,8 +975,11 @@ def main(
     except OSError as e:  # a file or folder the user can fix; anything else is a bug
         if e.errno not in _USER_ERRNOS or e.filename is None:
             raise
-        print(f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the free space, then "
-              "run again (with --resume if the run had started).", file=sys.stderr)
+        print(
+            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the free space, then "
+            "run again (with --resume if the run had started).",
+            file=sys.stderr,
+        )
         return 2
     except SystemExit as e:  # argparse: it printed "error: argument --flag: ..."
         return e.code if isinstance(e.code, int) else 2

@@ -24,7 +24,9 @@ def _parser(description: str = "") -> argparse.ArgumentParser:
         "--fast", action="store_true", help="tiny sizes (seconds; used by the test suite)"
     )
     parser.add_argument(
-        "--out", type=output_folder, default=DEFAULT_OUT,
+        "--out",
+        type=output_folder,
+        default=DEFAULT_OUT,
         help=f"output directory (default {DEFAULT_OUT})",
     )
     parser.add_argument("--seed", type=NATURAL, default=0, help="PRNG seed")

@@ -30,6 +30,7 @@ rung, and better use of the CPU than one small model at a time); the steps run i
 step is `eqx_lru.train_step`. Seed `s` sets the model initialisation, the batch order and the
 dropout keys; the data set is the same for every rung and seed (`--data-seed`).
 """
+
 import argparse
 import csv
 import dataclasses
@@ -60,9 +61,7 @@ RUNGS = {
     "rnn_relu": ("dense RNN, ReLU", "§3.1", "1, 6", ((37.6, 8.0), None, None)),
     "linear_dense": ("dense linear RNN", "§3.1", "1, 6, 7", ((50.4, 0.2), None, None)),
     "diag_realimag": ("diagonal, Λ = a + ib", "§3.2", "2, 7", ((58.8, 0.3), None, None)),
-    "diag_exp": (
-        "diagonal, Λ = exp(−ν + iθ)", "§3.3", "2, 7", ((60.5, 0.3), (65.4, 9.0), None)
-    ),
+    "diag_exp": ("diagonal, Λ = exp(−ν + iθ)", "§3.3", "2, 7", ((60.5, 0.3), (65.4, 9.0), None)),
     "diag_stable_exp": ("diagonal, stable exp", "§3.3", "2, 7", ((59.4, 0.3), (93.5, 0.5), None)),
     "diag_stable_exp_ring": ("+ ring init", "§3.3", "2, 7, 8", ((59.4, 0.3), (94.4, 0.3), None)),
     "lru": ("+ γ normalisation (LRU)", "§3.4", "3, 8", ((60.2, 0.8), (95.1, 0.1), (94.2, 0.4))),

@@ -70,7 +70,6 @@ the split sizes). A missing folder or file raises `MissingDataError`, which is b
 `error: ...` line with exit status 2.
 """
 
-
 from ._cache import Store
 from ._common import (
     EOS_ID,
@@ -117,6 +116,7 @@ __all__ = [
     "code_points",
     "take",
 ]
+
 
 def __getattr__(name: str):
     """The per-task tables of the registry (`experiments/lra/tasks.py`), by their old names,

@@ -22,8 +22,10 @@ def cache_folder(cache_dir: Path, name: str) -> Path:
     """`cache_dir/name`, created; a `DataError` if either is a file or cannot be made."""
     for folder in (cache_dir, cache_dir / name):
         if folder.exists() and not folder.is_dir():
-            raise DataError(f"cache_dir: {str(folder)!r} is a file; expected a folder (or a "
-                            "path that does not exist yet).")
+            raise DataError(
+                f"cache_dir: {str(folder)!r} is a file; expected a folder (or a "
+                "path that does not exist yet)."
+            )
     cache = cache_dir / name
     cache_io(cache, lambda: cache.mkdir(parents=True, exist_ok=True))
     return cache
@@ -90,8 +92,10 @@ class Store:
             arr = np.zeros(shape, dtype)
         else:
             path = self._tmp[name] = self._tmp_path(name)
-            arr = cache_io(self.folder, lambda: np.lib.format.open_memmap(
-                path, mode="w+", dtype=dtype, shape=shape))
+            arr = cache_io(
+                self.folder,
+                lambda: np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape),
+            )
         self.arrays[name] = arr
         return arr
 

@@ -121,8 +121,12 @@ def load_task(
     except BaseException:
         store.abort()
         raise
-    meta = {"version": _cache.CACHE_VERSION, "fingerprint": fingerprint, "arrays": sorted(arrays),
-            **meta}
+    meta = {
+        "version": _cache.CACHE_VERSION,
+        "fingerprint": fingerprint,
+        "arrays": sorted(arrays),
+        **meta,
+    }
     if cache is not None:
         _cache.write_meta(cache, meta)
     if meta["dropped"]:

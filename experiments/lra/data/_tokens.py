@@ -174,6 +174,7 @@ def listops_files(folder: Path) -> dict[str, Path]:
 
 def load_listops(task, folder: Path, store: Store, max_examples: int | None) -> dict:
     """`basic_{train,val,test}.tsv`: header `Source<TAB>Target`, then `expression<TAB>label`."""
+
     def source(path):
         examples = _listops_examples
         return lambda: take(examples(path, task.num_classes, task.seq_len - 1), max_examples)
@@ -207,6 +208,7 @@ def retrieval_files(folder: Path) -> dict[str, Path]:
 
 def load_retrieval(task, folder: Path, store: Store, max_examples: int | None) -> dict:
     """`new_aan_pairs.{train,eval,test}.tsv`, eval as val: 5 columns, no header."""
+
     def source(path):
         return lambda: take(_aan_examples(path, task.num_classes, task.seq_len - 1), max_examples)
 
