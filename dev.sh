@@ -4,6 +4,7 @@
 # then runs the job:
 #   ./dev.sh demo   the main job: a short offline demo (no download)
 #   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change)
+#   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository
 #   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
 #   ./dev.sh docs   the documentation site (MkDocs, strict) into site/; `docs serve` to preview
 #   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
@@ -85,6 +86,11 @@ case "$job" in
         # --dist loadgroup: tests marked xdist_group (a docs page's code blocks, which
         # share a namespace) stay on one worker.
         exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@" ;;
+    lint)
+        # The settings are in pyproject.toml ([tool.ruff]); `ruff format .` and
+        # `ruff check --fix .` repair most of what these report.
+        .venv/bin/python -m ruff check .
+        exec .venv/bin/python -m ruff format --check . ;;
     bench) exec .venv/bin/python -m experiments.bench "$@" ;;
     gpu-check) exec .venv/bin/python -m experiments.gpu_check "$@" ;;
     docs)
@@ -93,5 +99,5 @@ case "$job" in
         export NO_MKDOCS_2_WARNING=1
         if [ "${1:-}" = serve ]; then shift; exec .venv/bin/mkdocs serve "$@"; fi
         exec .venv/bin/mkdocs build --strict "$@" ;;
-    *) echo "usage: ./dev.sh {demo|test|test-newest|bench|gpu-check|docs} [args...]" >&2; exit 2 ;;
+    *) echo "usage: ./dev.sh {demo|test|lint|test-newest|bench|gpu-check|docs} [args...]" >&2; exit 2 ;;
 esac

@@ -3,15 +3,16 @@
 # The layers, their initialisation and conversion between forms
 from ._convert import to_complex as to_complex
 from ._convert import to_real as to_real
+from ._core import AbstractRecurrentCore as AbstractRecurrentCore
 from ._init import gamma_log_init as gamma_log_init
 from ._init import lru_init as lru_init
 from ._init import projection_init as projection_init
 from ._init import ring_init as ring_init
-from ._core import AbstractRecurrentCore as AbstractRecurrentCore
 from ._lru import AbstractLRU as AbstractLRU
 from ._lru import ComplexLRU as ComplexLRU
 from ._lru import RealLRU as RealLRU
 
+# isort: split
 # Blocks, models and their pieces
 from ._block import LRUBlock as LRUBlock
 from ._glu import GLU as GLU
@@ -21,6 +22,7 @@ from ._norm import MaskedBatchNorm as MaskedBatchNorm
 from ._padding import valid_mask as valid_mask
 from ._padding import where_valid as where_valid
 
+# isort: split
 # Training
 from ._optim import lru_optimizer as lru_optimizer
 from ._optim import lru_param_labels as lru_param_labels
@@ -28,6 +30,7 @@ from ._optim import lru_schedule as lru_schedule
 from ._train import predict as predict
 from ._train import train_step as train_step
 
+# isort: split
 # The linear-recurrence scan: algebras and methods
 from ._algebra import AbstractAlgebra as AbstractAlgebra
 from ._algebra import Block2x2 as Block2x2
@@ -44,6 +47,7 @@ from ._scan import default_method as default_method
 from ._scan import linear_recurrence as linear_recurrence
 from ._sequence_parallel import SequenceParallel as SequenceParallel
 
+# isort: split
 # Subpackages: the paper's ablation ladder, and the baseline cores (S4D, S5, LDS)
 from . import ablation as ablation
 from . import baselines as baselines

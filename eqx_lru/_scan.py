@@ -227,12 +227,16 @@ def reset_transitions(
     return jnp.where(starts, jnp.zeros((), a.dtype), a)
 
 
+# The default storage: one shared instance (a stateless module), as a default argument is.
+_IDENTITY = Identity()
+
+
 def recurrence(
     a: Array,
     b: Array,
     *,
     algebra: AbstractAlgebra,
-    storage: AbstractStorage = Identity(),
+    storage: AbstractStorage = _IDENTITY,
     initial_state: Array | None = None,
     reverse: bool = False,
     method: ScanMethod = "auto",

@@ -60,6 +60,7 @@ def parity_and_speed(*, d_model: int, d_state: int, length: int, batch: int, see
         for a, b in zip(
             jax.tree_util.tree_leaves(eqx.filter(grads["complex"], eqx.is_array)),
             jax.tree_util.tree_leaves(eqx.filter(grads["real"], eqx.is_array)),
+            strict=False,
         )
     )
     print(

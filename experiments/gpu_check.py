@@ -41,7 +41,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 PARTS = ("tests", "bench", "train")

@@ -217,9 +217,10 @@ def test_gradient_matches_finite_differences(name):
         for field_name in (field, "B_im", "C_re"):
             value = getattr(core, field_name)
             index = (1,) + (0,) * (value.ndim - 1)
-            bump = lambda d: eqx.tree_at(  # noqa: E731
-                lambda c: getattr(c, field_name), core, value.at[index].add(d)
-            )
+
+            def bump(d, field_name=field_name, value=value, index=index):
+                return eqx.tree_at(lambda c: getattr(c, field_name), core, value.at[index].add(d))
+
             numeric = (loss(bump(eps)) - loss(bump(-eps))) / (2 * eps)
             assert float(getattr(grads, field_name)[index]) == pytest.approx(
                 float(numeric), rel=1e-5, abs=1e-8

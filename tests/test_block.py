@@ -347,5 +347,5 @@ def test_block_remat_same_values_and_gradients(bidirectional):
     (_, (y2, s2)), g2 = value_and_grad(remat, state)
     np.testing.assert_allclose(y2, y1, rtol=1e-6, atol=1e-7)
     assert bool(eqx.tree_equal(s2, s1, rtol=1e-6, atol=1e-7))
-    for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2)):
+    for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)

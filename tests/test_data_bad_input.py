@@ -9,10 +9,10 @@ import pickle
 
 import numpy as np
 import pytest
+from test_lra_data import write, write_aan, write_cifar, write_listops, write_pathfinder
 
 from experiments.lra import generate as gen
 from experiments.lra.data import DataError, MissingDataError, load_task
-from test_lra_data import write, write_aan, write_cifar, write_listops, write_pathfinder
 
 
 def test_error_classes():

@@ -26,12 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import eqx_lru
-from experiments import gpu_check
 from conftest import TEST_MATMUL_PRECISION, cuda_skip_reason, max_rel_err
 from reference import lru_loop, lru_params_np
 
+import eqx_lru
+from experiments import gpu_check
 
 REPO = Path(__file__).resolve().parents[1]
 FORMS = (eqx_lru.ComplexLRU, eqx_lru.RealLRU)

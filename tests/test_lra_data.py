@@ -436,7 +436,7 @@ def test_batch_indices_deterministic_and_complete():
     a = batch_indices(103, 10, seed=3, epoch=2, shuffle=True, drop_last=False)
     b = batch_indices(103, 10, seed=3, epoch=2, shuffle=True, drop_last=False)
     assert len(a) == 11 and [len(x) for x in a] == [10] * 10 + [3]
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     np.testing.assert_array_equal(np.sort(np.concatenate(a)), np.arange(103))
     np.testing.assert_array_equal(np.concatenate(a), np.random.default_rng([3, 2]).permutation(103))
     other = batch_indices(103, 10, seed=3, epoch=3, shuffle=True, drop_last=False)

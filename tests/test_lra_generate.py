@@ -12,7 +12,6 @@ from PIL import Image
 from experiments.lra import generate as gen
 from experiments.lra.data import load_task
 
-
 REPO = Path(__file__).resolve().parents[1]
 SMALL = dict(min_length=20, max_length=120, max_depth=6, max_args=5)
 
@@ -199,7 +198,7 @@ def components(mask: np.ndarray) -> np.ndarray:
     """8-connected component labels of a boolean image (0 = background)."""
     labels = np.zeros(mask.shape, int)
     count = 0
-    for start in zip(*np.nonzero(mask)):
+    for start in zip(*np.nonzero(mask), strict=True):
         if labels[start]:
             continue
         count += 1

@@ -22,8 +22,7 @@ import pytest
 
 import eqx_lru
 from experiments.lra import _checkpoint as ckpt
-from experiments.lra import _env
-from experiments.lra import generate, train
+from experiments.lra import _env, generate, train
 from experiments.lra._metrics import read_records
 from experiments.lra.data import load_task
 

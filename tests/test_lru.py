@@ -120,7 +120,7 @@ def test_gradients_match_finite_differences(form):
             value = u if name == "u" else getattr(layer, name)
             direction = jnp.asarray(rng.normal(size=value.shape))
 
-            def shifted(t, name=name, direction=direction):
+            def shifted(t, name=name, direction=direction, value=value):
                 if name == "u":
                     return loss(layer, u + t * direction)
                 return loss(

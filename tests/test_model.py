@@ -125,7 +125,7 @@ def test_complex_and_real_models_agree():
     assert bool(eqx.tree_equal(sr, sc, rtol=1e-5, atol=1e-6))
     gc, gr = jax.tree_util.tree_leaves(gc), jax.tree_util.tree_leaves(eqx_lru.to_complex(gr))
     assert len(gc) == len(gr)
-    for a, b in zip(gr, gc):
+    for a, b in zip(gr, gc, strict=True):
         assert max_rel_err(a, b) < 1e-4
 
 
@@ -290,7 +290,7 @@ def test_remat_same_values_and_gradients(bidirectional):
         assert int(b[1].get(index)[0]) == 1
     leaves_a, leaves_b = jax.tree_util.tree_leaves(a[2]), jax.tree_util.tree_leaves(b[2])
     assert len(leaves_a) == len(leaves_b)
-    for ga, gb in zip(leaves_a, leaves_b):
+    for ga, gb in zip(leaves_a, leaves_b, strict=True):
         np.testing.assert_allclose(gb, ga, rtol=1e-4, atol=1e-6)
 
 

@@ -1,8 +1,7 @@
 """`lru_param_labels`, `lru_schedule`, `lru_optimizer` (paper §D.2)."""
 
-from typing import ClassVar
-
 import functools
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -94,7 +93,10 @@ def test_labels_of_any_pytree():
 def test_schedule_shape():
     peak, total = 1e-3, 1000
     schedule = eqx_lru.lru_schedule(peak, total)
-    at = lambda s: float(schedule(s))
+
+    def at(s):
+        return float(schedule(s))
+
     np.testing.assert_allclose(at(0), 1e-7, rtol=1e-5)
     np.testing.assert_allclose(at(50), (peak + 1e-7) / 2, rtol=1e-4)  # linear warmup
     np.testing.assert_allclose(at(100), peak, rtol=1e-5)  # 10% of training

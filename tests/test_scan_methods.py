@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from reference import recurrence_loop
 
 import eqx_lru
@@ -150,11 +149,13 @@ def test_forward_and_gradients_match_autodiff_of_loop(method, name, shared):
             )
             for fn in (ours, reference)
         )
-        for (reverse, with_h0), (h, grads), (h_ref, grads_ref) in zip(VARIANTS, got, want):
+        for (reverse, with_h0), (h, grads), (h_ref, grads_ref) in zip(
+            VARIANTS, got, want, strict=True
+        ):
             msg = f"reverse={reverse}, initial_state={with_h0}"
             assert h.shape == b.shape and h.dtype == b.dtype
             np.testing.assert_allclose(h, h_ref, rtol=1e-12, atol=1e-12, err_msg=msg)
-            for arg, g, g_ref in zip("a b h0".split(), grads, grads_ref):
+            for arg, g, g_ref in zip("a b h0".split(), grads, grads_ref, strict=True):
                 assert g.dtype == g_ref.dtype, arg
                 np.testing.assert_allclose(
                     g, g_ref, rtol=1e-10, atol=1e-12, err_msg=f"d{arg}, {msg}"
@@ -192,14 +193,17 @@ def test_sequential_blocks_and_tails(unroll, length):
                     a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method
                 )
 
-            def both(a, b, h0, shared=shared):
+            def both(a, b, h0, shared=shared, algebra=algebra, weights=weights):
+                def reference(*args):
+                    return _loop(*args[:3], _zeros_if_none(args[3], args[2]), *args[4:])
+
                 return [
                     _all_variants(fn, algebra, a, b, h0, weights, shared)
-                    for fn in (ours, lambda *x: _loop(*x[:3], _zeros_if_none(x[3], x[2]), *x[4:]))
+                    for fn in (ours, reference)
                 ]
 
             got, want = jax.jit(both)(a, b, h0)
-            for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
                 np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
 
 
@@ -271,9 +275,9 @@ def test_complex_pairs_storage_matches_complex_states():
             for method in METHODS:
                 out[method] = (
                     via_pairs(a, pairs, h0, method),
-                    jax.grad(lambda *x: _loss(via_pairs(*x, method), w), argnums=(0, 1, 2))(
-                        a, pairs, h0
-                    ),
+                    jax.grad(
+                        lambda *x, method=method: _loss(via_pairs(*x, method), w), argnums=(0, 1, 2)
+                    )(a, pairs, h0),
                 )
             out["reference"] = (
                 via_complex(a, pairs, h0),
@@ -283,7 +287,9 @@ def test_complex_pairs_storage_matches_complex_states():
 
         out = run(a, pairs, h0)
         for method in METHODS:
-            for x, y in zip(jax.tree.leaves(out[method]), jax.tree.leaves(out["reference"])):
+            for x, y in zip(
+                jax.tree.leaves(out[method]), jax.tree.leaves(out["reference"]), strict=True
+            ):
                 np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12, err_msg=method)
 
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-
 from . import impls, report, traffic
 from .extras import DEFAULT_RING, PATHX_RING
 
@@ -259,7 +258,11 @@ def run(grid, runner, *, quick, backend):
     for H in grid["H"] if grid["peak_rss"] or quick else ():
         data_only = dict(config("-", H, largest), impl="data_only", reps=0)
         if quick:  # no RSS in-process; one child still exercises the path
-            runner.get("memory", data_only, lambda: _child("measure", json.dumps(data_only)))
+            runner.get(
+                "memory",
+                data_only,
+                lambda data_only=data_only: _child("measure", json.dumps(data_only)),
+            )
             continue
         runner.memory(data_only)
         for mode in ("fwd", "grad"):
@@ -342,12 +345,16 @@ def render(grid, runner, info, *, name, end_load) -> str:
         f"# eqx_lru benchmark on `{backend}`" + ("" if name == "full" else f" ({name} grid)"),
         "",
         f"Written by `{command}`. float32 unless",
-        f"said, batch {B} via `jax.vmap`, N = {N} complex modes, the parameters of one key in every",
+        f"said, batch {B} via `jax.vmap`, N = {N} complex modes, "
+        "the parameters of one key in every",
         "row. 'fwd+bwd' is the gradient of the mean output with respect to all parameters and the",
         "input. Times are under `jax.jit` after a warm-up call; all implementations of one",
-        f"configuration run in ONE process, in {grid['rounds']} interleaved rounds of one call each",
-        f"({grid['key_rounds']} for the key configuration): 'ms' is the median over rounds, '×' the",
-        "median over rounds of the ratio within the round — robust to the load changing on a shared",
+        f"configuration run in ONE process, in {grid['rounds']} interleaved rounds "
+        "of one call each",
+        f"({grid['key_rounds']} for the key configuration): "
+        "'ms' is the median over rounds, '×' the",
+        "median over rounds of the ratio within the round — "
+        "robust to the load changing on a shared",
         "machine. 'temp' is XLA's `compiled.memory_analysis().temp_size_in_bytes`; "
         f"'{peak_what}' is measured in a separate process that ran only that case (at the "
         "longest length" + ("" if grid["peak_rss"] else "; not measured in this grid") + ").",
@@ -418,7 +425,8 @@ def render(grid, runner, info, *, name, end_load) -> str:
         ]
     if runner.data["hugetlb"]:
         lines += [
-            f"## glibc huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`), fwd+bwd, H={kH}, N={kN}",
+            f"## glibc huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`), fwd+bwd, H={kH}, "
+            f"N={kN}",
             "",
             f"CPU only. {grid['hugetlb']['pairs']} pairs of processes (default malloc, then huge "
             f"pages), {grid['hugetlb']['reps']} timed calls each; 'ratio' is the median of the "

@@ -21,7 +21,6 @@ def step_cost(sizes, *, tokens: int, calls: int) -> list[dict]:
       compute alone).
     """
     import jax
-    import jax.numpy as jnp
 
     from . import impls
 

@@ -69,7 +69,7 @@ def machine_info() -> dict:
         "backend": jax.default_backend(),
         "matmul_precision": jax.config.jax_default_matmul_precision or "default",
         "device": getattr(device, "device_kind", str(device)),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
         "load": os.getloadavg(),
     }
@@ -103,7 +103,8 @@ def key_table(entry, peaks, names, *, mode, H, default_method) -> list[str]:
         b = "**" if _is_default(impl, default_method) else ""
         temp = entry["temp_mb"][impl]
         lines.append(
-            f"| {b}{label(impl)}{b} | {_fmt_ms(entry['ms'][impl])} | {b}{ratio(entry, impl, BASELINE):.2f}{b} "
+            f"| {b}{label(impl)}{b} | {_fmt_ms(entry['ms'][impl])} | "
+            f"{b}{ratio(entry, impl, BASELINE):.2f}{b} "
             f"| {ratio(entry, impl, FLOOR):.2f} | {_fmt_mb(temp)} "
             f"| {temp / base_temp:.2f} | {_fmt_mb(peaks.get((impl, mode, H)))} |"
         )
@@ -211,7 +212,8 @@ def hugetlb_table(results) -> list[str]:
     import numpy as np
 
     lines = [
-        "| implementation | L | default malloc ms | `hugetlb=1` ms | ratio | peak RSS MB default / hugetlb |",
+        "| implementation | L | default malloc ms | `hugetlb=1` ms | ratio "
+        "| peak RSS MB default / hugetlb |",
         "|---|---|---|---|---|---|",
     ]
     for result in results:
@@ -220,9 +222,12 @@ def hugetlb_table(results) -> list[str]:
         on = [r for r in runs if r["hugetlb"]]
         if not off or not on:
             continue
-        ratios = [b["ms"] / a["ms"] for a, b in zip(off, on)]
+        ratios = [b["ms"] / a["ms"] for a, b in zip(off, on, strict=False)]
         c = result["case"]
-        peak = f"{np.median([r['peak_mb'] for r in off]):,.0f} / {np.median([r['peak_mb'] for r in on]):,.0f}"
+        peak = (
+            f"{np.median([r['peak_mb'] for r in off]):,.0f} / "
+            f"{np.median([r['peak_mb'] for r in on]):,.0f}"
+        )
         lines.append(
             f"| {label(c['impl'])} | {c['L']} | {_fmt_ms(np.median([r['ms'] for r in off]))} "
             f"| {_fmt_ms(np.median([r['ms'] for r in on]))} | {np.median(ratios):.2f} | {peak} |"
@@ -232,7 +237,8 @@ def hugetlb_table(results) -> list[str]:
 
 def model_table(rows) -> list[str]:
     lines = [
-        "| task | core | batch × L | depth, H, N | remat | XLA temp GB | steps/s | step s | peak GB |",
+        "| task | core | batch × L | depth, H, N | remat | XLA temp GB | steps/s | step s "
+        "| peak GB |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     order = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
@@ -245,7 +251,8 @@ def model_table(rows) -> list[str]:
         core = f"LRU {s['form']}" if s["core"] == "lru" else s["core"].upper()
         if "temp_gb" not in r:
             lines.append(
-                f"| {s['task']} | {core} | | | | error: {' '.join(r.get('error', []))[-80:]} | | | |"
+                f"| {s['task']} | {core} | | | "
+                f"| error: {' '.join(r.get('error', []))[-80:]} | | | |"
             )
             continue
         bidir = ", bidir." if r["bidirectional"] else ""
@@ -276,7 +283,8 @@ def step_table(rows) -> list[str]:
 
 def precision_table(rows) -> list[str]:
     lines = [
-        "| H | N | L | ring (r_min, r_max, max phase) | variant | output rel. error | gradient rel. error (worst parameter) |",
+        "| H | N | L | ring (r_min, r_max, max phase) | variant | output rel. error "
+        "| gradient rel. error (worst parameter) |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -295,7 +303,8 @@ def machine_lines(info, *, end_load=None) -> list[str]:
         f"RAM {info['ram_gb']:.1f} GiB, transparent huge pages: `{info['thp']}`",
         f"- JAX {info['jax']} (jaxlib {info['jaxlib']}), backend `{info['backend']}` "
         f"({info['device']}), Equinox {info['equinox']}, Python {info['python']}; matmul "
-        f"precision: {info.get('matmul_precision', 'default')} (JAX's default is TF32 on NVIDIA GPUs)",
+        f"precision: {info.get('matmul_precision', 'default')} "
+        "(JAX's default is TF32 on NVIDIA GPUs)",
         f"- Date {info['date']}, eqx_lru commit `{info['commit']}`",
         f"- Load average (1/5/15 min) at the start: {load}"
         + (f"; at the end: {' / '.join(f'{x:.1f}' for x in end_load)}" if end_load else ""),

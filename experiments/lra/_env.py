@@ -23,7 +23,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-
 __all__ = [
     "DETERMINISTIC_FLAG",
     "backend_env",

@@ -23,7 +23,6 @@ from typing import Any
 
 from ._checkpoint import write_atomic
 
-
 __all__ = ["MetricsLog", "read_records", "plot_curves"]
 
 
@@ -119,7 +118,10 @@ def plot_curves(records: list[Mapping[str, Any]], path: str | os.PathLike, *, ti
             s=120,
             color="k",
             zorder=3,
-            label=f"test {100 * t['accuracy']:.1f}% (best val @ {t.get('checkpoint_step', t['step'])})",
+            label=(
+                f"test {100 * t['accuracy']:.1f}% "
+                f"(best val @ {t.get('checkpoint_step', t['step'])})"
+            ),
         )
     ax_loss.set(xlabel="step", ylabel="cross-entropy", title="loss")
     ax_acc.set(xlabel="step", ylabel="accuracy", title="accuracy", ylim=(0, 1))

@@ -39,7 +39,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-
 __all__ = [
     "AXIS",
     "SEQ_AXIS",

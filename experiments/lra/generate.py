@@ -34,9 +34,9 @@ Both generators are reproducible: ListOps uses `random.Random(seed)`, Pathfinder
 
 import argparse
 import concurrent.futures
-import multiprocessing
 import dataclasses
 import math
+import multiprocessing
 import os
 import random
 import shutil
@@ -48,7 +48,6 @@ from typing import NamedTuple
 
 import numpy as np
 from PIL import Image
-
 
 __all__ = [
     "OPERATORS",

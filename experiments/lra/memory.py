@@ -12,7 +12,8 @@ state and batch. On the CPU this is a proxy for a GPU: GPU.md §4 measured PathX
 peak on an H100 where the CPU compile reported 29.0 GB of temp.
 
 **Time** (`--time`): the same step at a reduced size (Table 9 settings but `--time-length`,
-`--time-batch`), median of `--repeats` calls after one warm-up, remat off and on (calls alternating).
+`--time-batch`), median of `--repeats` calls after one warm-up, remat off and on (calls
+alternating).
 
 **Probe** (`--probe`): does `jax.checkpoint` save memory in this backend's compiled
 program at all? Six residual blocks of four `tanh(h @ W)` layers (batch 8, L 512, width
@@ -31,7 +32,6 @@ import jax
 from . import train
 from .steps import task_spec
 from .tasks import names
-
 
 TASKS = names()  # every registered task
 
@@ -149,7 +149,10 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     dev = jax.devices()[0]
-    return f"{cpu}; {jax.device_count()} {dev.platform} device(s) ({dev.device_kind}); JAX {jax.__version__}"
+    return (
+        f"{cpu}; {jax.device_count()} {dev.platform} device(s) ({dev.device_kind}); "
+        f"JAX {jax.__version__}"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -192,8 +195,8 @@ def main(argv=None) -> int:
         return 0
     if args.sequence_parallel:
         print(
-            "| task | batch | L | remat | devices (N) | temp GB per device | vs N = first | arguments GB |\n"
-            "|---|---|---|---|---|---|---|---|",
+            "| task | batch | L | remat | devices (N) | temp GB per device | vs N = first | "
+            "arguments GB |\n|---|---|---|---|---|---|---|---|",
             flush=True,
         )
         for task in args.tasks:
@@ -202,15 +205,17 @@ def main(argv=None) -> int:
                 m = measure_sequence_parallel(task, n, length=args.length, batch=args.batch)
                 first = first or m["temp_gb"]
                 print(
-                    f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} | {n} | "
-                    f"{m['temp_gb']:.2f} | {m['temp_gb'] / first:.2f}x | {m['args_gb']:.3f} |",
+                    f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} "
+                    f"| {n} | {m['temp_gb']:.2f} | {m['temp_gb'] / first:.2f}x "
+                    f"| {m['args_gb']:.3f} |",
                     flush=True,
                 )
                 print(f"<!-- compile {m['compile_s']:.0f}s -->", file=sys.stderr, flush=True)
         return 0
     if args.time:
         print(
-            "| task | batch | L | step, no remat (s) | step, remat (s) | ratio |\n|---|---|---|---|---|---|",
+            "| task | batch | L | step, no remat (s) | step, remat (s) | ratio |\n"
+            "|---|---|---|---|---|---|",
             flush=True,
         )
         for task in args.tasks:
@@ -218,19 +223,21 @@ def main(argv=None) -> int:
                 task, length=args.time_length, batch=args.time_batch, repeats=args.repeats
             )
             print(
-                f"| {task} | {args.time_batch} | {args.time_length} | {off:.3f} | {on:.3f} | {on / off:.2f}x |",
+                f"| {task} | {args.time_batch} | {args.time_length} | {off:.3f} | {on:.3f} | "
+                f"{on / off:.2f}x |",
                 flush=True,
             )
         return 0
     print(
-        f"| task | batch | L | temp GB, no remat | temp GB, remat | arguments GB |\n|---|---|---|---|---|---|",
+        "| task | batch | L | temp GB, no remat | temp GB, remat | arguments GB |\n"
+        "|---|---|---|---|---|---|",
         flush=True,
     )
     for task in args.tasks:
         off, on = (measure_memory(task, remat=r, method=args.method) for r in (False, True))
         print(
-            f"| {task} | {off['batch']} | {off['length']} | {off['temp_gb']:.2f} | {on['temp_gb']:.2f} | "
-            f"{off['args_gb']:.3f} |",
+            f"| {task} | {off['batch']} | {off['length']} | {off['temp_gb']:.2f} | "
+            f"{on['temp_gb']:.2f} | {off['args_gb']:.3f} |",
             flush=True,
         )
         print(

@@ -32,7 +32,6 @@ from . import _parallel as par
 from .data import TaskData
 from .tasks import get_task
 
-
 __all__ = [
     "AXIS_NAME",
     "CORES",
@@ -140,7 +139,8 @@ def make_core(cfg: dict[str, Any]) -> Callable:
         raise ValueError(f"--core must be one of {CORES}, got {cfg['core']!r}.") from None
     if cls is baselines.S4D and sequence_parallel(cfg) > 1:
         raise ValueError(
-            "--sequence-parallel needs a recurrent core (--core lru or s5); S4D trains as a convolution."
+            "--sequence-parallel needs a recurrent core (--core lru or s5); S4D trains as a "
+            "convolution."
         )
     if cls is baselines.S4D:
         # S4D trains as a convolution, as in its own code: its recurrence keeps L x H x N/2

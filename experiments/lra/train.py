@@ -72,7 +72,7 @@ Exit status: 0 finished or stopped (`--stop-at`, `--time-limit`), 130 interrupte
 user error (flags, data, run folder, corrupt checkpoint, a file-system error: one `error:`
 line), 1 a failed run (non-finite loss, out of memory, a checkpoint that could not be
 written, a time limit too short: one `error:` line) or a bug (a traceback).
-"""
+"""  # noqa: E501 -- the Markdown table's rows above cannot wrap
 
 import argparse
 import concurrent.futures
@@ -108,7 +108,6 @@ from .steps import (
     task_spec,
 )
 from .tasks import get_task
-
 
 try:
     from .data import DataError
@@ -247,9 +246,10 @@ def _core_settings(cfg: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]
         ]
         if unused:
             raise UsageError(
-                f"--core s4d trains as an FFT convolution (as in S4D's own code; its recurrence "
-                f"needs N/2 times the LRU's memory), which has no scan method and no real form: "
-                f"{' and '.join(unused)} would not be used. Drop it, or use --core s5 or --core lru."
+                "--core s4d trains as an FFT convolution (as in S4D's own code; its recurrence "
+                "needs N/2 times the LRU's memory), which has no scan method and no real form: "
+                f"{' and '.join(unused)} would not be used. Drop it, or use --core s5 or --core "
+                "lru."
             )
         cfg = {**cfg, "method": None}
     # The LRU's ring initialisation (Table 9) does not apply to the baselines.
@@ -416,8 +416,9 @@ def _load_data(r: _Run) -> None:
         if e.filename is None:
             raise
         raise UsageError(
-            f"cannot read the {cfg['task']} data: {e.filename}: {e.strerror or e}. Check that --data-root "
-            f"{str(root)!r} (and --cache-dir, if given) can be read and written by this user."
+            f"cannot read the {cfg['task']} data: {e.filename}: {e.strerror or e}. Check that "
+            f"--data-root {str(root)!r} (and --cache-dir, if given) can be read and written by "
+            "this user."
         ) from None
     sizes = {name: len(getattr(r.data, name)) for name in ("train", "val", "test")}
     if sizes["train"] < cfg["batch_size"]:
@@ -430,7 +431,8 @@ def _load_data(r: _Run) -> None:
             raise UsageError(
                 f"The {cfg['task']} {name} split under {root} is empty (0 examples), so the run "
                 f"could not {'pick its best weights' if name == 'val' else 'report a test score'}. "
-                f"Provide a non-empty {name} split (e.g. generate --split-sizes with a {name} size > 0)."
+                f"Provide a non-empty {name} split (e.g. generate --split-sizes with a {name} "
+                "size > 0)."
             )
     r.fingerprint = data_fingerprint({n: getattr(r.data, n) for n in ("train", "val", "test")})
 
@@ -460,11 +462,11 @@ def _build(r: _Run) -> Carry:
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
     core = f"{cfg['form']} LRU" if cfg["core"] == "lru" else cfg["core"].upper()
     r.say(
-        f"{cfg['task']}: {len(r.data.train)}/{len(r.data.val)}/{len(r.data.test)} train/val/test examples, "
-        f"length {r.data.seq_len}; {core}, depth {cfg['depth']}, H={cfg['d_model']}, "
-        f"N={cfg['d_state']} ({n_params:,} parameters){', remat' if cfg['remat'] else ''}; {r.mesh.size} "
-        f"{r.mesh.devices.flat[0].platform} device(s), batch {cfg['batch_size']}; set up in "
-        f"{time.perf_counter() - r.began:.1f}s."
+        f"{cfg['task']}: {len(r.data.train)}/{len(r.data.val)}/{len(r.data.test)} train/val/test "
+        f"examples, length {r.data.seq_len}; {core}, depth {cfg['depth']}, H={cfg['d_model']}, "
+        f"N={cfg['d_state']} ({n_params:,} parameters){', remat' if cfg['remat'] else ''}; "
+        f"{r.mesh.size} {r.mesh.devices.flat[0].platform} device(s), batch {cfg['batch_size']}; "
+        f"set up in {time.perf_counter() - r.began:.1f}s."
     )
     return dataclasses.replace(carry, **on_devices)
 
@@ -500,8 +502,8 @@ def _resume(r: _Run, carry: Carry) -> Carry:
         ) from None
     if pair.json_path.name != "last.json":
         r.say(
-            f"Note: the newest checkpoint was being written when the run stopped; resuming from the "
-            f"previous one ({pair.json_path.name})."
+            "Note: the newest checkpoint was being written when the run stopped; resuming from "
+            f"the previous one ({pair.json_path.name})."
         )
     saved = meta.get("data")
     if saved is not None and saved != r.fingerprint:
@@ -535,13 +537,16 @@ def _check_run(r: _Run, meta: dict[str, Any], path: Path) -> None:
             f"{k}: {theirs[k]!r} in {path.name}, {r.cfg[k]!r} in config.json" for k in diff
         )
     elif run_id is not None and run_id != own:
-        what = f"run id {run_id} in {path.name}, {own} in config.json: another run with the same settings"
+        what = (
+            f"run id {run_id} in {path.name}, {own} in config.json: "
+            "another run with the same settings"
+        )
     else:
         return
     raise UsageError(
-        f"--resume: {path} does not belong to the run in {r.out / 'config.json'} ({what}); it was copied "
-        "from another run, or config.json was edited. Restore the run's own files, or start a new run "
-        "with another --out."
+        f"--resume: {path} does not belong to the run in {r.out / 'config.json'} ({what}); it was "
+        "copied from another run, or config.json was edited. Restore the run's own files, or "
+        "start a new run with another --out."
     )
 
 
@@ -567,15 +572,21 @@ def _check_best(r: _Run, meta: dict[str, Any], like) -> str | None:
         if newest is None:
             why = f"{r.out / 'best.eqx'} (with best.json) is missing"
         elif not newest.intact:
-            why = f"{newest.eqx_path} is missing, corrupt or truncated (its SHA-256 differs from {newest.json_path.name}'s)"
+            why = (
+                f"{newest.eqx_path} is missing, corrupt or truncated "
+                f"(its SHA-256 differs from {newest.json_path.name}'s)"
+            )
         elif newest.meta.get("run_id") not in (None, r.cfg.get("run_id")):
             why = f"{newest.json_path} is from another run (run id {newest.meta.get('run_id')})"
         else:
-            why = f"{newest.json_path} holds the weights of step {newest.meta.get('step')}, another file"
+            why = (
+                f"{newest.json_path} holds the weights of step {newest.meta.get('step')}, "
+                "another file"
+            )
         raise UsageError(
-            f"--resume: the checkpoint's best weights are not in {r.out}: {why}; the checkpoint expects "
-            f"{expected}. The test score at the end would come from other weights. Restore the run's own "
-            "best.eqx and best.json, or start a new run with another --out."
+            f"--resume: the checkpoint's best weights are not in {r.out}: {why}; the checkpoint "
+            f"expects {expected}. The test score at the end would come from other weights. "
+            "Restore the run's own best.eqx and best.json, or start a new run with another --out."
         )
     _check_run(r, pair.meta, pair.json_path)
     try:
@@ -584,9 +595,9 @@ def _check_best(r: _Run, meta: dict[str, Any], like) -> str | None:
         raise UsageError(str(e)) from None
     if best_meta.get("step") != best.get("step"):
         raise UsageError(
-            f"--resume: {pair.json_path} holds the weights of step {best_meta.get('step')}, but the checkpoint "
-            f"expects {expected}. Restore the run's own best.eqx and best.json, or start a new run with "
-            "another --out."
+            f"--resume: {pair.json_path} holds the weights of step {best_meta.get('step')}, but "
+            f"the checkpoint expects {expected}. Restore the run's own best.eqx and best.json, or "
+            "start a new run with another --out."
         )
     if r.primary and (pair.json_path.name, pair.eqx_path.name) != ("best.json", "best.eqx"):
         # A crash between writing best.* and last.*: the checkpoint's best is the previous one.
@@ -606,8 +617,9 @@ def _write_checkpoint(r: _Run, write: Callable[[], Any]):
     except OSError as e:
         where = e.filename or r.out
         raise RunError(
-            f"could not write a checkpoint in {r.out}: {where}: {e.strerror or e}. The previous complete "
-            "checkpoint is kept; free space or make the folder writable, then continue with --resume."
+            f"could not write a checkpoint in {r.out}: {where}: {e.strerror or e}. The previous "
+            "complete checkpoint is kept; free space or make the folder writable, then continue "
+            "with --resume."
         ) from None
 
 
@@ -707,8 +719,10 @@ class _Loop:
         rate = self.speed.rate
         self.r.say(
             f"step {c.step}/{self.cfg['steps']}: train loss {self.postfix.get('loss', '-')} acc "
-            f"{self.postfix.get('acc', '-')}; val loss {val['loss']:.4f} acc {val['accuracy']:.4f} (best "
-            f"{c.best['val_accuracy']:.4f} at step {c.best['step']}); {'-' if rate is None else f'{rate:.2f}'} steps/s"
+            f"{self.postfix.get('acc', '-')}; val loss {val['loss']:.4f} acc "
+            f"{val['accuracy']:.4f} (best "
+            f"{c.best['val_accuracy']:.4f} at step {c.best['step']}); "
+            f"{'-' if rate is None else f'{rate:.2f}'} steps/s"
         )
         return c
 
@@ -774,8 +788,8 @@ def _diverged(r: _Run, step: int, what: str) -> str:
     )
     return (
         f"{what} became non-finite at step {step}: the run diverged and was stopped; {kept}. "
-        f"Start again with a lower --lr (now {r.cfg['lr']:g}) or --lr-factor (now {r.cfg['lr_factor']:g}) "
-        "and a fresh --out; resuming would repeat the same steps."
+        f"Start again with a lower --lr (now {r.cfg['lr']:g}) or --lr-factor (now "
+        f"{r.cfg['lr_factor']:g}) and a fresh --out; resuming would repeat the same steps."
     )
 
 
@@ -835,10 +849,11 @@ def _steps(loop: _Loop, carry: Carry, pool, stopper) -> tuple[Carry, bool]:
                 d = loop.deadline
                 used = d.clock() - d.started
                 raise RunError(
-                    f"--time-limit {loop.r.args.time_limit:g} min is too short for one step: {used:.0f} s of it "
-                    "went to starting the process, loading the data and building the model, and what is "
-                    "left cannot fit a step and its checkpoint. The run made no progress (its checkpoint, "
-                    f"if any, is unchanged at step {carry.step}). Raise --time-limit."
+                    f"--time-limit {loop.r.args.time_limit:g} min is too short for one step: "
+                    f"{used:.0f} s of it went to starting the process, loading the data and "
+                    "building the model, and what is left cannot fit a step and its checkpoint. "
+                    "The run made no progress (its checkpoint, if any, is unchanged at step "
+                    f"{carry.step}). Raise --time-limit."
                 )
             return carry, True
         loop.deadline.start_iteration()
@@ -919,8 +934,8 @@ def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
     }
     if status != "finished":
         r.say(
-            f"Stopped at step {carry.step}/{cfg['steps']} ({status}); checkpoint {r.out / 'last.eqx'} "
-            "saved. Continue with the same command plus --resume."
+            f"Stopped at step {carry.step}/{cfg['steps']} ({status}); checkpoint "
+            f"{r.out / 'last.eqx'} saved. Continue with the same command plus --resume."
         )
     else:
         results.update(_test(r, carry))
@@ -928,7 +943,8 @@ def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
         if r.primary:
             ckpt.write_atomic(r.out / "results.json", json.dumps(results, indent=1).encode())
         r.say(
-            f"{cfg['task']} ({cfg['core']}, {cfg['form']}): test accuracy {100 * results['test_accuracy']:.2f}% "
+            f"{cfg['task']} ({cfg['core']}, {cfg['form']}): test accuracy "
+            f"{100 * results['test_accuracy']:.2f}% "
             f"(best val {100 * best['val_accuracy']:.2f}% at step {best['step']}), "
             f"{'n/a' if rate is None else f'{rate:.2f}'} steps/s; outputs in {r.out}/"
         )
@@ -976,8 +992,8 @@ def main(
         if e.errno not in _USER_ERRNOS or e.filename is None:
             raise
         print(
-            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the free space, then "
-            "run again (with --resume if the run had started).",
+            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the free "
+            "space, then run again (with --resume if the run had started).",
             file=sys.stderr,
         )
         return 2

@@ -214,7 +214,7 @@ def spectral_radii(static, params) -> np.ndarray:
     leaves = jax.tree_util.tree_leaves(params)
     radii = []
     for i in range(leaves[0].shape[0]):
-        model = eqx.combine(jax.tree_util.tree_map(lambda x: x[i], params), static)
+        model = eqx.combine(jax.tree_util.tree_map(lambda x, i=i: x[i], params), static)
         per_layer = []
         for block in model.blocks:
             core = block.core
@@ -640,7 +640,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
             final_train_loss=mean_se(r["final_train_loss"]),
             train_accuracy=mean_se(r["train_accuracy"]),
             diverged=int(np.sum(r["diverged"])),
-            **{f"paper_{t.lower()}": p for t, p in zip(PAPER_TASKS, RUNGS[r["rung"]][3])},
+            **{
+                f"paper_{t.lower()}": p
+                for t, p in zip(PAPER_TASKS, RUNGS[r["rung"]][3], strict=True)
+            },
         )
         for r in results["rungs"]
     }
