@@ -35,7 +35,7 @@ Pallas' Triton lowering, deliberately, because on every JAX this package support
 - lowers for CUDA on a machine without a GPU (`jax_triton` needs the CUDA plugin and a
   device to lower, and Python ≥ 3.12 and JAX ≥ 0.11 to install), so CI checks the GPU
   code without a GPU, and its Triton IR compiles with the `triton` package's `ptxas`
-  for a register and spill check (tests/test_pallas.py);
+  for a register and spill check (tests/lib/test_pallas.py);
 - expresses the kernel as written: masked loads and stores of partial channel tiles,
   one program per 32 channels (Mosaic GPU works on 128-thread warpgroups and its
   `plgpu.kernel` has no masked memory ops), and runs on the A100s of the paper as well
@@ -84,7 +84,7 @@ except ImportError:  # pragma: no cover  (a JAX without the Triton backend)
     _pallas_core = _triton_core = _triton_registration = None
 
 # Steps per chunk and channels per program: chosen by compiling the kernel for sm_90
-# (tests/test_pallas.py::test_compiles_for_hopper; the registers and compile times are in
+# (tests/lib/test_pallas.py::test_compiles_for_hopper; the registers and compile times are in
 # experiments/bench/HOPPER.md). The time loop inside a chunk is unrolled and the next
 # chunk's rows are held while it runs, so registers and compile time grow with `chunk`:
 # 8 steps (16 rows in flight per program) compile quickly with no spills for every

@@ -15,7 +15,7 @@ MPI launch with more than one task). Each process then loads only its rows of ea
 batch (`process_rows`) and `shard_batch` assembles the global array with
 `jax.make_array_from_process_local_data`.
 
-Tested for real (tests/test_distributed.py) as two processes of two CPU devices each on
+Tested for real (tests/experiments/test_distributed.py) as two processes of two CPU devices each on
 one machine, e.g. for process `i` of 2:
 
     JAX_COORDINATOR_ADDRESS=127.0.0.1:12345 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=i \

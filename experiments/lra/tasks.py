@@ -29,7 +29,7 @@ task is one `register(Task(...))` plus its loader:
                       r_max=0.99, max_phase=2 * math.pi),
     ))
 
-(`tests/test_lra_tasks.py` registers and trains such a task.) A loader is called as
+(`tests/experiments/test_lra_tasks.py` registers and trains such a task.) A loader is called as
 `loader(task, folder, store, max_examples)`: it reads the files under `folder`, puts the
 arrays `<split>.<field>` (fields of `data.Split`) of the three splits into `store` and
 returns the metadata `{"vocab": [...] or None, "seq_len": L, "fields": [...], "dropped":

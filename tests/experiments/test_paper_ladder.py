@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `pytest` without `python -m`: make `experiments` importable
     sys.path.insert(0, str(ROOT))
 

@@ -207,7 +207,7 @@ def test_no_run_blocks_are_counted():
     assert len(no_run) <= NO_RUN_ALLOWED, (
         f"{len(no_run)} python blocks are fenced {{.no-run}} ({no_run}), more than "
         f"NO_RUN_ALLOWED = {NO_RUN_ALLOWED}: make them runnable (small shapes, generated "
-        "data) or raise NO_RUN_ALLOWED in tests/test_docs.py with a reason."
+        "data) or raise NO_RUN_ALLOWED in tests/experiments/test_docs.py with a reason."
     )
 
 

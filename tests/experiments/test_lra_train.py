@@ -27,7 +27,7 @@ from experiments.lra._metrics import read_records
 from experiments.lra.data import load_task
 
 STEPS = 8
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _args(data, out, *extra):

@@ -16,7 +16,7 @@ import pytest
 import eqx_lru
 from eqx_lru.baselines import StandardSIMOLDS, UnitSIMOLDS, companion_form, vandermonde
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

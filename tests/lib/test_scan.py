@@ -1,6 +1,6 @@
 """`linear_recurrence`: every method × algebra × shared/per-step × reverse × initial state
 against a plain NumPy loop, the method objects, and input validation. (Gradients of every
-method against autodiff of a loop: tests/test_scan_methods.py.)"""
+method against autodiff of a loop: tests/lib/test_scan_methods.py.)"""
 
 import itertools
 

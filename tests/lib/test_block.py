@@ -60,7 +60,7 @@ def test_complex_and_real_from_one_key_agree():
     (cb, state), (rb, _) = (_block(f, bidirectional=True) for f in ("complex", "real"))
     assert isinstance(rb.core, eqx_lru.RealLRU) and isinstance(rb.reverse_core, eqx_lru.RealLRU)
     # Same key => the very same parameters; converting one gives the other exactly. (Equal
-    # outputs and gradients of whole models: tests/test_model.py.)
+    # outputs and gradients of whole models: tests/lib/test_model.py.)
     assert bool(eqx.tree_equal(eqx_lru.to_real(cb), rb))
     assert bool(eqx.tree_equal(eqx_lru.to_complex(rb), cb))
     x = _inputs()
@@ -258,7 +258,7 @@ def test_block_train_and_inference_modes():
 
 def test_block_padding_never_leaks():
     """Garbage (nan, huge) in the pads, training mode: valid outputs, batch-norm statistics
-    and gradients unchanged. (Inference mode and whole models: tests/test_model.py.)"""
+    and gradients unchanged. (Inference mode and whole models: tests/lib/test_model.py.)"""
     inference = False
     block, state = _block(bidirectional=True)
     _, state = batched(block, state, _inputs())  # non-trivial running stats

@@ -1,6 +1,6 @@
 """The README is a short entry point: what the library is, install, the two commands, one
-example, and links into the docs. Its example runs in `tests/test_docs.py` (with the docs'
-blocks); here its shape and links are checked."""
+example, and links into the docs. Its example runs in `tests/experiments/test_docs.py` (with
+the docs' blocks); here its shape and links are checked."""
 
 import pathlib
 import re

@@ -32,7 +32,7 @@ from reference import lru_loop, lru_params_np
 import eqx_lru
 from experiments import gpu_check
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FORMS = (eqx_lru.ComplexLRU, eqx_lru.RealLRU)
 H, N, L = 24, 40, 1024  # distinct; long enough that a per-step rounding would compound
 

@@ -32,7 +32,7 @@ import pytest
 
 from experiments.lra import _checkpoint as ckpt
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- save: every crash instant
