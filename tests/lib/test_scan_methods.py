@@ -478,7 +478,8 @@ def test_low_precision_projection_gradient_rounds_like_the_forward():
     jax.__version_info__ < (0, 11),
     strict=True,
     reason=(
-        "JAX 0.10 only (passes on 0.12): known regression since 1f02d29 (sequence-parallel hooks in the backward pass): XLA "
+        "JAX 0.10 only (passes on 0.12): known regression since 1f02d29 (sequence-parallel "
+        "hooks in the backward pass): XLA "
         "temp on the CPU is bf16 1.12 MB vs float32 1.01 MB (was 1.10 vs 1.18): the float32 "
         "case got lighter, the bf16 case did not; no float32 copy of a sequence-long array "
         "(that would be +0.26 MB), cause still to be found"
