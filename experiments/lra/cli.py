@@ -6,9 +6,9 @@ a run's settings (`resolve_config`) and runs it.
 """
 
 import argparse
-import math
 from collections.abc import Sequence
 
+from .._flags import number
 from . import tasks
 from .steps import CORES
 
@@ -59,39 +59,7 @@ OTHER_KEYS = (
 # --------------------------------------------------------------------------- flags
 
 
-def _number(
-    kind: type,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    open_low=False,
-    open_high=True,
-):
-    """An argparse `type` accepting finite numbers of `kind` in the given range; the error
-    names the flag (argparse prefixes 'argument --flag:')."""
-    bounds = []
-    if low is not None:
-        bounds.append(f"{'>' if open_low else '>='} {low:g}")
-    if high is not None:
-        bounds.append(f"{'<' if open_high else '<='} {high:g}")
-    what = ("an integer" if kind is int else "a finite number") + (
-        f" {' and '.join(bounds)}" if bounds else ""
-    )
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        ok = math.isfinite(value)
-        ok = ok and (low is None or (value > low if open_low else value >= low))
-        ok = ok and (high is None or (value < high if open_high else value <= high))
-        if not ok:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-
-    parse.__name__ = what  # shown by argparse for unconvertible values
-    return parse
+_number = number  # the checked argparse type every experiments command uses
 
 
 _POSITIVE_INT = _number(int, low=1)
