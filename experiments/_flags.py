@@ -88,7 +88,7 @@ def output_folder(text: str) -> Path:
     return path
 
 
-_USER_ERRNOS = {
+USER_ERRNOS = {
     errno.EACCES,
     errno.EPERM,
     errno.ENOENT,
@@ -113,7 +113,7 @@ def report_os_errors(main: Callable[..., int | None]) -> Callable[..., int]:
         try:
             code = main(*args, **kwargs)
         except OSError as e:
-            if e.errno not in _USER_ERRNOS or e.filename is None:
+            if e.errno not in USER_ERRNOS or e.filename is None:
                 raise
             print(
                 f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "

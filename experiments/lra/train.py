@@ -91,6 +91,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _flags
 from . import _checkpoint as ckpt
 from . import _env
 from . import _parallel as par
@@ -960,21 +961,7 @@ def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
 
 
 #: File-system errors that are the environment's, not the program's: one line, status 2.
-_USER_ERRNOS = {
-    errno.EACCES,
-    errno.EPERM,
-    errno.ENOENT,
-    errno.ENOTDIR,
-    errno.EISDIR,
-    errno.ELOOP,
-    errno.ENOSPC,
-    errno.EDQUOT,
-    errno.EROFS,
-    errno.ENAMETOOLONG,
-    errno.EEXIST,
-    errno.EIO,
-    errno.ENOTEMPTY,
-}
+_USER_ERRNOS = _flags.USER_ERRNOS | {errno.ENOTEMPTY}
 
 
 def main(
