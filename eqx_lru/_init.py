@@ -83,20 +83,16 @@ def projection_init(
 
 
 def lru_init(
-    d_model: Size,
-    d_state: Size,
-    *,
-    r_min: float = 0.0,
-    r_max: float = 1.0,
-    max_phase: float = 2 * math.pi,
-    dtype=None,
-    key: PRNGKeyArray,
+    d_model: Size, d_state: Size, *, dtype=None, key: PRNGKeyArray, **ring: float
 ) -> dict[str, Array]:
-    """All LRU parameters (the fixed field names of `AbstractLRU`) from one key."""
+    """All LRU parameters (the fixed field names of `AbstractLRU`) from one key.
+
+    `ring`: the keywords `r_min`, `r_max`, `max_phase` of `ring_init` (its defaults where
+    left out), which samples `nu_log` and `theta_log`; `gamma_log` is `gamma_log_init`'s
+    and the projections `projection_init`'s.
+    """
     ring_key, proj_key = jax.random.split(key)
-    nu_log, theta_log = ring_init(
-        d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, dtype=dtype, key=ring_key
-    )
+    nu_log, theta_log = ring_init(d_state, dtype=dtype, key=ring_key, **ring)
     return dict(
         nu_log=nu_log,
         theta_log=theta_log,

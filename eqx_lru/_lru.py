@@ -314,9 +314,8 @@ class AbstractLRU(AbstractModalCore):
         check_key(key)
         dtype = self._check_dtype(dtype)
         method = scan_method(method)
-        params = lru_init(
-            d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, dtype=dtype, key=key
-        )
+        ring = dict(r_min=r_min, r_max=r_max, max_phase=max_phase)
+        params = lru_init(d_model, d_state, dtype=dtype, key=key, **ring)
         self.nu_log = params["nu_log"]
         self.theta_log = params["theta_log"]
         self.gamma_log = params["gamma_log"]

@@ -83,10 +83,8 @@ class DiagonalRNN(AbstractModalCore, AbstractAblationCore):
         dtype = complex_float_dtype(
             dtype, "DiagonalRNN", "`eqx_lru.RealLRU` (the LRU in real arithmetic)"
         )
-        params = lru_init(
-            d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, dtype=dtype,
-            key=key,
-        )  # fmt: skip
+        ring = dict(r_min=r_min, r_max=r_max, max_phase=max_phase)
+        params = lru_init(d_model, d_state, dtype=dtype, key=key, **ring)
         self.lambda_ = cls.from_ring(params["nu_log"], params["theta_log"])
         self.B_re, self.B_im = params["B_re"], params["B_im"]
         self.C_re, self.C_im = params["C_re"], params["C_im"]

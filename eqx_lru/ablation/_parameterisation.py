@@ -3,8 +3,9 @@ r"""How a `DiagonalRNN` holds its diagonal $\lambda$ in real parameters (§3.2-�
 Every parameterisation is a small module of real arrays with `eigenvalues()` and a
 constructor `from_ring(nu_log, theta_log)` from the ring sample of Lemma 3.2
 (`eqx_lru.ring_init`), so every rung starts from the same $\lambda$ given the same key. The
-polar ones reuse the LRU's own formula (`eqx_lru.AbstractLRU.eigenvalues`,
-$\lambda = |\lambda| e^{i \arg\lambda}$ from `modulus()` and `phase()`).
+polar ones (`Exp`, `StableExp`) define `modulus()` and `phase()` and take the LRU's own
+formula for `eigenvalues` (`eqx_lru.AbstractLRU.eigenvalues`,
+$\lambda = |\lambda| e^{i \arg\lambda}$).
 """
 
 import abc
@@ -38,20 +39,6 @@ class AbstractParameterisation(eqx.Module):
         r"""$\lambda$."""
 
 
-class _AbstractPolar(AbstractParameterisation):
-    r"""$\lambda = |\lambda| (\cos\arg\lambda + i \sin\arg\lambda)$: the LRU's formula."""
-
-    @abc.abstractmethod
-    def modulus(self) -> Float[Array, " d_state"]:
-        r"""$|\lambda|$."""
-
-    @abc.abstractmethod
-    def phase(self) -> Float[Array, " d_state"]:
-        r"""$\arg\lambda$."""
-
-    eigenvalues = AbstractLRU.eigenvalues
-
-
 class RealImag(AbstractParameterisation):
     r"""$\lambda = a + ib$ stored directly (§3.2.2; row "Λ Real + Im" of Table 2): fields
     `re` $= a$, `im` $= b$. Nothing keeps $|\lambda| < 1$ during training."""
@@ -69,7 +56,7 @@ class RealImag(AbstractParameterisation):
         return jax.lax.complex(self.re, self.im)
 
 
-class Exp(_AbstractPolar):
+class Exp(AbstractParameterisation):
     r"""$\lambda = \exp(-\nu + i\theta)$ (§3.3 "Optimization under exponential
     parameterization"; row "Λ Exp" of Table 2): fields `nu`, `theta`. Magnitude and phase
     are decoupled (§E.2, Fig. 8), but nothing keeps $\nu > 0$, so $|\lambda|$ can leave the
@@ -89,8 +76,11 @@ class Exp(_AbstractPolar):
     def phase(self) -> Float[Array, " d_state"]:
         return self.theta
 
+    #: $\lambda = |\lambda| (\cos\arg\lambda + i \sin\arg\lambda)$: the LRU's formula.
+    eigenvalues = AbstractLRU.eigenvalues
 
-class StableExp(_AbstractPolar):
+
+class StableExp(AbstractParameterisation):
     r"""$\lambda = \exp(-e^{\nu_{\log}} + i e^{\theta_{\log}})$ (§3.3 "Enforcing
     stability"; rows "Λ Stable Exp" and "+ Ring Init" of Table 2): fields `nu_log`,
     `theta_log`, named, initialised and evaluated exactly as the LRU's
@@ -111,6 +101,7 @@ class StableExp(_AbstractPolar):
 
     modulus = AbstractLRU.modulus
     phase = AbstractLRU.phase
+    eigenvalues = AbstractLRU.eigenvalues
 
 
 PARAMETERISATIONS: dict[str, type[AbstractParameterisation]] = {
