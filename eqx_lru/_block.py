@@ -248,12 +248,10 @@ class LRUBlock(eqx.Module):
         **Returns:** `(y, new_state)`, `y` of shape `(length, d_model)`, zero at padded
         positions.
         """
-        x = jnp.asarray(x)
-        check_length(x, "x")
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
-        forward = eqx.filter_checkpoint(_forward) if self.remat else _forward
-        return forward(self, x, state, mask, key, inference, segment_ids, sequential=self.remat)
+        remat = self.remat
+        return _call(
+            self, x, state, length, segment_ids, key, inference, checkpoint=remat, sequential=remat
+        )
 
     @jaxtyped(typechecker=beartype)
     def scan_body(
@@ -281,11 +279,9 @@ class LRUBlock(eqx.Module):
 
         Same arguments and returns as `__call__`.
         """
-        x = jnp.asarray(x)
-        check_length(x, "x")
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
-        return _forward(self, x, state, mask, key, inference, segment_ids, sequential=True)
+        return _call(
+            self, x, state, length, segment_ids, key, inference, checkpoint=False, sequential=True
+        )
 
     # --- streaming: a causal block as an RNN ----------------------------------------------
 
@@ -387,6 +383,29 @@ def _normalise(block: LRUBlock, x, state, mask, inference):
         norm = sharding.with_sequence_axis(block.norm, sharding.sequence_axis(block))
         return norm(x, state, mask=mask, inference=inference)
     return jax.vmap(block.norm)(x), state
+
+
+def _call(
+    block: LRUBlock,
+    x,
+    state,
+    length,
+    segment_ids,
+    key,
+    inference,
+    *,
+    checkpoint: bool,
+    sequential: bool,
+):
+    """`LRUBlock.__call__` and `LRUBlock.scan_body` (their signatures check the types):
+    the checks of `x`, `length` and `segment_ids`, then `_forward`, inside one
+    `eqx.filter_checkpoint` when `checkpoint`."""
+    x = jnp.asarray(x)
+    check_length(x, "x")
+    segment_ids = check_segment_ids(segment_ids, x.shape[0])
+    mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(block))
+    forward = eqx.filter_checkpoint(_forward) if checkpoint else _forward
+    return forward(block, x, state, mask, key, inference, segment_ids, sequential=sequential)
 
 
 def _forward(
