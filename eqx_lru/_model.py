@@ -25,10 +25,14 @@ _PAIR_AXIS = "eqx_lru_pair"
 _SAVE_RECURRENCE = jax.checkpoint_policies.save_only_these_names(RECURRENCE)
 
 
-def _call_block(block, h, state, length, key, inference, segment_ids=None):
+def _call_block(block, h, state, length, key, inference, segment_ids=None, *, scan_body=False):
+    """`block(h, state, length=, key=, inference=)`, or with `scan_body` (the body of
+    `_scan_blocks`) an `LRUBlock`'s `scan_body`: no nested checkpoint, its recurrence
+    output named for the enclosing policy (see `LRUBlock.scan_body`)."""
     # A block of your own need not take `segment_ids` unless given some.
     packed = {} if segment_ids is None else {"segment_ids": segment_ids}
-    return block(h, state, length=length, key=key, inference=inference, **packed)
+    call = block.scan_body if scan_body and isinstance(block, LRUBlock) else block
+    return call(h, state, length=length, key=key, inference=inference, **packed)
 
 
 def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
@@ -94,17 +98,9 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference, segment_ids=
         sub = jax.tree_util.tree_map(lambda x: x, template_state)  # a fresh State
         for index, value in zip(indices, block_values, strict=True):
             sub = sub.set(index, value)
-        if isinstance(block, LRUBlock):  # no nested checkpoint; see `LRUBlock.scan_body`
-            h, sub = block.scan_body(
-                h,
-                sub,
-                length=length,
-                segment_ids=segment_ids,
-                key=block_key,
-                inference=inference,
-            )
-        else:
-            h, sub = _call_block(block, h, sub, length, block_key, inference, segment_ids)
+        h, sub = _call_block(
+            block, h, sub, length, block_key, inference, segment_ids, scan_body=True
+        )
         return h, [sub.get(index) for index in indices]
 
     h, new_values = jax.lax.scan(body, h, (stacked, values, keys))
@@ -249,24 +245,28 @@ class LRUModel(eqx.Module):
             return self.encoder.weight.shape[-1]
         return self.encoder.out_features
 
-    def _check_input(self, x: ArrayLike) -> Array:
+    def _check_input(self, x: ArrayLike, *, position: bool = False) -> Array:
+        """`x` as an array, or a `ValueError` saying what the encoder takes: a sequence
+        `x` of at least one position, or with `position=True` one position `x_t` (a
+        stream's `step`)."""
         x = jnp.asarray(x)
         if isinstance(self.encoder, eqx.nn.Embedding):
-            if x.ndim != 1 or not jnp.issubdtype(x.dtype, jnp.integer):
-                raise ValueError(
-                    "This model embeds tokens (`encoder='embedding'`): `x` must be an integer "
-                    f"array of shape (length,); got {x.dtype} of shape {x.shape}. Batch "
-                    "with `jax.vmap`."
-                )
+            encodes, dtype, shape = "embeds tokens (`encoder='embedding'`)", jnp.integer, ()
+            one, many = "one integer token id (a scalar)", "an integer array of shape (length,)"
         else:
             size = self.encoder.in_features
-            if x.ndim != 2 or x.shape[1] != size or not jnp.issubdtype(x.dtype, jnp.floating):
-                raise ValueError(
-                    "This model encodes features (`encoder='linear'`): `x` must be a float "
-                    f"array of shape (length, {size}); got {x.dtype} of shape {x.shape}. "
-                    "Batch with `jax.vmap`."
-                )
-        check_length(x, "x")
+            encodes, dtype, shape = "encodes features (`encoder='linear'`)", jnp.floating, (size,)
+            one = f"one float feature vector of shape ({size},)"
+            many = f"a float array of shape (length, {size})"
+        ndim, rest = (len(shape), x.shape) if position else (len(shape) + 1, x.shape[1:])
+        if x.ndim != ndim or rest != shape or not jnp.issubdtype(x.dtype, dtype):
+            name, expected, what = ("x_t", one, "streams ") if position else ("x", many, "")
+            raise ValueError(
+                f"This model {encodes}: `{name}` must be {expected}; got {x.dtype} of shape "
+                f"{x.shape}. Batch {what}with `jax.vmap`."
+            )
+        if not position:
+            check_length(x, "x")
         return x
 
     def _encode(self, x: Array, mask: Array | None) -> Array:
@@ -465,7 +465,7 @@ class LRUModel(eqx.Module):
         streams a sequence; `jax.vmap` it over a batch of streams.
         """
         self._check_streaming("step")
-        x_t = self._check_token(x_t)
+        x_t = self._check_input(x_t, position=True)
         h = self._encode(x_t[None], None)[0]
         blocks = []
         for block, block_carry in zip(self.blocks, carry["blocks"], strict=True):
@@ -513,25 +513,6 @@ class LRUModel(eqx.Module):
             block_carry, h = block.chunk(block_carry, h, state, length=valid)
             blocks.append(block_carry)
         return self._readout(dict(carry, blocks=tuple(blocks)), h, mask)
-
-    def _check_token(self, x_t: ArrayLike) -> Array:
-        x_t = jnp.asarray(x_t)
-        if isinstance(self.encoder, eqx.nn.Embedding):
-            if x_t.ndim != 0 or not jnp.issubdtype(x_t.dtype, jnp.integer):
-                raise ValueError(
-                    "This model embeds tokens (`encoder='embedding'`): `x_t` must be one "
-                    f"integer token id (a scalar); got {x_t.dtype} of shape {x_t.shape}. "
-                    "Batch streams with `jax.vmap`."
-                )
-        else:
-            size = self.encoder.in_features
-            if x_t.shape != (size,) or not jnp.issubdtype(x_t.dtype, jnp.floating):
-                raise ValueError(
-                    "This model encodes features (`encoder='linear'`): `x_t` must be one "
-                    f"float feature vector of shape ({size},); got {x_t.dtype} of shape "
-                    f"{x_t.shape}. Batch streams with `jax.vmap`."
-                )
-        return x_t
 
 
 def _sum_dtype(encoder) -> jnp.dtype:
