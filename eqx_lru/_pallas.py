@@ -59,7 +59,7 @@ import contextlib
 import dataclasses
 import functools
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -203,10 +203,56 @@ def _step(a: tuple, h: tuple, x: tuple) -> tuple:
     return tuple(p + q for p, q in zip(_mul(a, h), x, strict=True))
 
 
-def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, width, interpret):
+def _gate(valid, new: tuple, old: tuple) -> tuple:
+    """`new` where the traced bool `valid` holds, else `old`; `new` when `valid` is `None`."""
+    if valid is None:
+        return new
+    return tuple(jnp.where(valid, n, o) for n, o in zip(new, old, strict=True))
+
+
+class _Plan(NamedTuple):
+    """The static layout of one kernel run on `x[L, K, P, M]`: the grid is (K, tiles of
+    `block` of the M channels, `n_segments` segments of `segment` steps), each program
+    walking its segment in chunks of `chunk` steps."""
+
+    length: int  # L
+    lead: int  # K
+    parts: int  # P: 1 (real) or 2 (planar pairs)
+    width: int  # M
+    shared: bool  # one transition `a[K, P, M]` for every step
+    reverse: bool
+    chunk: int
+    block: int
+    segment: int
+    n_segments: int
+    interpret: bool
+
+
+def _plan(shape, *, shared, reverse, chunk, block, segment, interpret) -> _Plan:
+    """The `_Plan` of `x` of `shape` (L, K, P, M) for `PallasScan`'s settings: `block`
+    clamped to a power of two at most ~M, `chunk` to L, `segment` rounded up to a multiple
+    of `chunk` (`None` or ≥ L: one segment), `interpret` resolved (`None`: everywhere but
+    on GPUs; compiling needs the Triton backend)."""
+    length, lead, parts, width = shape
+    block = min(block, 1 << (width - 1).bit_length())
+    chunk = max(1, min(chunk, length))
+    if segment is None or segment >= length:
+        segment, n_segments = length, 1
+    else:
+        segment = -(-max(segment, chunk) // chunk) * chunk
+        n_segments = -(-length // segment)
+    interpret = _use_interpret(interpret)
+    if not interpret and (why := pallas_backend_error()) is not None:
+        raise RuntimeError(f"PallasScan: {why}")
+    return _Plan(
+        length, lead, parts, width, shared, reverse, chunk, block, segment, n_segments, interpret
+    )
+
+
+def _kernel(*refs, mode: str, plan: _Plan):
     """One program: `block` channels (refs `(parts, block)`; length-long ones with a leading
     length axis) over one segment of the sequence, in processing order `q` (row `q`, or
-    row `length - 1 - q` when `reverse`).
+    row `length - 1 - q` when `plan.reverse`).
 
     `mode`: `"states"` writes every state (refs a, x, h0 → out); `"sum"` also accumulates
     `Σ_q h_q ⊗ p_{q+1}ᵀ` over the part pairs, with `p` the rows of a further length-long
@@ -222,36 +268,29 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
         p_ref, o_ref, acc_ref = rest if mode == "sum" else (None, rest[0], None)
         parts, block = h0_ref.shape
         compute = h0_ref.dtype
+    length, chunk, shared, interpret = plan.length, plan.chunk, plan.shared, plan.interpret
     mask = None
-    if width % block:  # the last tile is partial: mask its loads and stores
+    if plan.width % block:  # the last tile is partial: mask its loads and stores
         lanes = pl.program_id(1) * block + jax.lax.broadcasted_iota(jnp.int32, (block,), 0)
-        mask = lanes < width
+        mask = lanes < plan.width
 
     def load(ref, *idx):
-        return tuple(_load(ref, (*idx, p, slice(None)), mask, interpret) for p in range(parts))
+        """The parts of `ref[idx]` in the compute dtype."""
+        values = [_load(ref, (*idx, p, slice(None)), mask, interpret) for p in range(parts)]
+        return tuple(v.astype(compute) for v in values)
 
     def row(q):  # the memory row of processing position q (clamped into the sequence)
         q = jnp.minimum(q, length - 1)
-        return length - 1 - q if reverse else q
+        return length - 1 - q if plan.reverse else q
 
     def rows(q0, size):
         """The inputs of positions q0..q0+size-1, loaded (all in flight at once)."""
-        xs = [tuple(v.astype(compute) for v in load(x_ref, row(q0 + t))) for t in range(size)]
-        as_ = (
-            None
-            if shared
-            else [tuple(v.astype(compute) for v in load(a_ref, row(q0 + t))) for t in range(size)]
-        )
-        ps = (
-            None
-            if mode != "sum"
-            else [
-                tuple(v.astype(compute) for v in load(p_ref, row(q0 + t + 1))) for t in range(size)
-            ]
-        )
+        xs = [load(x_ref, row(q0 + t)) for t in range(size)]
+        as_ = None if shared else [load(a_ref, row(q0 + t)) for t in range(size)]
+        ps = [load(p_ref, row(q0 + t + 1)) for t in range(size)] if mode == "sum" else None
         return xs, as_, ps
 
-    a_shared = tuple(v.astype(compute) for v in load(a_ref)) if shared else None
+    a_shared = load(a_ref) if shared else None
 
     def run(q0, size, loaded, carry, valid=None):
         """The steps of positions q0..q0+size-1; `valid` (a traced bool) gates the tail."""
@@ -260,19 +299,9 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
         for t in range(size):
             q = q0 + t
             a = a_shared if shared else as_[t]
-            new = _step(a, h, xs[t])
-            h = (
-                new
-                if valid is None
-                else tuple(jnp.where(valid, n, o) for n, o in zip(new, h, strict=True))
-            )
+            h = _gate(valid, _step(a, h, xs[t]), h)
             if mode == "ends":
-                new = _mul(a, prod)
-                prod = (
-                    new
-                    if valid is None
-                    else tuple(jnp.where(valid, n, o) for n, o in zip(new, prod, strict=True))
-                )
+                prod = _gate(valid, _mul(a, prod), prod)
                 continue
             store_mask = mask
             if valid is not None:
@@ -294,14 +323,14 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
         return h, acc, prod
 
     s = pl.program_id(2)
-    start = s * segment
-    n_full = (jnp.minimum(segment, length - start)) // chunk
+    start = s * plan.segment
+    n_full = (jnp.minimum(plan.segment, length - start)) // chunk
     zeros = jnp.zeros((block,), compute)
     if mode == "ends":
         h = (zeros,) * parts
         prod = (zeros + 1,) + (zeros,) * (parts - 1)
     else:
-        h = tuple(v.astype(compute) for v in load(h0_ref))
+        h = load(h0_ref)
         prod = ()
     acc = (zeros,) * (parts * parts) if mode == "sum" else ()
 
@@ -315,7 +344,7 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
     carry, _ = jax.lax.fori_loop(0, n_full, body, (carry, rows(start, chunk)))
     tail = length % chunk
     if tail:  # only the last segment has one; the others run it masked out
-        last = None if n_segments == 1 else s == n_segments - 1
+        last = None if plan.n_segments == 1 else s == plan.n_segments - 1
         carry = run(length - tail, tail, rows(length - tail, tail), carry, valid=last)
     h, acc, prod = carry
 
@@ -330,31 +359,16 @@ def _kernel(*refs, mode, length, chunk, segment, n_segments, shared, reverse, wi
         put(acc_ref, acc)
 
 
-def _pallas_call(
-    mode,
-    ins,
-    out_shape,
-    *,
-    length,
-    parts,
-    width,
-    lead,
-    shared,
-    reverse,
-    chunk,
-    block,
-    segment,
-    n_segments,
-    interpret,
-    aliases,
-):
+def _pallas_call(mode: str, plan: _Plan, ins: tuple, out_shape, aliases: dict):
+    """The kernel in `mode` (see `_kernel`) over `plan`'s grid."""
+    length, parts, block = plan.length, plan.parts, plan.block
     long_spec = pl.BlockSpec((length, None, parts, block), lambda i, j, s: (0, i, 0, j))
     shared_spec = pl.BlockSpec((None, parts, block), lambda i, j, s: (i, 0, j))
 
     def per_segment(rows):
         return pl.BlockSpec((None, None, rows, block), lambda i, j, s: (i, s, 0, j))
 
-    in_specs = [shared_spec if shared else long_spec, long_spec]
+    in_specs = [shared_spec if plan.shared else long_spec, long_spec]
     if mode != "ends":
         in_specs.append(per_segment(parts))
     if mode == "sum":
@@ -364,73 +378,37 @@ def _pallas_call(
         "sum": [long_spec, per_segment(parts * parts)],
         "ends": [per_segment(parts), per_segment(parts)],
     }[mode]
-    kernel = functools.partial(
-        _kernel,
-        mode=mode,
-        length=length,
-        chunk=chunk,
-        segment=segment,
-        n_segments=n_segments,
-        shared=shared,
-        reverse=reverse,
-        width=width,
-        interpret=interpret,
-    )
     return pl.pallas_call(
-        kernel,
+        functools.partial(_kernel, mode=mode, plan=plan),
         out_shape=out_shape,
-        grid=(lead, pl.cdiv(width, block), n_segments),
+        grid=(plan.lead, pl.cdiv(plan.width, block), plan.n_segments),
         in_specs=in_specs,
         out_specs=out_specs,
         input_output_aliases=aliases,
-        interpret=interpret,
-        compiler_params=None if interpret else _compiler_params(block),
+        interpret=plan.interpret,
+        compiler_params=None if plan.interpret else _compiler_params(block),
         name=f"eqx_lru_scan_{mode}",
     )(*ins)
 
 
-def _pallas_scan(a, x, h0, *, shared, reverse, chunk, block, segment, interpret, partner=None):
+def _pallas_scan(a, x, h0, *, partner=None, **settings):
     """The kernel on `x[L, K, P, M]` (P = 1 real part or 2 planar pair parts), transitions
-    `a[K, P, M]` (shared) or `a[L, K, P, M]`, `h0[K, P, M]` in the compute dtype.
+    `a[K, P, M]` (shared) or `a[L, K, P, M]`, `h0[K, P, M]` in the compute dtype;
+    `settings` are `_plan`'s keywords.
 
     Returns the states (shape and dtype of `x`); with `partner` (`[L, K, P, M]`), also
     `Σ_q h_q ⊗ partner_{q+1}ᵀ` over processing positions, `[K, P, P, M]` in the compute
     dtype."""
-    length, lead, parts, width = x.shape
-    block = min(block, 1 << (width - 1).bit_length())  # a power of two, at most ~width
-    chunk = max(1, min(chunk, length))
-    if segment is None or segment >= length:
-        segment, n_segments = length, 1
-    else:
-        segment = -(-max(segment, chunk) // chunk) * chunk  # a multiple of `chunk`
-        n_segments = -(-length // segment)
-    if _use_interpret(interpret):
-        interpret = True
-    else:
-        interpret = False
-        if (why := pallas_backend_error()) is not None:
-            raise RuntimeError(f"PallasScan: {why}")
-    kw = dict(
-        length=length,
-        parts=parts,
-        width=width,
-        lead=lead,
-        shared=shared,
-        reverse=reverse,
-        chunk=chunk,
-        block=block,
-        segment=segment,
-        n_segments=n_segments,
-        interpret=interpret,
-    )
+    plan = _plan(x.shape, **settings)
+    _, lead, parts, width = x.shape
     compute = h0.dtype
-    state = jax.ShapeDtypeStruct((lead, n_segments, parts, width), compute)
-    if n_segments == 1:
+    state = jax.ShapeDtypeStruct((lead, plan.n_segments, parts, width), compute)
+    if plan.n_segments == 1:
         inits = h0[:, None]
     else:
         # Level one: each segment's end state from zero and its transitions' product,
         # then each segment's initial state by a scan over the segments.
-        ends, prods = _pallas_call("ends", (a, x), [state, state], aliases={}, **kw)
+        ends, prods = _pallas_call("ends", plan, (a, x), [state, state], aliases={})
 
         def carry_over(h, end_prod):
             end, prod = end_prod
@@ -447,9 +425,9 @@ def _pallas_scan(a, x, h0, *, shared, reverse, chunk, block, segment, interpret,
     # before it is written, by the one program that owns its channels. XLA copies the
     # drive first where it is still needed.
     if partner is None:
-        return _pallas_call("states", (a, x, inits), out, aliases={1: 0}, **kw)
-    acc = jax.ShapeDtypeStruct((lead, n_segments, parts * parts, width), compute)
-    hs, sums = _pallas_call("sum", (a, x, inits, partner), [out, acc], aliases={1: 0}, **kw)
+        return _pallas_call("states", plan, (a, x, inits), out, aliases={1: 0})
+    acc = jax.ShapeDtypeStruct((lead, plan.n_segments, parts * parts, width), compute)
+    hs, sums = _pallas_call("sum", plan, (a, x, inits, partner), [out, acc], aliases={1: 0})
     return hs, jnp.sum(sums, axis=1).reshape(lead, parts, parts, width)
 
 
@@ -468,34 +446,6 @@ def _scan_as(state: tuple[int, int, int], a, x, h0, *, shared: bool, partner=Non
     return out[0].reshape(x.shape), out[1]
 
 
-def _check(a, x, h0, *, pair, chunk, block, segment, name) -> tuple[bool, Array]:
-    """Validate the plain-array arguments; return (shared, h0)."""
-    if x.ndim < (3 if pair else 2) or x.shape[0] == 0:
-        want = "(length, ..., 2, M)" if pair else "(length, ...)"
-        raise ValueError(f"{name}: `x` must have shape {want} with length > 0; got {x.shape}.")
-    if pair and x.shape[-2] != 2:
-        raise ValueError(
-            f"{name}: `x` must hold planar pairs, shape (length, ..., 2, M); got {x.shape}."
-        )
-    state = x.shape[1:]
-    if a.shape not in (state, x.shape):
-        raise ValueError(
-            f"{name}: `a` must have shape {state} (shared by every step) or {x.shape} (one "
-            f"per step) for `x` of shape {x.shape}; got {a.shape}."
-        )
-    if not (jnp.issubdtype(a.dtype, jnp.floating) and jnp.issubdtype(x.dtype, jnp.floating)):
-        raise ValueError(f"{name}: `a` and `x` must be real floating; got {a.dtype}, {x.dtype}.")
-    if h0 is None:
-        h0 = jnp.zeros(state, a.dtype)
-    elif h0.shape != state or h0.dtype != a.dtype:
-        raise ValueError(
-            f"{name}: `h0` must have shape {state} and the dtype of `a` ({a.dtype}); got "
-            f"{h0.shape}, {h0.dtype}."
-        )
-    _check_sizes(name, chunk, block, segment)
-    return a.shape != x.shape, h0
-
-
 def _check_sizes(name: str, chunk, block, segment) -> None:
     def positive_int(v):
         return isinstance(v, int) and not isinstance(v, bool) and v > 0
@@ -508,82 +458,6 @@ def _check_sizes(name: str, chunk, block, segment) -> None:
         raise ValueError(
             f"{name}: `segment` must be a positive integer or None (one segment); got {segment!r}."
         )
-
-
-def diagonal_scan(
-    a: Array,
-    x: Array,
-    h0: Array | None = None,
-    *,
-    reverse: bool = False,
-    chunk: int = DEFAULT_CHUNK,
-    block: int = DEFAULT_BLOCK,
-    segment: int | None = DEFAULT_SEGMENT,
-    interpret: bool | None = None,
-) -> Array:
-    r"""All states of $h_k = a_k \odot h_{k-1} + x_k$ (real), by the Pallas kernel.
-
-    - `x`: the drive, `(length, ...)`, any real floating dtype (the stored dtype, e.g.
-        bfloat16): the result has its shape and dtype.
-    - `a`: the transitions, shape `x.shape[1:]` (one shared by every step) or `x.shape`.
-        The state is carried in `a.dtype` (e.g. float32 over bfloat16 storage).
-    - `h0`: $h_{-1}$ (`x.shape[1:]`, dtype of `a`); zeros if `None`.
-    - `reverse`: run from the end, $h_k = a_k \odot h_{k+1} + x_k$.
-    - `chunk`: steps per chunk; `block`: channels per program (a power of two);
-        `segment`: steps per segment of the two-level scan (`None`: one segment).
-    - `interpret`: Pallas interpret mode; `None`: everywhere but on GPUs.
-    """
-    shared, h0 = _check(
-        a, x, h0, pair=False, chunk=chunk, block=block, segment=segment, name="diagonal_scan"
-    )
-    return _scan_as(
-        (1, 1, x[0].size),
-        a,
-        x,
-        h0,
-        shared=shared,
-        reverse=reverse,
-        chunk=chunk,
-        block=block,
-        segment=segment,
-        interpret=interpret,
-    )
-
-
-def rotation_scan(
-    a: Array,
-    x: Array,
-    h0: Array | None = None,
-    *,
-    reverse: bool = False,
-    chunk: int = DEFAULT_CHUNK,
-    block: int = DEFAULT_BLOCK,
-    segment: int | None = DEFAULT_SEGMENT,
-    interpret: bool | None = None,
-) -> Array:
-    r"""All states of the rotation-scaling recurrence on planar pairs, by the Pallas kernel.
-
-    With $h = (h_0, h_1)$ = `h[..., 0, :]`, `h[..., 1, :]` and the transition $(a, b)$ =
-    `a[..., 0, :]`, `a[..., 1, :]`: $h_0 + i h_1 \leftarrow (a + ib)(h_0 + i h_1) +
-    (x_0 + i x_1)$, i.e. multiplication by the block $\begin{pmatrix}a&-b\\b&a\end{pmatrix}$.
-    `x` has shape `(length, ..., 2, M)`; the other arguments as in `diagonal_scan`.
-    """
-    shared, h0 = _check(
-        a, x, h0, pair=True, chunk=chunk, block=block, segment=segment, name="rotation_scan"
-    )
-    width = x.shape[-1]
-    return _scan_as(
-        (x[0].size // (2 * width), 2, width),
-        a,
-        x,
-        h0,
-        shared=shared,
-        reverse=reverse,
-        chunk=chunk,
-        block=block,
-        segment=segment,
-        interpret=interpret,
-    )
 
 
 # --- the scan method ---------------------------------------------------------------------
@@ -732,3 +606,75 @@ class PallasScan(AbstractScanMethod):
 
 
 register_shortcut("pallas", PallasScan)
+
+
+# --- the kernel on plain arrays ------------------------------------------------------------
+
+
+def _check(a, x, h0, *, pairs: bool) -> tuple[bool, Array]:
+    """Validate `kernel_scan`'s arrays; return (shared, h0)."""
+    if x.ndim < (3 if pairs else 2) or x.shape[0] == 0:
+        want = "(length, ..., 2, M)" if pairs else "(length, ...)"
+        raise ValueError(f"kernel_scan: `x` must have shape {want} with length > 0; got {x.shape}.")
+    if pairs and x.shape[-2] != 2:
+        raise ValueError(
+            f"kernel_scan: `x` must hold planar pairs, shape (length, ..., 2, M); got {x.shape}."
+        )
+    state = x.shape[1:]
+    if a.shape not in (state, x.shape):
+        raise ValueError(
+            f"kernel_scan: `a` must have shape {state} (shared by every step) or {x.shape} "
+            f"(one per step) for `x` of shape {x.shape}; got {a.shape}."
+        )
+    if not (jnp.issubdtype(a.dtype, jnp.floating) and jnp.issubdtype(x.dtype, jnp.floating)):
+        raise ValueError(
+            f"kernel_scan: `a` and `x` must be real floating; got {a.dtype}, {x.dtype}."
+        )
+    if h0 is None:
+        return a.shape != x.shape, jnp.zeros(state, a.dtype)
+    if h0.shape != state or h0.dtype != a.dtype:
+        raise ValueError(
+            f"kernel_scan: `h0` must have shape {state} and the dtype of `a` ({a.dtype}); got "
+            f"{h0.shape}, {h0.dtype}."
+        )
+    return a.shape != x.shape, h0
+
+
+def kernel_scan(
+    a: Array,
+    x: Array,
+    h0: Array | None = None,
+    *,
+    pairs: bool = False,
+    reverse: bool = False,
+    chunk: int = DEFAULT_CHUNK,
+    block: int = DEFAULT_BLOCK,
+    segment: int | None = DEFAULT_SEGMENT,
+    interpret: bool | None = None,
+) -> Array:
+    r"""All states of the diagonal recurrence on plain arrays, by the Pallas kernel:
+    `PallasScan` with the `Diagonal` algebra (real) or, when `pairs`, `RotationScaling`.
+
+    Real: $h_k = a_k \odot h_{k-1} + x_k$. Planar pairs, with $h = (h_0, h_1)$ =
+    `h[..., 0, :]`, `h[..., 1, :]` and the transition $(a, b)$ = `a[..., 0, :]`,
+    `a[..., 1, :]`: $h_0 + i h_1 \leftarrow (a + ib)(h_0 + i h_1) + (x_0 + i x_1)$, i.e.
+    multiplication by the block $\begin{pmatrix}a&-b\\b&a\end{pmatrix}$.
+
+    **Arguments:**
+
+    - `a`: the transitions, shape `x.shape[1:]` (one shared by every step) or `x.shape`.
+        The state is carried in `a.dtype` (e.g. float32 over bfloat16 storage).
+    - `x`: the drive, `(length, ...)`, or `(length, ..., 2, M)` when `pairs`; any real
+        floating dtype (the stored dtype, e.g. bfloat16).
+    - `h0`: $h_{-1}$ (`x.shape[1:]`, dtype of `a`); zeros if `None`.
+    - `pairs`: the planar pair (rotation-scaling) recurrence instead of the real one.
+    - `reverse`: run from the end, $h_k = a_k \odot h_{k+1} + x_k$.
+    - `chunk`, `block`, `segment`, `interpret`: as `PallasScan`'s.
+
+    **Returns:** the states $h_0, \ldots, h_{L-1}$, with the shape and dtype of `x`.
+    """
+    shared, h0 = _check(a, x, h0, pairs=pairs)
+    _check_sizes("kernel_scan", chunk, block, segment)
+    method = PallasScan(chunk=chunk, block=block, segment=segment, interpret=interpret)
+    algebra = RotationScaling() if pairs else Diagonal()
+    return method.scan(algebra, Identity(), a, x, h0, shared=shared, reverse=reverse)

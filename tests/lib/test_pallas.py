@@ -27,7 +27,7 @@ import pytest
 import eqx_lru
 from eqx_lru import _pallas
 from eqx_lru._algebra import Block2x2, Diagonal, RotationScaling
-from eqx_lru._pallas import PallasScan, cuda_target, diagonal_scan, rotation_scan
+from eqx_lru._pallas import PallasScan, cuda_target, kernel_scan
 from eqx_lru._scan import recurrence
 from eqx_lru._storage import Cast, ComplexPairs, Identity
 
@@ -78,8 +78,7 @@ def test_kernel_matches_loop(pair, shared, reverse, state, stored, segment):
     # Segments of 4 or 8 steps: the two-level scan (segment ends and transition products,
     # a scan over the segments, then the states), the last segment short, with the tail.
     a, x, h0 = draw(0, state, shared=shared, stored=stored)
-    scan = rotation_scan if pair else diagonal_scan
-    out = scan(a, x, h0, reverse=reverse, segment=segment, **KW)
+    out = kernel_scan(a, x, h0, pairs=pair, reverse=reverse, segment=segment, **KW)
     if stored == jnp.float32:
         check(out, a, x, h0, reverse=reverse, pair=pair)
     else:
@@ -101,7 +100,8 @@ def test_vmap_and_chunk_longer_than_sequence():
     state = (2, 3)
     a, _, h0 = draw(2, state, shared=True)
     x = jnp.asarray(np.random.default_rng(3).normal(size=(3, LENGTH) + state), jnp.float32)
-    f = jax.vmap(functools.partial(rotation_scan, chunk=16, block=2), in_axes=(None, 0, None))
+    scan = functools.partial(kernel_scan, pairs=True, chunk=16, block=2)
+    f = jax.vmap(scan, in_axes=(None, 0, None))
     # The states are written over the drive (input_output_aliases): a drive still used
     # afterwards must come through intact.
     out, x_after = jax.jit(lambda x: (f(a, x, h0), 2 * x))(x)
@@ -113,11 +113,11 @@ def test_vmap_and_chunk_longer_than_sequence():
 def test_argument_errors():
     a, x, h0 = draw(0, (5,), shared=True)
     with pytest.raises(ValueError, match="`a` must have shape"):
-        diagonal_scan(a[:3], x, h0)
+        kernel_scan(a[:3], x, h0)
     with pytest.raises(ValueError, match="planar pairs"):
-        rotation_scan(jnp.zeros((3, 5)), jnp.zeros((LENGTH, 3, 5)))
+        kernel_scan(jnp.zeros((3, 5)), jnp.zeros((LENGTH, 3, 5)), pairs=True)
     with pytest.raises(ValueError, match="`block` must be a power of two"):
-        diagonal_scan(a, x, h0, block=3)
+        kernel_scan(a, x, h0, block=3)
     with pytest.raises(ValueError, match="`block` must be a power of two"):
         PallasScan(block=6)
     with pytest.raises(ValueError, match="`chunk` must be a positive integer"):
@@ -131,12 +131,13 @@ def test_lowers_for_cuda():
     # >= 0.11 deprecates Pallas' Triton backend, handled in eqx_lru._pallas): masked
     # partial tiles, per-step transitions, bfloat16 storage, the two-level scan's two
     # kernels and the batch grid axis of vmap all lower. (Timing it needs a GPU.)
-    kernels = [(diagonal_scan, (20,)), (rotation_scan, (2, 48))]
-    for scan, state in kernels:
+    for pairs, state in [(False, (20,)), (True, (2, 48))]:
         a = jnp.ones((LENGTH,) + state, jnp.float32)
         x = jnp.ones((4, LENGTH) + state, jnp.bfloat16)
         f = jax.vmap(
-            functools.partial(scan, reverse=True, interpret=False, chunk=4, segment=4),
+            functools.partial(
+                kernel_scan, pairs=pairs, reverse=True, interpret=False, chunk=4, segment=4
+            ),
             in_axes=(None, 0),
         )
         with cuda_target():
@@ -425,9 +426,8 @@ def test_compiled_kernel_on_gpu():
     for pair, state in ((False, (37,)), (True, (2, 40))):
         for shared, reverse in ((True, False), (False, True)):
             a, x, h0 = draw(7, state, shared=shared)
-            scan = rotation_scan if pair else diagonal_scan
             for kw in (dict(chunk=4, block=32), dict(), dict(chunk=2, segment=4)):
-                out = scan(a, x, h0, reverse=reverse, interpret=False, **kw)
+                out = kernel_scan(a, x, h0, pairs=pair, reverse=reverse, interpret=False, **kw)
                 check(out, a, x, h0, reverse=reverse, pair=pair, rtol=1e-5, atol=1e-5)
 
 
