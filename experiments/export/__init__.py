@@ -8,6 +8,15 @@ and a JSON manifest beside it (`<artifact>.json`: the inputs and outputs with th
 shapes and dtypes, the carry of the step program, the vocabulary size, the format and
 the source checkpoint with its SHA-256).
 
+**Which weights.** Exactly those the trainer's `--resume` and test evaluation trust, found
+the same way: the newest complete `last` checkpoint (`last.json`, else `last.prev.json`)
+records the SHA-256 and step of its best weights, and the `best` pair with that digest is
+read (`best.*`, or `best.prev.*` where a crash mid-save left it there; without a `last`
+record, the newest complete `best` pair). The `.eqx` is verified against its digest, must
+hold finite values, and must belong to the run (its run id and training settings those of
+`OUT/config.json`). A missing, damaged or foreign checkpoint is refused with one line
+naming the file; a damaged newest file is not silently replaced by an older one.
+
 **Programs.** Both in inference mode (running batch-norm statistics, no dropout), for a
 batch of examples (`batch` and `length` are symbolic: one artifact serves every size):
 
@@ -99,9 +108,10 @@ class Run:
 
 
 def load_run(run: str | Path) -> Run:
-    """The best weights of a trainer run, `(model, bn_state)` read from `run/best.eqx`
-    with the trainer's own code (`steps.build_model`, `_checkpoint.load`: checksum
-    verified), its scan method replaced by `"sequential"`.
+    """The best weights of a trainer run, `(model, bn_state)` read from the checkpoint the
+    trainer trusts (`_trusted_best`: `run/best.eqx`, or `run/best.prev.eqx` after a crash
+    mid-save; checksum verified) with the trainer's own code (`steps.build_model`,
+    `_checkpoint.load_pair`), its scan method replaced by `"sequential"`.
 
     The vocabulary of a token task is the one of the run's data, which the model's
     embedding stores: its size is read from the checkpoint, so the data need not be at
@@ -116,16 +126,16 @@ def load_run(run: str | Path) -> Run:
             f"--run {str(run)!r} is not a folder; give the --out folder of a "
             "`python -m experiments.lra.train` run."
         )
-    for name in ("best.eqx", "best.json"):
-        if not (run / name).is_file():
-            raise ExportError(
-                f"--run {str(run)!r} has no {name}: the trainer writes it at its first "
-                "validation (--eval-every steps). Train longer, or point --run at a finished run."
-            )
     try:
-        meta = ckpt.read_json(run / "best.json", required=("step", "config"))
+        pair, expected = _trusted_best(run)
+        meta = ckpt.read_json(pair.json_path, required=("step", "config"))
     except ckpt.CheckpointError as e:
         raise ExportError(str(e)) from None
+    if not isinstance(meta["config"], dict):
+        raise ExportError(
+            f"{pair.json_path} is corrupt: its 'config' is not a JSON object. Restore it from "
+            "a backup, or re-train."
+        )
     cfg = dict(meta["config"])
     if cfg.get("task") == "retrieval":
         raise ExportError(
@@ -138,16 +148,109 @@ def load_run(run: str | Path) -> Run:
         like = steps.build_model(cfg, spec, jax.random.PRNGKey(0))
         tokens = isinstance(like[0].encoder, eqx.nn.Embedding)
         if tokens:  # the run's vocabulary: the size of the stored embedding
-            vocab = _stored_rows(run / "best.eqx", like, like[0].encoder.weight)
+            vocab = _stored_rows(pair.eqx_path, like, like[0].encoder.weight)
             spec = dataclasses.replace(spec, vocab_size=vocab)
             like = steps.build_model(cfg, spec, jax.random.PRNGKey(0))
-        (model, state), meta = ckpt.load(run, "best", like, required=("config",))
+        (model, state), meta = ckpt.load_pair(
+            pair.json_path, pair.eqx_path, like, finite=True, required=("config",)
+        )
     except ckpt.CheckpointError as e:
         raise ExportError(str(e)) from None
+    if expected is not None and meta.get("step") != expected.get("step"):
+        raise ExportError(
+            f"{pair.json_path} holds the weights of step {meta.get('step')}, but the run's "
+            f"checkpoint expects those of step {expected.get('step')}. Restore the run's own "
+            "best.eqx and best.json, or re-train."
+        )
     model = jax.tree_util.tree_map(jnp.asarray, model)
     state = jax.tree_util.tree_map(jnp.asarray, state)
     in_size = spec.vocab_size if tokens else int(spec.in_channels)
-    return Run(model, state, cfg, meta, run / "best.eqx", in_size, tokens)
+    return Run(model, state, cfg, meta, pair.eqx_path, in_size, tokens)
+
+
+def _trusted_best(run: Path):
+    """The `best` pair of `run` that the trainer's `--resume` (`train._check_best`) and test
+    evaluation trust, in the same order: the digest recorded by the newest complete `last`
+    checkpoint (`ckpt.locate(run, "best", sha256=...)`: `best.*`, else `best.prev.*`), or
+    without that record the newest complete pair (`ckpt.locate(run, "best")`); both bound to
+    the run (`OUT/config.json`). Returns `(pair, expected)`: `pair` intact, `expected` the
+    `best` entry of the `last` record (its `step`), or None.
+
+    **Raises:** `ExportError` (one line naming the file) when no such pair is there, or it
+    belongs to another run; `CheckpointError` for a damaged JSON file.
+    """
+    from experiments.lra import _checkpoint as ckpt
+
+    config = None
+    if (run / "config.json").is_file():
+        config = ckpt.read_json(run / "config.json", required=("task",))
+    last = ckpt.locate(run, "last")
+    own = (config or {}).get("run_id", last.meta.get("run_id") if last else None)
+    if last is not None:
+        _check_bound(last.meta, last.json_path, config, own)
+    record = last.meta if last is not None else {}
+    expected = record.get("best") if isinstance(record.get("best"), dict) else None
+    want = record.get("best_sha256") if expected is not None else None
+    pair = ckpt.locate(run, "best", sha256=want) if want else ckpt.locate(run, "best")
+    if pair is not None and pair.intact:
+        _check_bound(pair.meta, pair.json_path, config, own)
+        return pair, expected
+    newest = None
+    try:
+        newest = ckpt.locate(run, "best")
+    except ckpt.CheckpointError:
+        pass
+    if newest is None and not want:
+        raise ExportError(
+            f"--run {str(run)!r} has no best.eqx (with best.json), nor a complete best.prev.*: "
+            "the trainer writes it at its first validation (--eval-every steps). Train longer, "
+            "or point --run at a finished run."
+        )
+    if newest is None:
+        why = f"{run / 'best.eqx'} (with best.json) is missing"
+    elif not newest.intact:
+        why = (
+            f"{newest.eqx_path} is missing, corrupt or truncated (its SHA-256 differs from "
+            f"the one in {newest.json_path.name}; a crash never leaves that, so an older "
+            "best.prev.* is not used in its place)"
+        )
+    elif newest.meta.get("run_id") not in (None, own):
+        why = f"{newest.json_path} is from another run (run id {newest.meta.get('run_id')})"
+    else:
+        why = (
+            f"{newest.json_path} holds the weights of step {newest.meta.get('step')}, another file"
+        )
+    if not want:
+        raise ExportError(f"--run {str(run)!r}: {why}. Restore it from a backup, or re-train.")
+    raise ExportError(
+        f"--run {str(run)!r}: the best weights that {last.json_path.name} records are not "
+        f"there: {why}; it expects the weights of step {expected.get('step')} (val accuracy "
+        f"{expected.get('val_accuracy')}). Restore the run's own best.eqx and best.json, or "
+        "re-train."
+    )
+
+
+def _check_bound(meta: dict[str, Any], path: Path, config: dict | None, own: str | None) -> None:
+    """Refuse a checkpoint of another run: its run id, or a training setting, differs from
+    the run's (`config.json`), as the trainer's `--resume` does."""
+    from experiments.lra.cli import TRAINING_KEYS
+
+    theirs = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    config = config or {}
+    diff = [k for k in TRAINING_KEYS if k in theirs and k in config and theirs[k] != config[k]]
+    run_id = meta.get("run_id")
+    if diff:
+        what = "; ".join(
+            f"{k}: {theirs[k]!r} in {path.name}, {config[k]!r} in config.json" for k in diff
+        )
+    elif run_id is not None and own is not None and run_id != own:
+        what = f"run id {run_id} in {path.name}, {own} in the run"
+    else:
+        return
+    raise ExportError(
+        f"--run: {path} does not belong to the run in {path.parent} ({what}); it was copied "
+        "from another run, or config.json was edited. Restore the run's own files, or re-train."
+    )
 
 
 def _stored_rows(path: Path, like, leaf) -> int:

@@ -11,7 +11,11 @@ read it from the checkpoint) with non-trivial batch-norm running statistics. The
 - ONNX (the complex model converted to the real form): onnxruntime's step over a
   2,000-token stream equals JAX's `model.step` within 1e-5, and the whole-sequence model
   (an ONNX Loop) the parallel call with padding;
-- bad runs and flags: one `error:` line, exit status 2.
+- bad runs and flags: one `error:` line, exit status 2;
+- the checkpoint exported is the one the trainer's `--resume` trusts: after a crash while
+  the best weights were being replaced (every state `_checkpoint.save` can leave, and a
+  crash between writing `best.*` and `last.*`), the previous pair `best.prev.*`; a
+  damaged or foreign checkpoint is refused with one line naming the file.
 """
 
 import contextlib
@@ -20,6 +24,7 @@ import subprocess
 import sys
 import textwrap
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jaxtyping
@@ -308,3 +313,165 @@ def test_prepare_folds_batch_norm_exactly(run):
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+# ------------------------------------------------ which checkpoint: the one the trainer trusts
+
+RUN_ID = "a" * 32
+_BEST = {"step": 7, "val_accuracy": 0.5, "val_loss": 1.0}
+
+
+def _bound_copy(run, folder):
+    """The `run` fixture's best pair and config.json copied into `folder`, bound to the run
+    id `RUN_ID` as the trainer binds them (`config.json` and `best.json` record it; the
+    digest covers the `.eqx` only). No model is built: copies keep the suite fast."""
+    folder.mkdir(exist_ok=True)
+    meta = json.loads((run[0] / "best.json").read_text())
+    cfg = {**meta["config"], "run_id": RUN_ID}
+    (folder / "best.json").write_text(json.dumps({**meta, "config": cfg, "run_id": RUN_ID}))
+    (folder / "best.eqx").write_bytes((run[0] / "best.eqx").read_bytes())
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return cfg, meta["sha256"]
+
+
+def _crashed_run(folder, run, crash: str, *, last: bool):
+    """A run folder as the trainer leaves it when killed while replacing its best weights
+    A (step 7, the `run` fixture's model) by B (step 9), at the instant `crash` names (the
+    steps of `_checkpoint.save`; see tests/experiments/test_reliability_kill.py):
+
+    - `eqx_moved`: `best.eqx` moved to `best.prev.eqx`, `best.json` not yet;
+    - `both_moved`: A is `best.prev.*`, nothing new in place;
+    - `new_eqx`: B's `.eqx` in place as `best.eqx`, its JSON not;
+    - `before_last`: B complete as `best.*`, but `last.*` (which records the best weights'
+      digest) still A's: the trainer resumes from A.
+
+    With `last`, a `last` checkpoint records A (`best` and `best_sha256`), as the trainer
+    writes it. Returns A's `(model, state)`.
+    """
+    _, model, state = run
+    cfg, digest = _bound_copy(run, folder)
+    if last:
+        record = {"best": _BEST, "best_sha256": digest, "config": cfg, "run_id": RUN_ID}
+        ckpt.save(folder, "last", (np.zeros(3, np.float32),), {"step": 7, **record})
+    if crash in ("eqx_moved", "both_moved"):
+        (folder / "best.eqx").rename(folder / "best.prev.eqx")
+        if crash == "both_moved":
+            (folder / "best.json").rename(folder / "best.prev.json")
+    else:
+        newer = jax.tree_util.tree_map(
+            lambda x: np.asarray(x) + 1 if eqx.is_inexact_array(x) else x, model
+        )
+        meta = {**_BEST, "step": 9, "config": cfg, "run_id": RUN_ID}
+        ckpt.save(folder, "best", (newer, state), meta)
+        if crash == "new_eqx":
+            (folder / "best.json").unlink()
+    return model, state
+
+
+def _equal(a, b):
+    leaves_a, leaves_b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    assert len(leaves_a) == len(leaves_b)
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize(
+    "crash, last",
+    [
+        ("eqx_moved", False),
+        ("eqx_moved", True),
+        ("both_moved", False),
+        ("both_moved", True),
+        ("new_eqx", False),
+        ("new_eqx", True),
+        ("before_last", True),
+        ("before_last", False),
+    ],
+)
+def test_a_crash_mid_save_loads_the_previous_best(crash, last, run, tmp_path):
+    """The old exporter read `best.*` only: it refused the first three states (a file of
+    the pair missing) and exported B, weights the run never confirmed, in the fourth.
+    Without a `last` record of the best weights (as the trainer's `--resume` then does):
+    the newest complete pair, which in the fourth is B."""
+    model, state = _crashed_run(tmp_path, run, crash, last=last)
+    loaded = export.load_run(tmp_path)
+    if crash == "before_last" and not last:
+        assert loaded.checkpoint.name == "best.eqx" and loaded.meta["step"] == 9
+        return
+    assert loaded.checkpoint.name == "best.prev.eqx"
+    assert loaded.meta["step"] == 7
+    # (`load_run` makes every leaf an array, as `jnp.asarray` does.)
+    _equal(loaded.model, jax.tree_util.tree_map(jnp.asarray, model))
+    _equal(loaded.state, state)
+
+
+@pytest.mark.slow
+def test_a_crash_mid_save_exports_the_previous_best(run, tmp_path, capsys):
+    """The command, end to end, after a crash between writing `best.*` and `last.*`: the
+    artifact computes A's step (B's differs everywhere), and the manifest names the
+    checkpoint it came from."""
+    model, state = _crashed_run(tmp_path, run, "before_last", last=True)
+    assert export.main(["--run", str(tmp_path), "--format", "stablehlo", "--step"]) == 0
+    assert "wrote" in capsys.readouterr().err
+    with open(tmp_path / "export" / "step.stablehlo", "rb") as f:
+        step = jax.export.deserialize(bytearray(f.read()))
+    stream = _tokens((3, 5), 7)
+    carry = [np.zeros((3, *a.shape[1:]), a.dtype) for a in step.in_avals[1:]]
+    ys = []
+    for t in range(stream.shape[1]):
+        y, *carry = step.call(stream[:, t], *carry)
+        ys.append(np.asarray(y))
+    expected, _ = _stream(model, state, stream)
+    np.testing.assert_allclose(np.stack(ys, axis=1), expected, rtol=1e-5, atol=1e-6)
+    source = json.loads((tmp_path / "export" / "step.stablehlo.json").read_text())["source"]
+    assert source["checkpoint"] == str(tmp_path / "best.prev.eqx") and source["step"] == 7
+    assert source["sha256"] == ckpt.locate(tmp_path, "last").meta["best_sha256"]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("flipped", "best.eqx is missing, corrupt or truncated"),
+        ("truncated", "best.eqx is missing, corrupt or truncated"),
+        ("no_eqx", "best.eqx is missing, corrupt or truncated"),
+        ("no_json", "best.eqx (with best.json)"),
+        ("foreign", "best.json does not belong to the run"),
+        ("edited", "in best.json, {} in config.json"),
+    ],
+)
+@pytest.mark.parametrize("last", [False, True])
+def test_no_valid_best_fails_with_one_line_naming_the_file(
+    damage, message, last, run, tmp_path, capsys
+):
+    """A damaged best and no previous pair: refused (not exported from other weights), one
+    `error:` line naming the file. With `last`, the line says which weights the run's
+    checkpoint expects."""
+    folder = tmp_path / "run"
+    _, digest = _bound_copy(run, folder)
+    if last:
+        record = {"step": 7, "best": _BEST, "best_sha256": digest, "run_id": RUN_ID}
+        ckpt.save(folder, "last", (np.zeros(3, np.float32),), record)
+    data = bytearray((folder / "best.eqx").read_bytes())
+    if damage == "flipped":
+        data[len(data) // 2] ^= 0x01
+        (folder / "best.eqx").write_bytes(bytes(data))
+    elif damage == "truncated":
+        (folder / "best.eqx").write_bytes(bytes(data[:-5]))
+    elif damage == "no_eqx":
+        (folder / "best.eqx").unlink()
+    elif damage == "no_json":
+        (folder / "best.json").unlink()
+    elif damage == "foreign":  # copied from another run with the same settings
+        meta = json.loads((folder / "best.json").read_text())
+        (folder / "best.json").write_text(json.dumps({**meta, "run_id": "b" * 32}))
+    else:  # config.json edited: another run's settings
+        cfg = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**cfg, "lr": 2 * cfg["lr"]}))
+        message = f"lr: {cfg['lr']!r} " + message.format(repr(2 * cfg["lr"]))
+    assert export.main(["--run", str(folder), "--format", "stablehlo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert message in err[0] and str(folder) in err[0], err
+    if last and damage not in ("foreign", "edited"):
+        assert "expects the weights of step 7" in err[0], err
+    assert not (folder / "export").exists()
