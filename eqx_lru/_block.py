@@ -344,6 +344,7 @@ class LRUBlock(eqx.Module):
         state: eqx.nn.State,
         *,
         length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
     ) -> tuple[PyTree[Array], Float[Array, "length d_model"]]:
         r"""The next chunk of a stream, in parallel and in inference mode, starting from
         `carry` (chunked prefill).
@@ -357,21 +358,27 @@ class LRUBlock(eqx.Module):
         - `length`: the number of valid leading positions of the chunk, the rest being
             padding with any content (so chunks of different lengths share one padded
             shape and one compilation); `None`: all valid.
+        - `segment_ids`: packed sequences in the chunk, as in the call (a new sequence
+            wherever the value changes): the first continues the stream from `carry`, each
+            later one starts from the zero state, so a chunk may end one sequence and start
+            the next. `None`: one sequence.
 
-        **Returns:** `(carry, y)`: the state after the chunk's last valid position, and
-        the outputs, zero at padded positions. Chunks one after another give the outputs
-        and final state of one call over their concatenation, and of `step` position by
-        position.
+        **Returns:** `(carry, y)`: the state after the chunk's last valid position (with
+        `segment_ids`: that of the last sequence), and the outputs, zero at padded
+        positions. Chunks one after another give the outputs and final state of one call
+        over their concatenation, and of `step` position by position.
         """
         core = self._causal_core("chunk")
         x = jnp.asarray(x)
         check_length(x, "x")
+        segment_ids = check_segment_ids(segment_ids, x.shape[0])
         mask = valid_mask(length, x.shape[0])
         x = where_valid(mask, x)
         z, _ = _normalise(self, x, state, mask, inference=True)
         # The validated length (`valid_mask` checks its range).
         valid = None if mask is None else jnp.sum(mask, dtype=jnp.int32)
-        h, carry = core.run(where_valid(mask, z), initial_state=carry, length=valid)
+        z = where_valid(mask, z)
+        h, carry = core.run(z, initial_state=carry, length=valid, segment_ids=segment_ids)
         h = jax.vmap(self.glu)(jax.nn.gelu(h))
         return carry, where_valid(mask, x + h)
 

@@ -482,6 +482,7 @@ class LRUModel(eqx.Module):
         state: eqx.nn.State,
         *,
         length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
     ) -> tuple[PyTree[Array], Float[Array, "..."]]:
         r"""The next chunk of a stream, in parallel and in inference mode, from `carry`
         (chunked prefill): every block's `chunk`.
@@ -494,6 +495,10 @@ class LRUModel(eqx.Module):
         - `length`: the number of valid leading positions of the chunk, the rest being
             padding with any content; `None`: all valid. Pad chunks of different lengths
             to one shape to compile once.
+        - `segment_ids`: packed sequences in the chunk (see `LRUBlock.chunk`): the first
+            continues the stream, each later one starts from the zero state, and the
+            returned carry is the last one's. Only with `pooling=None` (a pooled output
+            would have to end every sequence but the last).
 
         **Returns:** `(carry, out)`: the carry after the chunk's last valid position, and
         what `__call__` in inference mode returns for the stream so far (all chunks
@@ -505,12 +510,23 @@ class LRUModel(eqx.Module):
         """
         self._check_streaming("chunk")
         x = self._check_input(x)
+        packed = {}
+        if segment_ids is not None:
+            if self.pooling is not None:
+                raise ValueError(
+                    "`LRUModel.chunk` takes `segment_ids` only with `pooling=None`: with "
+                    f"pooling={self.pooling!r} the stream has one pooled output, and packed "
+                    "sequences would each need their own. Stream each sequence from "
+                    "`init_carry()`, or pool packed sequences with the model's call "
+                    "(`segment_ids=`, `num_segments=`)."
+                )
+            packed = dict(segment_ids=check_segment_ids(segment_ids, x.shape[0]))
         mask = valid_mask(length, x.shape[0])
         h = self._encode(x, mask)
         valid = None if mask is None else jnp.sum(mask, dtype=jnp.int32)
         blocks = []
         for block, block_carry in zip(self.blocks, carry["blocks"], strict=True):
-            block_carry, h = block.chunk(block_carry, h, state, length=valid)
+            block_carry, h = block.chunk(block_carry, h, state, length=valid, **packed)
             blocks.append(block_carry)
         return self._readout(dict(carry, blocks=tuple(blocks)), h, mask)
 

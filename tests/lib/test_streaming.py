@@ -554,3 +554,52 @@ def test_streaming_errors():
         features.step(features.init_carry(), jnp.zeros(IN + 1), state)
     with pytest.raises((ValueError, TypeError), match="x_t"):
         features.step(features.init_carry(), jnp.zeros((), jnp.int32), state)
+
+
+# --- packed chunks ------------------------------------------------------------------------------
+
+PACKED_IDS = np.asarray([0] * 4 + [1] * 5 + [2] * 4, np.int32)  # three sequences in L = 13
+PACKED_VALID = 11  # the last sequence has 2 valid positions, then 2 pads
+
+
+@eqx.filter_jit
+def packed_and_separate(model, state, prefix, x):
+    """A chunk packing three sequences (the first continues the stream after `prefix`),
+    padded to `L`, and the same three as separate chunks: `(packed, separate)`, each the
+    final carry and the outputs."""
+    carry, _ = model.chunk(model.init_carry(), prefix, state)
+    ids = jnp.asarray(PACKED_IDS)
+    packed = model.chunk(carry, x, state, length=PACKED_VALID, segment_ids=ids)
+    _, first = model.chunk(carry, x[:4], state)
+    _, second = model.chunk(model.init_carry(), x[4:9], state)
+    last_carry, last = model.chunk(model.init_carry(), x[9:PACKED_VALID], state)
+    outputs = jnp.concatenate([first, second, last, jnp.zeros_like(x[:2, :OUT])])
+    return packed, (last_carry, outputs)
+
+
+@pytest.mark.parametrize("core", ["real", "s4d", "rnn_tanh"])
+def test_chunk_packs_sequences(core):
+    """`chunk(..., segment_ids=)`: the first sequence continues the stream, later ones
+    start from zero, the carry is the last sequence's; pads give zeros and do not leak."""
+    model, state = _model(_config(core, None if core in NO_METHOD else "sequential", "float32"))
+    rng = np.random.default_rng(7)
+    prefix = jnp.asarray(rng.normal(size=(5, IN)), jnp.float32)
+    x = rng.normal(size=(L, IN))
+    x[PACKED_VALID:] = np.nan  # pads with any content
+    (carry, y), (ref_carry, ref_y) = packed_and_separate(model, state, prefix, jnp.asarray(x))
+    assert _rel(y, ref_y) < 1e-5
+    assert _tree_rel(carry, ref_carry) < 1e-5
+    assert np.all(np.asarray(y[PACKED_VALID:]) == 0)
+
+
+def test_packed_chunk_errors():
+    pooled, state = _model(_config("real", "sequential", "float32", pooling="mean"))
+    x = jnp.zeros((L, IN))
+    with pytest.raises(ValueError, match="only with `pooling=None`"):
+        pooled.chunk(pooled.init_carry(), x, state, segment_ids=jnp.asarray(PACKED_IDS))
+    model, state = _model(_config("real", "sequential", "float32"))
+    with pytest.raises((ValueError, TypeError), match="segment_ids"):
+        model.chunk(model.init_carry(), x, state, segment_ids=jnp.zeros(L - 1, jnp.int32))
+    block = model.blocks[0]
+    with pytest.raises((ValueError, TypeError), match="segment_ids"):
+        block.chunk(block.init_carry(), jnp.zeros((L, H)), state, segment_ids=jnp.zeros(L))
