@@ -8,12 +8,13 @@ and a JSON manifest beside it (`<artifact>.json`: the inputs and outputs with th
 shapes and dtypes, the carry of the step program, the vocabulary size, the format and
 the source checkpoint with its SHA-256).
 
-**Which weights.** Exactly those the trainer's `--resume` and test evaluation trust, found
-the same way: the newest complete `last` checkpoint (`last.json`, else `last.prev.json`)
-records the SHA-256 and step of its best weights, and the `best` pair with that digest is
-read (`best.*`, or `best.prev.*` where a crash mid-save left it there; without a `last`
-record, the newest complete `best` pair). The `.eqx` is verified against its digest, must
-hold finite values, and must belong to the run (its run id and training settings those of
+**Which weights.** Exactly those the trainer's `--resume` and test evaluation trust,
+found by the same code (`experiments.lra._checkpoint.trusted_best`): the newest complete
+`last` checkpoint (`last.json`, else `last.prev.json`) records the SHA-256 and step of
+its best weights, and the `best` pair with that digest is read (`best.*`, or
+`best.prev.*` where a crash mid-save left it there; without a `last` record, the newest
+complete `best` pair). The `.eqx` is verified against its digest, must hold finite
+values, and must belong to the run (its run id and training settings those of
 `OUT/config.json`). A missing, damaged or foreign checkpoint is refused with one line
 naming the file; a damaged newest file is not silently replaced by an older one.
 
@@ -169,12 +170,12 @@ def load_run(run: str | Path) -> Run:
 
 
 def _trusted_best(run: Path):
-    """The `best` pair of `run` that the trainer's `--resume` (`train._check_best`) and test
-    evaluation trust, in the same order: the digest recorded by the newest complete `last`
-    checkpoint (`ckpt.locate(run, "best", sha256=...)`: `best.*`, else `best.prev.*`), or
-    without that record the newest complete pair (`ckpt.locate(run, "best")`); both bound to
-    the run (`OUT/config.json`). Returns `(pair, expected)`: `pair` intact, `expected` the
-    `best` entry of the `last` record (its `step`), or None.
+    """The `best` pair of `run` that the trainer's `--resume` and test evaluation trust,
+    chosen by the rule they share (`_checkpoint.trusted_best`) from the record of the newest
+    complete `last` checkpoint, both bound to the run (`_checkpoint.check_bound` against
+    `OUT/config.json`; the run id, where that file is missing, the `last` record's).
+    Returns `(pair, expected)`: `pair` intact, `expected` the `best` entry of the `last`
+    record (its `step`), or None.
 
     **Raises:** `ExportError` (one line naming the file) when no such pair is there, or it
     belongs to another run; `CheckpointError` for a damaged JSON file.
@@ -186,40 +187,26 @@ def _trusted_best(run: Path):
         config = ckpt.read_json(run / "config.json", required=("task",))
     last = ckpt.locate(run, "last")
     own = (config or {}).get("run_id", last.meta.get("run_id") if last else None)
-    if last is not None:
-        _check_bound(last.meta, last.json_path, config, own)
     record = last.meta if last is not None else {}
-    expected = record.get("best") if isinstance(record.get("best"), dict) else None
-    want = record.get("best_sha256") if expected is not None else None
-    pair = ckpt.locate(run, "best", sha256=want) if want else ckpt.locate(run, "best")
-    if pair is not None and pair.intact:
-        _check_bound(pair.meta, pair.json_path, config, own)
-        return pair, expected
-    newest = None
+    expected, want = ckpt.recorded_best(record)
     try:
-        newest = ckpt.locate(run, "best")
-    except ckpt.CheckpointError:
-        pass
-    if newest is None and not want:
+        if last is not None:
+            ckpt.check_bound(last.meta, last.json_path, run_id=own, settings=config)
+        return ckpt.trusted_best(run, record, run_id=own, settings=config), expected
+    except ckpt.NotBound as e:
         raise ExportError(
-            f"--run {str(run)!r} has no best.eqx (with best.json), nor a complete best.prev.*: "
-            "the trainer writes it at its first validation (--eval-every steps). Train longer, "
-            "or point --run at a finished run."
-        )
-    if newest is None:
-        why = f"{run / 'best.eqx'} (with best.json) is missing"
-    elif not newest.intact:
-        why = (
-            f"{newest.eqx_path} is missing, corrupt or truncated (its SHA-256 differs from "
-            f"the one in {newest.json_path.name}; a crash never leaves that, so an older "
-            "best.prev.* is not used in its place)"
-        )
-    elif newest.meta.get("run_id") not in (None, own):
-        why = f"{newest.json_path} is from another run (run id {newest.meta.get('run_id')})"
-    else:
-        why = (
-            f"{newest.json_path} holds the weights of step {newest.meta.get('step')}, another file"
-        )
+            f"--run: {e.path} does not belong to the run in {e.path.parent} "
+            f"({e.what('the run')}); it was copied from another run, or config.json was "
+            "edited. Restore the run's own files, or re-train."
+        ) from None
+    except ckpt.NoTrustedBest as e:
+        if e.newest is None and not want:
+            raise ExportError(
+                f"--run {str(run)!r} has no best.eqx (with best.json), nor a complete "
+                "best.prev.*: the trainer writes it at its first validation (--eval-every "
+                "steps). Train longer, or point --run at a finished run."
+            ) from None
+        why = e.why(explain=True)
     if not want:
         raise ExportError(f"--run {str(run)!r}: {why}. Restore it from a backup, or re-train.")
     raise ExportError(
@@ -227,29 +214,6 @@ def _trusted_best(run: Path):
         f"there: {why}; it expects the weights of step {expected.get('step')} (val accuracy "
         f"{expected.get('val_accuracy')}). Restore the run's own best.eqx and best.json, or "
         "re-train."
-    )
-
-
-def _check_bound(meta: dict[str, Any], path: Path, config: dict | None, own: str | None) -> None:
-    """Refuse a checkpoint of another run: its run id, or a training setting, differs from
-    the run's (`config.json`), as the trainer's `--resume` does."""
-    from experiments.lra.cli import TRAINING_KEYS
-
-    theirs = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    config = config or {}
-    diff = [k for k in TRAINING_KEYS if k in theirs and k in config and theirs[k] != config[k]]
-    run_id = meta.get("run_id")
-    if diff:
-        what = "; ".join(
-            f"{k}: {theirs[k]!r} in {path.name}, {config[k]!r} in config.json" for k in diff
-        )
-    elif run_id is not None and own is not None and run_id != own:
-        what = f"run id {run_id} in {path.name}, {own} in the run"
-    else:
-        return
-    raise ExportError(
-        f"--run: {path} does not belong to the run in {path.parent} ({what}); it was copied "
-        "from another run, or config.json was edited. Restore the run's own files, or re-train."
     )
 
 

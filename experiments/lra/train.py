@@ -529,67 +529,44 @@ def _resume(r: _Run, carry: Carry) -> Carry:
 
 
 def _check_run(r: _Run, meta: dict[str, Any], path: Path) -> None:
-    """Refuse a checkpoint of another run, or one whose settings differ from config.json."""
-    theirs = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    diff = [k for k in TRAINING_KEYS if k in theirs and k in r.cfg and theirs[k] != r.cfg[k]]
-    run_id, own = meta.get("run_id"), r.cfg.get("run_id")
-    if diff:
-        what = "; ".join(
-            f"{k}: {theirs[k]!r} in {path.name}, {r.cfg[k]!r} in config.json" for k in diff
-        )
-    elif run_id is not None and run_id != own:
-        what = (
-            f"run id {run_id} in {path.name}, {own} in config.json: "
-            "another run with the same settings"
-        )
-    else:
-        return
-    raise UsageError(
-        f"--resume: {path} does not belong to the run in {r.out / 'config.json'} ({what}); it was "
-        "copied from another run, or config.json was edited. Restore the run's own files, or "
-        "start a new run with another --out."
+    """Refuse a checkpoint of another run, or one whose settings differ from config.json
+    (`ckpt.check_bound`)."""
+    try:
+        ckpt.check_bound(meta, path, run_id=r.cfg.get("run_id"), settings=r.cfg)
+    except ckpt.NotBound as e:
+        raise _foreign(r, e) from None
+
+
+def _foreign(r: _Run, e: ckpt.NotBound) -> UsageError:
+    what = e.what("config.json: another run with the same settings")
+    return UsageError(
+        f"--resume: {e.path} does not belong to the run in {r.out / 'config.json'} ({what}); it "
+        "was copied from another run, or config.json was edited. Restore the run's own files, "
+        "or start a new run with another --out."
     )
 
 
 def _check_best(r: _Run, meta: dict[str, Any], like) -> str | None:
-    """Verify the `best.eqx` the checkpoint refers to, before training (the test score at the
-    end comes from it); put it back in place if a crash left it as `best.prev.*`. Returns
-    its SHA-256."""
+    """Verify the `best.eqx` the checkpoint refers to (`ckpt.trusted_best`), before training
+    (the test score at the end comes from it); put it back in place if a crash left it as
+    `best.prev.*`. Returns its SHA-256."""
     best = meta.get("best")
     if best is None:
         return None
-    want = meta.get("best_sha256")
     expected = f"the weights of step {best.get('step')} (val accuracy {best.get('val_accuracy')})"
     try:
-        pair = ckpt.locate(r.out, "best", sha256=want) if want else ckpt.locate(r.out, "best")
+        pair = ckpt.trusted_best(r.out, meta, run_id=r.cfg.get("run_id"), settings=r.cfg)
+    except ckpt.NotBound as e:
+        raise _foreign(r, e) from None
+    except ckpt.NoTrustedBest as e:
+        raise UsageError(
+            f"--resume: the checkpoint's best weights are not in {r.out}: {e.why()}; the "
+            f"checkpoint expects {expected}. The test score at the end would come from other "
+            "weights. Restore the run's own best.eqx and best.json, or start a new run with "
+            "another --out."
+        ) from None
     except ckpt.CheckpointError as e:
         raise UsageError(str(e)) from None
-    if pair is None or not pair.intact:
-        newest = None
-        try:
-            newest = ckpt.locate(r.out, "best")
-        except ckpt.CheckpointError:
-            pass
-        if newest is None:
-            why = f"{r.out / 'best.eqx'} (with best.json) is missing"
-        elif not newest.intact:
-            why = (
-                f"{newest.eqx_path} is missing, corrupt or truncated "
-                f"(its SHA-256 differs from {newest.json_path.name}'s)"
-            )
-        elif newest.meta.get("run_id") not in (None, r.cfg.get("run_id")):
-            why = f"{newest.json_path} is from another run (run id {newest.meta.get('run_id')})"
-        else:
-            why = (
-                f"{newest.json_path} holds the weights of step {newest.meta.get('step')}, "
-                "another file"
-            )
-        raise UsageError(
-            f"--resume: the checkpoint's best weights are not in {r.out}: {why}; the checkpoint "
-            f"expects {expected}. The test score at the end would come from other weights. "
-            "Restore the run's own best.eqx and best.json, or start a new run with another --out."
-        )
-    _check_run(r, pair.meta, pair.json_path)
     try:
         tree, best_meta = ckpt.load_pair(pair.json_path, pair.eqx_path, like, finite=True)
     except ckpt.CheckpointError as e:
