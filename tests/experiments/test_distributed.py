@@ -11,6 +11,7 @@ Every process a test starts runs in its own process group, which the test kills 
 `finally` if it is still alive.
 """
 
+import functools
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from listops_argv import listops_argv
 
 pytestmark = pytest.mark.slow
 
@@ -28,35 +30,9 @@ REPO = Path(__file__).resolve().parents[2]
 HEARTBEAT = 10  # seconds
 
 
-def _args(data, out, *extra):
-    return [
-        "--task",
-        "listops",
-        "--data-root",
-        str(data),
-        "--out",
-        str(out),
-        "--steps",
-        "20",
-        "--batch-size",
-        "8",
-        "--d-model",
-        "8",
-        "--d-state",
-        "4",
-        "--depth",
-        "2",
-        "--dropout",
-        "0",
-        "--eval-every",
-        "10",
-        "--log-every",
-        "1",
-        "--checkpoint-every",
-        "5",
-        "--no-progress",
-        *extra,
-    ]
+_args = functools.partial(
+    listops_argv, steps=20, depth=2, dropout=0, eval_every=10, checkpoint_every=5
+)
 
 
 def _free_port() -> int:

@@ -7,6 +7,7 @@ One tiny configuration throughout, so the jitted steps compile once per form and
 of what must resume exactly and match across device counts.
 """
 
+import functools
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import pytest
+from listops_argv import listops_argv
 
 import eqx_lru
 from experiments.lra import _checkpoint as ckpt
@@ -30,35 +32,7 @@ STEPS = 8
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _args(data, out, *extra):
-    return [
-        "--task",
-        "listops",
-        "--data-root",
-        str(data),
-        "--out",
-        str(out),
-        "--steps",
-        str(STEPS),
-        "--batch-size",
-        "8",
-        "--d-model",
-        "8",
-        "--d-state",
-        "4",
-        "--depth",
-        "1",
-        "--dropout",
-        "0.1",
-        "--eval-every",
-        "4",
-        "--log-every",
-        "1",
-        "--checkpoint-every",
-        "3",
-        "--no-progress",
-        *extra,
-    ]
+_args = functools.partial(listops_argv, steps=STEPS)
 
 
 def _losses(out):

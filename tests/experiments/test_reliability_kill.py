@@ -17,6 +17,7 @@ instant of a checkpoint write leaves a complete checkpoint; a run folder has one
 Every process a test starts is ended by it (`finally`), and every wait has a time limit.
 """
 
+import functools
 import json
 import os
 import random
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from listops_argv import listops_argv
 
 from experiments.lra import _checkpoint as ckpt
 
@@ -290,35 +292,9 @@ def _records(out: Path) -> list[tuple]:
 STEPS = 240  # more than 30 kills can use up: each kill lets a trainer do 1-3 steps (+ a few)
 
 
-def _argv(data: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--task",
-        "listops",
-        "--data-root",
-        str(data),
-        "--out",
-        str(out),
-        "--steps",
-        str(STEPS),
-        "--batch-size",
-        "8",
-        "--d-model",
-        "4",
-        "--d-state",
-        "2",
-        "--depth",
-        "1",
-        "--dropout",
-        "0.1",
-        "--eval-every",
-        "7",
-        "--log-every",
-        "1",
-        "--checkpoint-every",
-        "1",
-        "--no-progress",
-        *extra,
-    ]
+_argv = functools.partial(
+    listops_argv, steps=STEPS, d_model=4, d_state=2, eval_every=7, checkpoint_every=1
+)
 
 
 @pytest.mark.slow

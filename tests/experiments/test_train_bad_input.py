@@ -16,6 +16,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import pytest
+from listops_argv import listops_argv
 
 from experiments.lra import _checkpoint as ckpt
 from experiments.lra import generate, train
@@ -23,36 +24,7 @@ from experiments.lra._metrics import read_records
 from experiments.lra.data import load_task
 from experiments.lra.steps import build_model, make_optimizer
 
-
-def _args(data, out, *extra):
-    return [
-        "--task",
-        "listops",
-        "--data-root",
-        str(data),
-        "--out",
-        str(out),
-        "--steps",
-        "8",
-        "--batch-size",
-        "8",
-        "--d-model",
-        "8",
-        "--d-state",
-        "4",
-        "--depth",
-        "1",
-        "--dropout",
-        "0.1",
-        "--eval-every",
-        "4",
-        "--log-every",
-        "1",
-        "--checkpoint-every",
-        "3",
-        "--no-progress",
-        *extra,
-    ]
+_args = listops_argv
 
 
 # The trainer sets XLA_FLAGS / XLA_PYTHON_CLIENT_PREALLOCATE; conftest puts them back.
