@@ -72,29 +72,11 @@ def _relative_errors(expected, got):
     return [float(jnp.max(jnp.abs(x - y)) / (1e-6 + jnp.max(jnp.abs(x)))) for x, y in pairs]
 
 
-def _single_device(algebra, ids, reverse):
-    def run(a, b, h0):
-        return eqx_lru.linear_recurrence(
-            a,
-            b,
-            algebra=algebra,
-            initial_state=h0,
-            reverse=reverse,
-            method="sequential",
-            segment_ids=ids,
-        )
+def _recurrence(algebra, reverse, method):
+    """`linear_recurrence` as a function of `(a, b, h0, ids)`: the body of every run here
+    (one device, the chunks of a vmap axis, the shards of a mesh)."""
 
-    return run
-
-
-# ------------------------------------------------------------ in process: a vmap axis
-
-
-def _over_vmap_axis(algebra, ids, reverse, shared, chunks, local):
-    """The recurrence with its length axis split into `chunks` along a named vmap axis."""
-    method = eqx_lru.SequenceParallel("chunks", local)
-
-    def chunk(a, b, h0, ids):
+    def run(a, b, h0, ids):
         return eqx_lru.linear_recurrence(
             a,
             b,
@@ -104,6 +86,21 @@ def _over_vmap_axis(algebra, ids, reverse, shared, chunks, local):
             method=method,
             segment_ids=ids,
         )
+
+    return run
+
+
+def _single_device(algebra, ids, reverse):
+    body = _recurrence(algebra, reverse, "sequential")
+    return lambda a, b, h0: body(a, b, h0, ids)
+
+
+# ------------------------------------------------------------ in process: a vmap axis
+
+
+def _over_vmap_axis(algebra, ids, reverse, shared, chunks, local):
+    """The recurrence with its length axis split into `chunks` along a named vmap axis."""
+    chunk = _recurrence(algebra, reverse, eqx_lru.SequenceParallel("chunks", local))
 
     def run(a, b, h0):
         split = lambda x: None if x is None else x.reshape((chunks, -1) + x.shape[1:])  # noqa: E731
@@ -241,17 +238,7 @@ def _scan_check(mesh, case, length):
         widths = [(pad, 0) if reverse else (0, pad)] + [(0, 0)] * (x.ndim - 1)
         return jnp.pad(x, widths, constant_values=fill)
 
-    def body(a, b, h0, ids):
-        return eqx_lru.linear_recurrence(
-            a,
-            b,
-            algebra=algebra,
-            initial_state=h0,
-            reverse=reverse,
-            method=method,
-            segment_ids=ids,
-        )
-
+    body = _recurrence(algebra, reverse, method)
     specs = (P() if shared else P("seq"), P("seq"), P(), None if ids is None else P("seq"))
     sharded = jax.shard_map(
         body, mesh=mesh, in_specs=specs, out_specs=P("seq"), check_vma=check_vma

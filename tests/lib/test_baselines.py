@@ -4,7 +4,6 @@ continuous -> discrete formulas (zero-order hold computed independently with
 training run of each core inside `LRUModel`."""
 
 import functools
-import inspect
 
 import equinox as eqx
 import jax
@@ -278,14 +277,6 @@ def test_bad_hyperparameters():
 SEQ, CLASSES, NOISE, STEPS, BATCH = 16, 3, 3, 60, 16
 
 
-def _model_kwargs(make_core):
-    """The core as `LRUModel` takes it (through `block=`; older: `core=`/`form=`)."""
-    params = inspect.signature(eqx_lru.LRUModel).parameters
-    if "block" in params:
-        return {"block": functools.partial(eqx_lru.LRUBlock, core=make_core)}
-    return {"core" if "core" in params else "form": make_core}
-
-
 def _recall_batch(rng, n):
     """The class of a cue in the last 4 positions, read at the last one (chance: ln 3)."""
     x = rng.integers(CLASSES, CLASSES + NOISE, (n, SEQ))
@@ -311,7 +302,7 @@ def test_trains_in_lru_model(name):
         encoder="embedding",
         pooling="last",
         key=jax.random.PRNGKey(0),
-        **_model_kwargs(make),
+        block=functools.partial(eqx_lru.LRUBlock, core=make),
     )
     assert isinstance(model.blocks[0].core, type(make(2, 4, key=jax.random.PRNGKey(0))))
     optim = eqx_lru.lru_optimizer(
