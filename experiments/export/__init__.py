@@ -178,7 +178,8 @@ def _trusted_best(run: Path):
     record (its `step`), or None.
 
     **Raises:** `ExportError` (one line naming the file) when no such pair is there, or it
-    belongs to another run; `CheckpointError` for a damaged JSON file.
+    belongs to another run; `CheckpointError` for a damaged JSON file, or a `last` record
+    whose fields are malformed (`_checkpoint.check_last`, as the trainer's `--resume`).
     """
     from experiments.lra import _checkpoint as ckpt
 
@@ -186,9 +187,11 @@ def _trusted_best(run: Path):
     if (run / "config.json").is_file():
         config = ckpt.read_json(run / "config.json", required=("task",))
     last = ckpt.locate(run, "last")
+    if last is not None:  # the trainer's check of the record (types and shapes of its fields)
+        ckpt.check_last(last.meta, last.json_path)
     own = (config or {}).get("run_id", last.meta.get("run_id") if last else None)
     record = last.meta if last is not None else {}
-    expected, want = ckpt.recorded_best(record)
+    expected, want = ckpt.recorded_best(record, last.json_path if last is not None else None)
     try:
         if last is not None:
             ckpt.check_bound(last.meta, last.json_path, run_id=own, settings=config)

@@ -473,10 +473,13 @@ def _build(r: _Run) -> Carry:
 
 
 def _resume(r: _Run, carry: Carry) -> Carry:
-    """The newest complete checkpoint, verified (checksum, finiteness, this run's, same data,
-    its best weights present), or step 0 if the run stopped before its first checkpoint."""
+    """The newest complete checkpoint, verified (its JSON's fields, checksum, finiteness,
+    this run's, same data, its best weights present), or step 0 if the run stopped before
+    its first checkpoint."""
     try:
         pair = ckpt.locate(r.out, "last")
+        if pair is not None:
+            ckpt.check_last(pair.meta, pair.json_path)
     except ckpt.CheckpointError as e:
         raise UsageError(str(e)) from None
     if pair is None:

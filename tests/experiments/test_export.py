@@ -475,3 +475,44 @@ def test_no_valid_best_fails_with_one_line_naming_the_file(
     if last and damage not in ("foreign", "edited"):
         assert "expects the weights of step 7" in err[0], err
     assert not (folder / "export").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value, shown",
+    [
+        ("best", 3, "3 (a number)"),
+        ("best", "x", '"x" (a string)'),
+        ("best", [7, 0.5], "[7, 0.5] (a list)"),
+        ("best", {"val_accuracy": 0.5}, "without 'step'"),
+        ("best_sha256", 5, "5 (a number)"),
+        ("pending", "x", '"x" (a string)'),
+        ("step", "7", '"7" (a string)'),
+        ("config", "x", '"x" (a string)'),
+        ("run_id", 7, "7 (a number)"),
+    ],
+)
+def test_malformed_last_record_fails_with_one_line(field, value, shown, run, tmp_path, capsys):
+    """A `last.json` field edited by hand or written by another tool: refused with one
+    line naming the file and the field, as the trainer's `--resume` refuses it (the same
+    check). A `best` that is not an object used to be taken for "no record": the newest
+    best pair was exported, whichever it was."""
+    folder = tmp_path / "run"
+    cfg, digest = _bound_copy(run, folder)
+    record = {"step": 7, "best": _BEST, "best_sha256": digest, "config": cfg, "run_id": RUN_ID}
+    ckpt.save(folder, "last", (np.zeros(3, np.float32),), {**record, field: value})
+    assert export.main(["--run", str(folder), "--format", "stablehlo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert f"{folder / 'last.json'} is corrupt: its {field!r} is " in err[0], err
+    assert shown in err[0] and "start a new run with another --out" in err[0], err
+    assert not (folder / "export").exists()
+
+
+def test_recorded_best_refuses_a_malformed_record():
+    """`recorded_best` (used by `trusted_best`) no longer reads a `best` that is not an
+    object as "none recorded"."""
+    assert ckpt.recorded_best({"best": _BEST, "best_sha256": "0" * 64}) == (_BEST, "0" * 64)
+    assert ckpt.recorded_best({"best": None, "best_sha256": None}) == (None, None)
+    assert ckpt.recorded_best(None) == (None, None)
+    with pytest.raises(ckpt.CheckpointError, match="its 'best' is 3 \\(a number\\)"):
+        ckpt.recorded_best({"best": 3})

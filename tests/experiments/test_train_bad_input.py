@@ -182,6 +182,46 @@ def test_json_without_pending_is_named_as_corrupt(stopped, data, tmp_path, capsy
     assert "last.json is corrupt" in line and "'pending'" in line
 
 
+# A field of last.json edited by hand or written by another tool: (field, value, what the
+# line shows of it). Each was a traceback (AttributeError, TypeError, ValueError), was
+# resumed silently (step "5", step 5.5, config "x"), or was reported as something else (a
+# missing best file, another run).
+MALFORMED_LAST = [
+    ("best", 3, "3 (a number)"),
+    ("best", "x", '"x" (a string)'),
+    ("best", [4, 0.5], "[4, 0.5] (a list)"),
+    ("best", {"val_accuracy": 0.5}, "without 'step'"),
+    ("best", {"step": "4", "val_accuracy": 0.5}, "its 'step' is a string"),
+    ("pending", "x", '"x" (a string)'),
+    ("pending", [["a", 0.5, 0.01]], 'row 0 is ["a", 0.5, 0.01]'),
+    ("pending", [[1.0, 0.5]], "row 0 is [1.0, 0.5]"),
+    ("best_sha256", 5, "5 (a number)"),
+    ("step", "5", '"5" (a string)'),
+    ("step", 5.5, "5.5 (a number)"),
+    ("data", [1], "[1] (a list)"),
+    ("config", "x", '"x" (a string)'),
+    ("run_id", 7, "7 (a number)"),
+]
+
+
+@pytest.mark.parametrize("field, value, shown", MALFORMED_LAST)
+def test_malformed_field_of_last_json_is_one_line(
+    field, value, shown, stopped, data, tmp_path, capsys
+):
+    """Refused before training, with one line naming the file, the field, what it holds
+    and how to fix it (the same check as the exporter's, `_checkpoint.check_last`)."""
+    out = _copy(stopped, tmp_path)
+    meta = json.loads((out / "last.json").read_text())
+    meta[field] = value
+    (out / "last.json").write_text(json.dumps(meta))
+    before = (out / "metrics.jsonl").read_text()
+    assert train.main(_args(data / "ok", out, "--resume")) == 2
+    line = _error(capsys)
+    assert f"{out / 'last.json'} is corrupt: its {field!r} is " in line, line
+    assert shown in line and "start a new run with another --out" in line, line
+    _untouched(out, before)
+
+
 def test_resume_with_changed_data_is_refused_unless_allowed(stopped, data, tmp_path, capsys):
     out = _copy(stopped, tmp_path)
     args = _args(data / "other", out, "--resume")
