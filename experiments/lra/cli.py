@@ -10,37 +10,13 @@ from collections.abc import Sequence
 
 from .._flags import number
 from . import tasks
-from .steps import CORES
+from .steps import CORES, EXPERIMENT_KEYS
 
 __all__ = ["TRAINING_KEYS", "OTHER_KEYS", "parse_args"]
 
 
 #: Settings that determine the trajectory of a run; `--resume` refuses to change them.
-TRAINING_KEYS = (
-    "task",
-    "core",
-    "form",
-    "depth",
-    "d_model",
-    "d_state",
-    "steps",
-    "batch_size",
-    "lr",
-    "lr_factor",
-    "weight_decay",
-    "dropout",
-    "warmup_fraction",
-    "bidirectional",
-    "r_min",
-    "r_max",
-    "max_phase",
-    "glu",
-    "norm",
-    "pooling",
-    "seed",
-    "max_examples",
-    "method",
-)
+TRAINING_KEYS = (*EXPERIMENT_KEYS, "seed", "max_examples", "method")
 #: Settings that change what is logged/saved when, where data comes from, or how the
 #: program runs (not what it computes, up to rounding: `remat`, `deterministic`).
 OTHER_KEYS = (

@@ -35,6 +35,7 @@ from .tasks import get_task
 __all__ = [
     "AXIS_NAME",
     "CORES",
+    "EXPERIMENT_KEYS",
     "PROGRAM_KEYS",
     "TaskSpec",
     "task_spec",
@@ -51,8 +52,9 @@ __all__ = [
 AXIS_NAME = "batch"  # the jax.vmap axis batch norm reduces over
 #: `--core` choices: the LRU (in `--form` complex or real) and the paper's baselines.
 CORES = ("lru", "s4d", "s5")
-#: The settings the traced programs depend on (not the seed, nor the data size).
-PROGRAM_KEYS = (
+#: The task, the model and its optimisation: what both the trajectory of a run
+#: (`cli.TRAINING_KEYS`) and the traced programs (`PROGRAM_KEYS`) depend on.
+EXPERIMENT_KEYS = (
     "task",
     "core",
     "form",
@@ -73,10 +75,9 @@ PROGRAM_KEYS = (
     "glu",
     "norm",
     "pooling",
-    "method",
-    "remat",
-    "sequence_parallel",
 )
+#: The settings the traced programs depend on (not the seed, nor the data size).
+PROGRAM_KEYS = (*EXPERIMENT_KEYS, "method", "remat", "sequence_parallel")
 
 
 @dataclasses.dataclass(frozen=True)
