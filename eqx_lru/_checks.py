@@ -13,6 +13,12 @@ from jaxtyping import Array
 #: A size argument: a Python or NumPy integer.
 Size = int | np.integer
 
+#: A dimension read off a traced array's shape: an `int`, or, under `jax.export` with
+#: symbolic shapes, a symbolic dimension. JAX does not export that class (it is the private
+#: `jax._src.export.shape_poly._DimExpr` in JAX 0.10 and 0.12), so its type is taken once
+#: from the public `jax.export.symbolic_shape`.
+Dim = int | type(jax.export.symbolic_shape("d")[0])
+
 #: The forms a core may have: complex states, or the same recurrence in real arithmetic.
 FORMS = ("complex", "real")
 
@@ -177,7 +183,7 @@ def check_state(state, expected, core: str, hint: str = "") -> None:
         )
 
 
-def check_segment_ids(segment_ids, length: int):
+def check_segment_ids(segment_ids, length: Dim):
     """`segment_ids` as an integer array of shape `(length,)`, or `None`."""
     if segment_ids is None:
         return None
@@ -190,7 +196,7 @@ def check_segment_ids(segment_ids, length: int):
     return segment_ids
 
 
-def check_length(length, size: int) -> Array:
+def check_length(length, size: Dim) -> Array:
     """`length` (the number of valid leading positions of a sequence of `size`) as an int32
     scalar; a `ValueError` naming `length` unless it is a scalar integer, and inside `jit` an
     `eqx.error_if` unless `1 <= length <= size`."""

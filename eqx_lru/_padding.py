@@ -9,8 +9,10 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Integer
 
+from ._checks import Dim
 
-def valid_mask(length: Integer[ArrayLike, ""] | None, size: int) -> Bool[Array, " size"] | None:
+
+def valid_mask(length: Integer[ArrayLike, ""] | None, size: Dim) -> Bool[Array, " size"] | None:
     """`arange(size) < length`, or `None` when `length` is `None` (every position valid).
 
     `length` is a scalar integer of any integer dtype (signed or unsigned, JAX, NumPy or

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from . import _padding
+from ._checks import Dim
 from ._norm import MaskedBatchNorm
 from ._sequence_parallel import SequenceParallel
 
@@ -62,11 +63,11 @@ def _collect(x, names: set, seen: set) -> None:
             _collect(y, names, seen)
 
 
-def _offset(axis: Hashable, size: int) -> Array:
+def _offset(axis: Hashable, size: Dim) -> Array:
     return jax.lax.axis_index(axis).astype(jnp.int32) * size
 
 
-def valid_mask(length, size: int, axis: Hashable | None) -> Array | None:
+def valid_mask(length, size: Dim, axis: Hashable | None) -> Array | None:
     """`_padding.valid_mask` of this device's chunk of `size` positions: `True` where the
     global position is below `length` (a length of the whole sequence)."""
     if axis is None or length is None:

@@ -18,7 +18,6 @@ read it from the checkpoint) with non-trivial batch-norm running statistics. The
   damaged or foreign checkpoint is refused with one line naming the file.
 """
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -27,7 +26,6 @@ import textwrap
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jaxtyping
 import numpy as np
 import pytest
 
@@ -87,19 +85,6 @@ def _stream(model, state, x):
     return np.asarray(ys), carry
 
 
-@contextlib.contextmanager
-def _symbolic_lengths():
-    """The suite's jaxtyping hook off while a symbolic length is traced: it checks the
-    library's private helpers too, whose `size: int` annotations refuse `jax.export`'s
-    symbolic dimensions (users' calls check the public entry points only, which accept
-    them)."""
-    jaxtyping.config.update("jaxtyping_disable", True)
-    try:
-        yield
-    finally:
-        jaxtyping.config.update("jaxtyping_disable", False)
-
-
 def _tokens(shape, seed):
     return np.random.default_rng(seed).integers(0, VOCAB, shape).astype(np.int32)
 
@@ -136,8 +121,7 @@ _RELOAD = textwrap.dedent(
 @pytest.mark.slow
 def test_stablehlo_round_trip_in_a_process_without_eqx_lru(run, tmp_path):
     folder, model, state = run
-    with _symbolic_lengths():
-        sequence = export.export_run(folder, "stablehlo")
+    sequence = export.export_run(folder, "stablehlo")
     step = export.export_run(folder, "stablehlo", step=True)
     assert sequence.name == "model.stablehlo" and step.name == "step.stablehlo"
     x, length = _tokens((3, 37), 1), np.array([37, 20, 1], np.int32)
