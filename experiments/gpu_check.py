@@ -418,13 +418,13 @@ def run_bench(work: Path, full: bool, timeout: float) -> PartResult:
 
 
 def _train_row(task: str, out: Path, stats: Path, rc: int | str) -> dict:
-    from experiments.lra.configs import get_config
+    from experiments.lra.tasks import get_task
 
     def read(path: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
     results, config, record = read(out / "results.json"), read(out / "config.json"), read(stats)
-    cfg = get_config(task)
+    cfg = get_task(task).config
     return {
         "task": task,
         "rc": rc,

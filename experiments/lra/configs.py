@@ -1,18 +1,16 @@
 """Per-task LRU settings for the Long Range Arena, from the LRU paper (Table 9).
 
 The values live in the task registry, `experiments/lra/tasks.py` (each `Task`'s `defaults`,
-with the sources of every number); this module defines their record, `TaskConfig`, and
-reads them: `get_config(task)`, and `CONFIGS` (task name -> `TaskConfig`, computed from
-the registry on each access, so tasks registered later appear in it). Use
-`dataclasses.replace(cfg, bidirectional=True)` and the like to override fields.
+with the sources of every number); this module defines their record, `TaskConfig`:
+`tasks.get_task(name).config` is a task's. Use `dataclasses.replace(cfg,
+bidirectional=True)` and the like to override fields.
 """
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
 from typing import Literal
 
-__all__ = ["TaskConfig", "CONFIGS", "get_config"]
+__all__ = ["TaskConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,36 +61,3 @@ class TaskConfig:
     @property
     def warmup_steps(self) -> int:
         return int(self.warmup_fraction * self.steps)
-
-
-def get_config(task: str) -> TaskConfig:
-    """The `TaskConfig` of `task`; use `dataclasses.replace` to override fields."""
-    from .tasks import get_task  # the registry imports TaskConfig from here
-
-    return get_task(task).config
-
-
-class _Configs(Mapping[str, TaskConfig]):
-    """Task name -> `TaskConfig` of every registered task, read from the registry on each
-    access."""
-
-    def __getitem__(self, task: str) -> TaskConfig:
-        from .tasks import REGISTRY
-
-        return REGISTRY[task].config
-
-    def __iter__(self) -> Iterator[str]:
-        from .tasks import REGISTRY
-
-        return iter(tuple(REGISTRY))
-
-    def __len__(self) -> int:
-        from .tasks import REGISTRY
-
-        return len(REGISTRY)
-
-    def __repr__(self) -> str:
-        return f"CONFIGS({dict(self)!r})"
-
-
-CONFIGS: Mapping[str, TaskConfig] = _Configs()

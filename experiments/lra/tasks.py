@@ -3,10 +3,10 @@
 A `Task` says everything the tools need to know about a task: the folder its files are in
 (searched under `--data-root`), the loader that reads them, its sizes (classes, sequence
 length, pixel channels or vocabulary), the kind of model it trains, and its defaults
-(paper Table 9). The trainer's `--task` choices, `data.load_task`, `steps.task_spec` and
-`steps.build_model`, `train.task_defaults`, the allocator choice of `_env`,
-`configs.get_config`, `memory.py` and the benchmark all read this registry, so adding a
-task is one `register(Task(...))` plus its loader:
+(paper Table 9). The trainer's `--task` choices, `load_task`, `steps.task_spec` and
+`steps.build_model`, `train.task_defaults`, the allocator choice of `_env`, `memory.py` and
+the benchmark all read this registry, so adding a task is one `register(Task(...))` plus
+its loader:
 
     from experiments.lra import data, tasks
 
@@ -65,14 +65,16 @@ and `shared/LRA.md`):
 import dataclasses
 import functools
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from . import data
 from .configs import TaskConfig
-from .data import Store, _pixels, _tokens
+from .data import Store, TaskData, _pixels, _tokens
 
-__all__ = ["Loader", "Task", "REGISTRY", "register", "get_task", "names"]
+__all__ = ["Loader", "Task", "REGISTRY", "register", "get_task", "names", "load_task"]
 
 
 class Loader(Protocol):
@@ -232,6 +234,21 @@ def get_task(name: str) -> Task:
 def names() -> tuple[str, ...]:
     """The registered task names, in registration order."""
     return tuple(REGISTRY)
+
+
+def load_task(
+    name: str,
+    data_root: str | os.PathLike,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    max_examples: int | None = None,
+) -> TaskData:
+    """Load the registered task `name` from its official files under `data_root`: the
+    entry's loader through `data.load` (which documents `cache_dir`, `max_examples` and
+    the errors). A `ValueError` names the registered tasks if `name` is not one."""
+    if name not in REGISTRY:
+        raise ValueError(f"Unknown task {name!r}; expected one of {names()}.")
+    return data.load(REGISTRY[name], data_root, cache_dir=cache_dir, max_examples=max_examples)
 
 
 # --------------------------------------------------------------------------- the six LRA tasks

@@ -98,8 +98,7 @@ from . import _parallel as par
 from ._loop import Abort, Carry, Deadline, Speed, Stop, data_fingerprint, process_age
 from ._metrics import MetricsLog, plot_curves, read_records
 from .cli import _CHECKS, OTHER_KEYS, TRAINING_KEYS, parse_args
-from .configs import get_config
-from .data import TaskData, batch_indices, load_task
+from .data import TaskData, batch_indices
 from .steps import (
     build_model,
     compile_train_step,
@@ -108,7 +107,7 @@ from .steps import (
     make_steps,
     task_spec,
 )
-from .tasks import get_task
+from .tasks import get_task, load_task
 
 try:
     from .data import DataError
@@ -143,7 +142,7 @@ class RunError(Exception):
 
 def task_defaults(task: str) -> dict[str, Any]:
     """The settings of a new run of `task` without flags (its registry entry, tasks.py)."""
-    c = get_config(task)
+    c = get_task(task).config
     return {
         "task": task,
         "core": "lru",

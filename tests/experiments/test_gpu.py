@@ -231,7 +231,7 @@ def test_gpu_check_prepares_all_six_tasks_at_full_length(tmp_path):
     }
     gpu_check.prepare_data(tmp_path, counts)
     lengths = {"text": 4096, "retrieval": 4000, "image": 1024, "pathfinder": 1024, "pathx": 16384}
-    from experiments.lra.data import load_task
+    from experiments.lra.tasks import load_task
 
     for task in gpu_check.TASKS:
         data = load_task(task, tmp_path)

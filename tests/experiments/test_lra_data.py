@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from experiments.lra import configs, data
-from experiments.lra.data import EOS_ID, PAD_ID, UNK_ID, batch_indices, find_task_dir, load_task
+from experiments.lra import data, tasks
+from experiments.lra.data import EOS_ID, PAD_ID, UNK_ID, batch_indices, find_task_dir
+from experiments.lra.tasks import load_task
 
 
 def write(path: Path, text: str) -> Path:
@@ -462,12 +463,16 @@ def test_batch_rejects_bad_indices(tmp_path):
 # --------------------------------------------------------------------------- configs
 
 
+def _config(task):
+    return tasks.get_task(task).config
+
+
 def test_configs_match_paper_and_loader():
-    assert set(configs.CONFIGS) == set(data.TASKS)
-    for task, cfg in configs.CONFIGS.items():
-        assert cfg.task == task and cfg.num_classes == data.NUM_CLASSES[task]
-        assert cfg.input_kind == ("tokens" if task in data.L_MAX else "features")
-        assert cfg.seq_len == data.L_MAX.get(task, data.IMAGE_SIDE.get(task, 0) ** 2)
+    for task in tasks.names():
+        entry, cfg = tasks.get_task(task), tasks.get_task(task).config
+        assert cfg.task == task and cfg.num_classes == entry.num_classes
+        assert cfg.input_kind == ("tokens" if entry.in_channels is None else "features")
+        assert cfg.seq_len == entry.seq_len
         assert (cfg.depth, cfg.weight_decay, cfg.warmup_fraction) == (6, 0.05, 0.1)
         assert cfg.bidirectional == (task in ("pathfinder", "pathx"))
     table9 = {  # H, N, steps, batch, lr factor, dropout
@@ -479,14 +484,14 @@ def test_configs_match_paper_and_loader():
         "pathx": (128, 256, 250_000, 32, 0.25, 0.0),
     }
     for task, row in table9.items():
-        c = configs.get_config(task)
+        c = _config(task)
         assert (c.d_model, c.d_state, c.steps, c.batch_size, c.lr_factor, c.dropout) == row
-    assert (configs.get_config("pathx").r_min, configs.get_config("pathx").r_max) == (0.999, 0.9999)
-    assert configs.get_config("pathx").max_phase == pytest.approx(math.pi / 10)
-    assert (configs.get_config("listops").r_min, configs.get_config("listops").r_max) == (0.0, 0.99)
-    text = configs.get_config("text")
+    assert (_config("pathx").r_min, _config("pathx").r_max) == (0.999, 0.9999)
+    assert _config("pathx").max_phase == pytest.approx(math.pi / 10)
+    assert (_config("listops").r_min, _config("listops").r_max) == (0.0, 0.99)
+    text = _config("text")
     assert text.recurrent_lr == pytest.approx(0.1 * text.base_lr)
-    assert [c.glu for c in configs.CONFIGS.values()].count("half") == 1
-    assert configs.get_config("pathx").glu == "half"
+    assert [_config(t).glu for t in tasks.names()].count("half") == 1
+    assert _config("pathx").glu == "half"
     with pytest.raises(ValueError, match="Unknown LRA task 'imdb'"):
-        configs.get_config("imdb")
+        _config("imdb")

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from experiments.lra import generate as gen
-from experiments.lra.data import load_task
+from experiments.lra.tasks import load_task
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = dict(min_length=20, max_length=120, max_depth=6, max_args=5)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.lra import configs, data, steps, tasks, train
+from experiments.lra import data, steps, tasks, train
 from experiments.lra._metrics import read_records
 
 # The trainer sets XLA_FLAGS / XLA_PYTHON_CLIENT_PREALLOCATE; conftest puts them back.
@@ -35,16 +35,17 @@ def test_registry_holds_the_six_lra_tasks():
         assert (t.name, t.folder, t.num_classes, t.seq_len) == (name, folder, classes, length)
         assert (t.vocab_size, t.in_channels, t.model) == (vocab, channels, model)
         assert steps.task_spec(name) == steps.TaskSpec(name, classes, length, vocab, channels)
-        assert configs.get_config(name) is t.config and configs.CONFIGS[name] is t.config
         assert t.config.eval_every == t.train_size // t.config.batch_size
     assert {n for n, t in tasks.REGISTRY.items() if t.remat} == {"retrieval", "pathx"}
     on_demand = {n for n, t in tasks.REGISTRY.items() if t.allocate_on_demand}
     assert on_demand == {"text", "retrieval", "pathx"}
     assert tasks.get_task("image").pixel_mean == (0.4914, 0.4822, 0.4465)
     assert tasks.get_task("pathx").pixel_std == (0.5,)
-    # the old per-task tables, now views of the registry
-    assert data.TASKS == tasks.names() and data.TASK_DIRS["pathx"] == EXPECTED["pathx"][0]
-    assert data.IMAGE_SIDE == {"image": 32, "pathfinder": 32, "pathx": 128}
+    assert {n: t.image_side for n, t in tasks.REGISTRY.items() if t.image_side} == {
+        "image": 32,
+        "pathfinder": 32,
+        "pathx": 128,
+    }
 
 
 def _entry(**changes) -> tasks.Task:
@@ -79,7 +80,7 @@ def test_lookups_and_bad_entries_say_what_is_wrong():
     with pytest.raises(ValueError, match="'listops' is already registered; pass replace=True"):
         tasks.register(_entry(name="listops"))
     with pytest.raises(TypeError, match="expects a Task"):
-        tasks.register(configs.get_config("listops"))
+        tasks.register(tasks.get_task("listops").config)
     with pytest.raises(ValueError, match="token task .* needs vocab_size"):
         _entry(vocab_size=None)
     with pytest.raises(ValueError, match="square image, got 12"):
@@ -144,7 +145,7 @@ def tiny():
 
 def test_new_task_loads_from_its_entry_and_loader(tiny, tmp_path):
     rows = _write_parity(tmp_path / "data")
-    loaded = data.load_task("tiny", tmp_path / "data", cache_dir=tmp_path / "cache")
+    loaded = tasks.load_task("tiny", tmp_path / "data", cache_dir=tmp_path / "cache")
     # the vocabulary by hand: specials, then train tokens by descending count
     counts = Counter("".join(rows["train"]))
     vocab = ("<pad>", "<unk>", "<eos>") + tuple(sorted(counts, key=lambda t: (-counts[t], t)))
@@ -158,13 +159,13 @@ def test_new_task_loads_from_its_entry_and_loader(tiny, tmp_path):
             want = [vocab.index(c) for c in b] + [data.EOS_ID] + pad
             assert got["inputs"][i].tolist() == want
             assert got["lengths"][i] == len(b) + 1 and got["labels"][i] == b.count("1") % 2
-    again = data.load_task("tiny", tmp_path / "data", cache_dir=tmp_path / "cache")
+    again = tasks.load_task("tiny", tmp_path / "data", cache_dir=tmp_path / "cache")
     assert isinstance(again.train.inputs, np.memmap)  # reopened from the cache
     np.testing.assert_array_equal(again.test.inputs, loaded.test.inputs)
     assert steps.task_spec("tiny") == steps.TaskSpec("tiny", 2, 16, 5, None)
     tasks.register(_entry(model="retrieval"), replace=True)  # an entry its loader contradicts
     with pytest.raises(ValueError, match="single token sequences, but .* model='retrieval'"):
-        data.load_task("tiny", tmp_path / "data")
+        tasks.load_task("tiny", tmp_path / "data")
 
 
 @pytest.mark.slow

@@ -21,8 +21,8 @@ from listops_argv import listops_argv
 from experiments.lra import _checkpoint as ckpt
 from experiments.lra import generate, train
 from experiments.lra._metrics import read_records
-from experiments.lra.data import load_task
 from experiments.lra.steps import build_model, make_optimizer
+from experiments.lra.tasks import load_task
 
 _args = listops_argv
 

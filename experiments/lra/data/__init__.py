@@ -5,7 +5,8 @@ The folder of each task is found by searching under `data_root` (`find_task_dir`
 because the archive nests as `lra_release/lra_release/...`. Which folder, which loader and
 which sizes belong to a task is the task's entry in `experiments/lra/tasks.py`; the
 loaders live here by concern: `_tokens.py` (ListOps, Text, Retrieval), `_pixels.py`
-(Image, Pathfinder, PathX), `_cache.py` (the `.npy` cache), `_load.py` (`load_task`).
+(Image, Pathfinder, PathX), `_cache.py` (the `.npy` cache), `_load.py` (`load`, which
+`tasks.load_task(name, ...)` calls with the task's entry).
 
 | task | folder searched for, files in it | l_max | classes |
 |---|---|---|---|
@@ -87,7 +88,7 @@ from ._common import (
     read_lines,
     split_permutation,
 )
-from ._load import batch_indices, find_task_dir, load_task
+from ._load import batch_indices, find_task_dir, load
 from ._pixels import pixel_meta
 from ._tokens import build_token_task, code_points, take
 
@@ -101,7 +102,7 @@ __all__ = [
     "Split",
     "TaskData",
     "find_task_dir",
-    "load_task",
+    "load",
     "batch_indices",
     "SEARCH_DEPTH",
     "SPLIT_SEED",
@@ -116,22 +117,3 @@ __all__ = [
     "code_points",
     "take",
 ]
-
-
-def __getattr__(name: str):
-    """The per-task tables of the registry (`experiments/lra/tasks.py`), by their old names,
-    computed on each access so that tasks registered later appear in them."""
-    from .. import tasks
-
-    reg = tasks.REGISTRY.values()
-    tables = {
-        "TASKS": lambda: tasks.names(),
-        "TASK_DIRS": lambda: {t.name: t.folder for t in reg},
-        "NUM_CLASSES": lambda: {t.name: t.num_classes for t in reg},
-        "L_MAX": lambda: {t.name: t.seq_len for t in reg if t.in_channels is None},
-        "IMAGE_SIDE": lambda: {t.name: t.image_side for t in reg if t.in_channels is not None},
-        "IN_CHANNELS": lambda: {t.name: t.in_channels for t in reg if t.in_channels is not None},
-    }
-    if name in tables:
-        return tables[name]()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""`load_task`: find a task's folder, build (or reopen from the cache) its arrays."""
+"""`load`: find a task's folder, build (or reopen from the cache) its arrays."""
 
 import os
 from collections.abc import Mapping
@@ -71,8 +71,8 @@ def _subfolders(folder: Path) -> list[Path]:
         return []
 
 
-def load_task(
-    task: str,
+def load(
+    spec,
     data_root: str | os.PathLike,
     *,
     cache_dir: str | os.PathLike | None = None,
@@ -81,7 +81,8 @@ def load_task(
     """Load one LRA task from the official files under `data_root`.
 
     **Arguments:**
-    - `task`: the name of a registered task (`experiments.lra.tasks.names()`).
+    - `spec`: the task's registry entry (an `experiments.lra.tasks.Task`: its folder,
+      loader, sizes); `tasks.load_task(name, ...)` looks it up by name.
     - `data_root`: a folder containing the task folder at any depth up to `SEARCH_DEPTH`.
     - `cache_dir`: where to keep built arrays and the vocabulary (recommended, required in
       practice for PathX); None builds in memory every time.
@@ -90,14 +91,10 @@ def load_task(
 
     **Raises:** `DataError` for a malformed or unreadable file (naming the file and line),
     an empty split or an unusable `cache_dir`; `MissingDataError` (a `DataError` and a
-    `FileNotFoundError`) for a missing folder or file; `ValueError` for an unknown `task`
-    or a bad `max_examples`.
+    `FileNotFoundError`) for a missing folder or file; `ValueError` for a bad
+    `max_examples`.
     """
-    from .. import tasks  # the registry imports the loaders of this package
-
-    if task not in tasks.REGISTRY:
-        raise ValueError(f"Unknown task {task!r}; expected one of {tasks.names()}.")
-    spec = tasks.REGISTRY[task]
+    task = spec.name
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise ValueError(f"max_examples must be a positive int or None, got {max_examples!r}.")
     task_dir = find_task_dir(data_root, spec.folder)
