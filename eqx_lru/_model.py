@@ -594,6 +594,11 @@ class LRURetrievalModel(eqx.Module):
     its statistics over both documents of every pair in the batch (as S5 does by
     concatenating them along the batch axis): every `MaskedBatchNorm` of the encoder
     reduces over its own axis names and the pair axis.
+
+    **Streaming.** With causal blocks, each document is a stream of the encoder
+    (`model.encoder.init_carry()`, then `model.encoder.step` or `chunk`), whose output is
+    the pooled features of the document so far; `classify(u, v)` gives the pair's logits
+    from the two, equal to the call in inference mode once both documents have been read.
     """
 
     encoder: LRUModel
@@ -665,8 +670,18 @@ class LRURetrievalModel(eqx.Module):
         (u, v), state = jax.vmap(encode, axis_name=_PAIR_AXIS, out_axes=(0, None))(
             jnp.asarray(x), None if length is None else jnp.asarray(length), keys
         )
+        return self.classify(u, v), state
+
+    @jaxtyped(typechecker=beartype)
+    def classify(
+        self, u: Float[ArrayLike, " d_model"], v: Float[ArrayLike, " d_model"]
+    ) -> Float[Array, " out_size"]:
+        r"""The logits of a pair from its two documents' pooled features $u, v$ (the
+        encoder's outputs): $W_2 \operatorname{GELU}(W_1 [u, v, u - v, u \odot v] + b_1) + b_2$.
+        """
+        u, v = jnp.asarray(u), jnp.asarray(v)
         features = jnp.concatenate([u, v, u - v, u * v])
-        return self.mlp_out(jax.nn.gelu(self.mlp_in(features))), state
+        return self.mlp_out(jax.nn.gelu(self.mlp_in(features)))
 
 
 def _with_pair_axis(encoder: LRUModel) -> LRUModel:

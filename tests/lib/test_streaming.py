@@ -480,6 +480,36 @@ def test_generation_loop():
     np.testing.assert_array_equal(predicted[4:-1], np.asarray(tokens))
 
 
+def test_retrieval_documents_stream_then_classify():
+    """Each document of a pair is a stream of the shared encoder (token by token, or one
+    padded chunk); `classify` of the two running means, once both documents are read, is
+    the two-tower model's call in inference mode, for documents of different lengths."""
+    encoder, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
+        VOCAB, None, H, N, DEPTH, encoder="embedding", key=jax.random.PRNGKey(8)
+    )
+    model = eqx_lru.LRURetrievalModel(encoder, OUT, mlp_size=3, key=jax.random.PRNGKey(9))
+    model = _perturbed(model, 10)
+    state = _random_running_stats(model.encoder.blocks, state, 11)
+    docs = np.random.default_rng(12).integers(0, VOCAB, size=(2, L)).astype(np.int32)
+    lengths = np.asarray([L, 5], np.int32)
+    docs[1, 5:] = -17  # padding, never read
+    expected = eqx.filter_jit(
+        lambda m, x, n: m(x, state, length=n, inference=True)[0]
+    )(model, docs, lengths)  # fmt: skip
+
+    @eqx.filter_jit
+    def streamed(model, doc_a, doc_b, doc_b_padded):
+        encoder = model.encoder
+        step = lambda c, x_t: encoder.step(c, x_t, state)  # noqa: E731
+        u = jax.lax.scan(step, encoder.init_carry(), doc_a)[1][-1]
+        v = jax.lax.scan(step, encoder.init_carry(), doc_b)[1][-1]
+        _, v_chunk = encoder.chunk(encoder.init_carry(), doc_b_padded, state, length=5)
+        return model.classify(u, v), model.classify(u, v_chunk)
+
+    by_steps, by_chunk = streamed(model, docs[0], docs[1, :5], docs[1])
+    assert _rel(by_steps, expected) < 1e-5 and _rel(by_chunk, expected) < 1e-5
+
+
 def test_bidirectional_and_non_causal_refuse():
     key = jax.random.PRNGKey(0)
     block = eqx_lru.LRUBlock(H, N, bidirectional=True, norm="layer", key=key)
