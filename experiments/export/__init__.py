@@ -25,6 +25,11 @@ batch of examples (`batch` and `length` are symbolic: one artifact serves every 
   the batch: `x` int32 token ids `(batch, length)` (or float32 features `(batch, length,
   in_size)`), `length` the int32 valid lengths `(batch,)`, `out` as the model returns it
   (`(batch, classes)` with pooling);
+- a Retrieval run (the two-tower `eqx_lru.LRURetrievalModel`): the whole pair, `(x,
+  length) -> out`, `x` int32 `(batch, 2, length)` (both documents of a pair, each padded to
+  the common `length`), `length` int32 `(batch, 2)` their valid lengths, `out` the class
+  logits `(batch, classes)` (the manifest's `program` is `"pair"`). It has no `--step`
+  (the head needs both documents whole);
 - `--step`: one position of `batch` streams, `(x_t, *carry) -> (y_t, *carry)`, the model's
   `LRUModel.step` (causal models only): `x_t` int32 `(batch,)` (or float32 `(batch,
   in_size)`), the carry a flat list of arrays (every block's recurrent state; with mean
@@ -45,16 +50,19 @@ batch of examples (`batch` and `length` are symbolic: one artifact serves every 
   `(x, length, *carry) -> (out, *carry)`, starting from a carry (zeros for a new
   sequence, or the carry of an earlier call: chunked prefill) and returning the one after
   the last valid position; `out` is the output at position `length - 1` (with
-  `pooling=None`, every position's, zero at pads).
+  `pooling=None`, every position's, zero at pads). A Retrieval pair is `(x, length) ->
+  out` as in StableHLO, no carry: each document runs the encoder's step in such a `Loop`
+  from zeros, then the two-tower head.
 
 The exported programs do not check their inputs: token ids must be in `[0, vocab_size)`
-(out-of-range ids are clamped, as JAX does) and `1 <= length <= x.shape[1]`.
+(out-of-range ids are clamped, as JAX does) and `1 <= length <= x.shape[1]` (`x.shape[2]`
+for a pair).
 
 The scan method of the run (`--method`) is replaced by `"sequential"` (`lax.scan`, the
 one method that takes a symbolic length); the function is the same.
 
 Exit status: 0 written, 2 a user error (missing run folder or checkpoint, a bidirectional
-model with `--step`, a model ONNX cannot express...: one `error:` line).
+model or a Retrieval run with `--step`, a model ONNX cannot express...: one `error:` line).
 """
 
 import dataclasses
@@ -106,6 +114,13 @@ class Run:
     checkpoint: Path
     in_size: int  # vocabulary size (token tasks) or input features
     tokens: bool
+    pair: bool = False  # a Retrieval run: the two-tower `eqx_lru.LRURetrievalModel`
+
+
+def _sequence_model(model: eqx.Module) -> eqx.Module:
+    """The `LRUModel` that reads one sequence: `model` itself, or the encoder a two-tower
+    `LRURetrievalModel` shares between the documents of a pair."""
+    return model.encoder if isinstance(model, eqx_lru.LRURetrievalModel) else model
 
 
 def load_run(run: str | Path) -> Run:
@@ -138,18 +153,14 @@ def load_run(run: str | Path) -> Run:
             "a backup, or re-train."
         )
     cfg = dict(meta["config"])
-    if cfg.get("task") == "retrieval":
-        raise ExportError(
-            "--run: a Retrieval run (two-tower model) cannot be exported yet; "
-            "export a single-sequence task (listops, text, image, pathfinder, pathx)."
-        )
     cfg.update(method="sequential", sequence_parallel=None, remat=False)
     spec = steps.task_spec(cfg["task"])
     try:
         like = steps.build_model(cfg, spec, jax.random.PRNGKey(0))
-        tokens = isinstance(like[0].encoder, eqx.nn.Embedding)
+        tokens = isinstance(_sequence_model(like[0]).encoder, eqx.nn.Embedding)
         if tokens:  # the run's vocabulary: the size of the stored embedding
-            vocab = _stored_rows(pair.eqx_path, like, like[0].encoder.weight)
+            embedding = _sequence_model(like[0]).encoder
+            vocab = _stored_rows(pair.eqx_path, like, embedding.weight)
             spec = dataclasses.replace(spec, vocab_size=vocab)
             like = steps.build_model(cfg, spec, jax.random.PRNGKey(0))
         (model, state), meta = ckpt.load_pair(
@@ -166,7 +177,8 @@ def load_run(run: str | Path) -> Run:
     model = jax.tree_util.tree_map(jnp.asarray, model)
     state = jax.tree_util.tree_map(jnp.asarray, state)
     in_size = spec.vocab_size if tokens else int(spec.in_channels)
-    return Run(model, state, cfg, meta, pair.eqx_path, in_size, tokens)
+    two_tower = isinstance(model, eqx_lru.LRURetrievalModel)
+    return Run(model, state, cfg, meta, pair.eqx_path, in_size, tokens, two_tower)
 
 
 def _trusted_best(run: Path):
@@ -237,6 +249,11 @@ def _stored_rows(path: Path, like, leaf) -> int:
 
 # --------------------------------------------------------------------------- preparing
 
+_NO_PAIR_STEP = (
+    "--step: a Retrieval run (two-tower model) has no streaming step (its head needs both "
+    "documents whole); export the whole-pair program: drop --step (--format stablehlo)."
+)
+
 
 class _Affine(eqx.Module):
     """Batch norm in inference mode, folded: `x * scale + shift` per channel, one
@@ -285,7 +302,9 @@ def _dims(names: str):
 
 
 def parallel_program(model, state, *, tokens: bool, in_size: int) -> Program:
-    """The whole-sequence call in inference mode, batched: `(x, length) -> (out,)`."""
+    """The whole-sequence call in inference mode, batched: `(x, length) -> (out,)`. For a
+    two-tower `LRURetrievalModel` the whole pair: `x` `(batch, 2, length, ...)`, `length`
+    `(batch, 2)`, `out` the logits `(batch, classes)`."""
 
     def fn(x, length):
         def one(x, length):
@@ -293,9 +312,38 @@ def parallel_program(model, state, *, tokens: bool, in_size: int) -> Program:
 
         return (jax.vmap(one)(x, length),)
 
-    x_shape = ("batch", "length") if tokens else ("batch", "length", in_size)
+    pair = (2,) if isinstance(model, eqx_lru.LRURetrievalModel) else ()
+    x_shape = ("batch", *pair, "length") + (() if tokens else (in_size,))
     x_dtype = jnp.int32 if tokens else jnp.float32
-    return Program(fn, [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32)], ["out"])
+    inputs = [("x", x_shape, x_dtype), ("length", ("batch", *pair), jnp.int32)]
+    return Program(fn, inputs, ["out"])
+
+
+class _Streamed(eqx.Module):
+    """A Retrieval model's encoder as the ONNX model runs it: one document, the step in a
+    loop over its positions from a zero carry (`loop`, the `fn` of
+    `_sequence_step_program`; `carry` the shapes and dtypes of its carry for one stream),
+    called as `LRURetrievalModel` calls its encoder: `(x, state, length=) -> (pooled,
+    state)`."""
+
+    loop: Callable
+    carry: tuple[tuple[tuple[int, ...], Any], ...] = eqx.field(static=True)
+
+    def __call__(self, x, state, *, length, key=None, inference=None):
+        del key, inference
+        carry = [jnp.zeros((1, *shape), dtype) for shape, dtype in self.carry]
+        return self.loop(x[None], length[None], *carry)[0][0], state
+
+
+def _pair_loop_program(model, state, *, tokens: bool, in_size: int) -> Program:
+    """A Retrieval model's whole pair with each document's encoder run as a recurrence
+    (`_Streamed`): `(x, length) -> (out,)` as `parallel_program`, for ONNX."""
+    loop = _sequence_step_program(model.encoder, state, tokens=tokens, in_size=in_size)
+    carry = tuple((tuple(shape[1:]), np.dtype(dtype)) for _, shape, dtype in loop.inputs[2:])
+    streamed = _Streamed(loop.fn, carry)
+    return parallel_program(
+        eqx.tree_at(lambda m: m.encoder, model, streamed), state, tokens=tokens, in_size=in_size
+    )
 
 
 def _carry_names(tree) -> list[str]:
@@ -308,6 +356,8 @@ def _carry_names(tree) -> list[str]:
 
 def step_program(model, state, *, tokens: bool, in_size: int) -> Program:
     """One position of a batch of streams: `(x_t, *carry) -> (y_t, *carry)`."""
+    if isinstance(model, eqx_lru.LRURetrievalModel):
+        raise ExportError(_NO_PAIR_STEP)
     try:
         init = model.init_carry()
     except (TypeError, ValueError) as e:
@@ -423,6 +473,12 @@ def export_onnx(program: Program, *, doc: str = "") -> bytes:
     return model.SerializeToString()
 
 
+_PAIR_NOTE = (
+    "x[:, 0] and x[:, 1] are the two documents of each pair, each padded to the common "
+    "length; length[:, 0] and length[:, 1] their valid lengths. "
+)
+
+
 def _manifest(
     run: Run,
     model,
@@ -448,7 +504,7 @@ def _manifest(
     cfg = run.cfg
     return {
         "format": fmt,
-        "program": "step" if step else "sequence",
+        "program": "step" if step else "pair" if run.pair else "sequence",
         "artifact": artifact.name,
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
@@ -476,8 +532,10 @@ def _manifest(
         },
         "exported_form": "real" if converted or cfg.get("form") == "real" else cfg.get("form"),
         "notes": (
-            "Inference mode; batch norm folded. Inputs are not checked: token ids in "
-            "[0, vocab_size) (others are clamped), 1 <= length <= x.shape[1]."
+            "Inference mode; batch norm folded. "
+            + (_PAIR_NOTE if run.pair else "")
+            + "Inputs are not checked: token ids in [0, vocab_size) (others are clamped), "
+            + ("1 <= length <= x.shape[2]." if run.pair else "1 <= length <= x.shape[1].")
             + (
                 " The step's carry starts at zeros; feed the returned next_carry back."
                 if program.carry
@@ -502,6 +560,8 @@ def export_run(
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}.")
     loaded = load_run(run)
+    if loaded.pair and step:
+        raise ExportError(_NO_PAIR_STEP)
     real = fmt == "onnx"
     converted = real and loaded.cfg.get("form") == "complex" and loaded.cfg.get("core") == "lru"
     model = prepare(loaded.model, loaded.state, real=real)
@@ -509,7 +569,7 @@ def export_run(
     if step or real:
         bidirectional = [
             i
-            for i, b in enumerate(getattr(model, "blocks", ()))
+            for i, b in enumerate(getattr(_sequence_model(model), "blocks", ()))
             if getattr(b, "reverse_core", None) is not None
         ]
         if bidirectional:
@@ -521,6 +581,8 @@ def export_run(
             )
     if step:
         program = step_program(model, loaded.state, **sizes)
+    elif real and loaded.pair:
+        program = _pair_loop_program(model, loaded.state, **sizes)
     elif real:
         program = _sequence_step_program(model, loaded.state, **sizes)
     else:
@@ -528,7 +590,8 @@ def export_run(
     if fmt == "stablehlo":
         data = export_stablehlo(program)
     else:
-        data = export_onnx(program, doc=f"eqx_lru LRUModel from {loaded.checkpoint}")
+        name = type(loaded.model).__name__  # LRUModel, or LRURetrievalModel
+        data = export_onnx(program, doc=f"eqx_lru {name} from {loaded.checkpoint}")
     folder = Path(dest) if dest is not None else Path(run) / "export"
     try:
         folder.mkdir(parents=True, exist_ok=True)

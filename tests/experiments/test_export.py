@@ -11,6 +11,10 @@ read it from the checkpoint) with non-trivial batch-norm running statistics. The
 - ONNX (the complex model converted to the real form): onnxruntime's step over a
   2,000-token stream equals JAX's `model.step` within 1e-5, and the whole-sequence model
   (an ONNX Loop) the parallel call with padding;
+- a Retrieval run (the two-tower `LRURetrievalModel`, built as the trainer builds it): the
+  whole-pair program in StableHLO (reloaded without eqx_lru) and ONNX equals the model's
+  call for two batch sizes and lengths, documents of a pair padded to a common length;
+  `--step` is refused with one line pointing to the whole-pair program;
 - bad runs and flags: one `error:` line, exit status 2;
 - the checkpoint exported is the one the trainer's `--resume` trusts: after a crash while
   the best weights were being replaced (every state `_checkpoint.save` can leave, and a
@@ -500,3 +504,152 @@ def test_recorded_best_refuses_a_malformed_record():
     assert ckpt.recorded_best(None) == (None, None)
     with pytest.raises(ckpt.CheckpointError, match="its 'best' is 3 \\(a number\\)"):
         ckpt.recorded_best({"best": 3})
+
+
+# ------------------------------------------------ Retrieval: the two-tower model, whole pairs
+
+R_VOCAB, R_D_MODEL, R_D_STATE, R_DEPTH, R_CLASSES = 11, 7, 5, 2, 2  # AAN has 2 classes
+
+
+@pytest.fixture(scope="module")
+def retrieval_run(tmp_path_factory):
+    """A Retrieval run folder as the trainer writes it at a validation (no training): the
+    two-tower `LRURetrievalModel` (complex LRU, batch norm with non-trivial running
+    statistics, a vocabulary of 11, not the task's 98, so it is read from the checkpoint)."""
+    folder = tmp_path_factory.mktemp("retrieval")
+    cfg = {
+        **train.task_defaults("retrieval"),
+        "d_model": R_D_MODEL,
+        "d_state": R_D_STATE,
+        "depth": R_DEPTH,
+    }
+    spec = steps.TaskSpec("retrieval", R_CLASSES, 64, R_VOCAB, None)
+    model, state = steps.build_model(cfg, spec, jax.random.PRNGKey(5))
+    assert type(model).__name__ == "LRURetrievalModel"
+    rng = np.random.default_rng(8)
+    for block in model.encoder.blocks:
+        mean = rng.normal(size=R_D_MODEL).astype(np.float32)
+        var = rng.uniform(0.5, 2.0, R_D_MODEL).astype(np.float32)
+        stats = (jnp.asarray(7, jnp.int32), jnp.asarray(mean), jnp.asarray(var))
+        state = state.set(block.norm.state_index, stats)
+    meta = {"step": 7, "val_accuracy": 0.5, "val_loss": 1.0, "config": cfg}
+    ckpt.save(folder, "best", (model, state), meta)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder, model, state
+
+
+def _fresh(state):
+    """A copy of an `eqx.nn.State`: the trainer's Retrieval model scans its blocks (`remat`),
+    which marks the state it was given as used, so each call gets its own copy."""
+    leaves, treedef = jax.tree_util.tree_flatten(state)
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+_RELOAD_PAIR = textwrap.dedent(
+    """
+    import sys
+    import jax
+    import numpy as np
+
+    inputs = np.load(sys.argv[1])
+    with open(sys.argv[2], "rb") as f:
+        pair = jax.export.deserialize(bytearray(f.read()))
+    out = {}
+    for name in ("a", "b"):
+        out[name] = np.asarray(pair.call(inputs["x_" + name], inputs["length_" + name])[0])
+    assert "eqx_lru" not in sys.modules and "experiments" not in sys.modules, sorted(sys.modules)
+    np.savez(sys.argv[3], **out)
+    """
+)
+
+
+@pytest.mark.slow
+def test_retrieval_pair_stablehlo_round_trip_without_eqx_lru(retrieval_run, tmp_path):
+    """The whole-pair program, reloaded where eqx_lru is not importable, equals the
+    two-tower model's call in inference mode for two batch sizes and lengths, both
+    documents of a pair padded to a common length (their own lengths differ)."""
+    folder, model, state = retrieval_run
+    artifact = export.export_run(folder, "stablehlo")
+    assert artifact.name == "model.stablehlo"
+    rng = np.random.default_rng(9)
+    x_a = rng.integers(0, R_VOCAB, (3, 2, 29)).astype(np.int32)
+    length_a = np.array([[29, 4], [13, 29], [1, 22]], np.int32)
+    x_b = rng.integers(0, R_VOCAB, (5, 2, 41)).astype(np.int32)
+    length_b = np.array([[41, 41], [40, 3], [7, 33], [1, 1], [26, 41]], np.int32)
+    np.savez(tmp_path / "in.npz", x_a=x_a, length_a=length_a, x_b=x_b, length_b=length_b)
+    (tmp_path / "reload.py").write_text(_RELOAD_PAIR)
+    subprocess.run(
+        [
+            sys.executable,
+            str(tmp_path / "reload.py"),
+            str(tmp_path / "in.npz"),
+            str(artifact),
+            str(tmp_path / "out.npz"),
+        ],
+        check=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"},
+    )
+    out = np.load(tmp_path / "out.npz")
+    for name, x, length in (("a", x_a, length_a), ("b", x_b, length_b)):
+        expected = _parallel(model, _fresh(state), x, length)
+        assert out[name].shape == expected.shape == (x.shape[0], R_CLASSES)
+        print(f"pair {name}: max abs difference {np.abs(out[name] - expected).max():.3g}")
+        np.testing.assert_allclose(out[name], expected, rtol=1e-5, atol=1e-6)
+    # The padding is ignored: garbage past each document's length changes nothing.
+    noisy = np.where(np.arange(41) < length_b[..., None], x_b, (x_b + 5) % R_VOCAB)
+    np.testing.assert_allclose(
+        _parallel(model, _fresh(state), noisy, length_b), out["b"], rtol=1e-5, atol=1e-6
+    )
+
+    manifest = json.loads((folder / "export" / "model.stablehlo.json").read_text())
+    assert manifest["program"] == "pair" and manifest["task"] == "retrieval"
+    assert manifest["inputs"] == [
+        {"name": "x", "shape": ["batch", 2, "length"], "dtype": "int32"},
+        {"name": "length", "shape": ["batch", 2], "dtype": "int32"},
+    ]
+    assert manifest["outputs"] == [
+        {"name": "out", "shape": ["batch", R_CLASSES], "dtype": "float32"}
+    ]
+    assert manifest["vocab_size"] == R_VOCAB and manifest["carry"] is None
+    assert "x.shape[2]" in manifest["notes"] and "x[:, 1]" in manifest["notes"]
+
+
+@pytest.mark.slow
+def test_retrieval_onnx_pair_matches_jax(retrieval_run, tmp_path):
+    """ONNX (the real form; each document through the encoder's step in a Loop, then the
+    head) equals the two-tower model as trained (complex form, parallel call)."""
+    ort = pytest.importorskip("onnxruntime")
+    folder, model, state = retrieval_run
+    assert export.main(["--run", str(folder), "--format", "onnx", "--dest", str(tmp_path)]) == 0
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(
+        str(tmp_path / "model.onnx"), options, providers=["CPUExecutionProvider"]
+    )
+    assert [i.name for i in session.get_inputs()] == ["x", "length"]
+    rng = np.random.default_rng(10)
+    for batch, size in ((3, 31), (4, 18)):
+        x = rng.integers(0, R_VOCAB, (batch, 2, size)).astype(np.int32)
+        length = rng.integers(1, size + 1, (batch, 2)).astype(np.int32)
+        length[0] = size, 1
+        (out,) = session.run(None, {"x": x, "length": length})
+        expected = _parallel(model, _fresh(state), x, length)
+        print(f"onnx pair {batch}x{size}: max abs difference {np.abs(out - expected).max():.3g}")
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    manifest = json.loads((tmp_path / "model.onnx.json").read_text())
+    assert manifest["program"] == "pair" and manifest["exported_form"] == "real"
+    assert [i["shape"] for i in manifest["inputs"]] == [["batch", 2, "length"], ["batch", 2]]
+    assert manifest["outputs"][0]["shape"] == ["batch", R_CLASSES] and manifest["carry"] is None
+
+
+@pytest.mark.parametrize("fmt", ["stablehlo", "onnx"])
+def test_retrieval_step_fails_with_one_line(fmt, retrieval_run, tmp_path, capsys):
+    argv = ["--run", str(retrieval_run[0]), "--format", fmt, "--step", "--dest", str(tmp_path)]
+    assert export.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "Retrieval" in err[0], err
+    assert "has no streaming step" in err[0], err
+    assert "export the whole-pair program: drop --step" in err[0], err
+    assert not list(tmp_path.iterdir())
