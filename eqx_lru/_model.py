@@ -90,6 +90,10 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference, segment_ids=
     values = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *values)
     template_state = state.substate(template)
     keys = None if key is None else jax.random.split(key, len(blocks))
+    # Whether the block handed its state back as it was given (inference mode), seen at
+    # trace time: then so is the caller's, as in the unrolled loop (no `State.set`, which
+    # would retire the caller's state object).
+    kept = []
 
     @functools.partial(jax.checkpoint, policy=_SAVE_RECURRENCE)
     def body(h, xs):
@@ -98,12 +102,15 @@ def _scan_blocks(blocks, stacked, h, state, length, key, inference, segment_ids=
         sub = jax.tree_util.tree_map(lambda x: x, template_state)  # a fresh State
         for index, value in zip(indices, block_values, strict=True):
             sub = sub.set(index, value)
-        h, sub = _call_block(
+        h, new_sub = _call_block(
             block, h, sub, length, block_key, inference, segment_ids, scan_body=True
         )
-        return h, [sub.get(index) for index in indices]
+        kept.append(new_sub is sub)
+        return h, [new_sub.get(index) for index in indices]
 
     h, new_values = jax.lax.scan(body, h, (stacked, values, keys))
+    if all(kept):
+        return h, state
     for i, block in enumerate(blocks):
         for index, value in zip(_state_indices(block), new_values, strict=True):
             state = state.set(index, jax.tree_util.tree_map(lambda x, i=i: x[i], value))

@@ -294,6 +294,18 @@ def test_remat_same_values_and_gradients(bidirectional):
         np.testing.assert_allclose(gb, ga, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("remat", [False, True])
+def test_inference_hands_back_the_state_it_was_given(remat):
+    """Inference mode leaves the state as it is and returns that same object, so an eager
+    caller can call again with it (the scan over rematerialised blocks once retired it)."""
+    model, state = _model(encoder="embedding", depth=2, remat=remat)
+    state = _random_running_stats(model, state)
+    x = _inputs("embedding", 1, 8)[0]
+    (y1, s1), (y2, s2) = (model(x, state, inference=True) for _ in range(2))
+    assert s1 is state and s2 is state
+    np.testing.assert_array_equal(y1, y2)
+
+
 def test_remat_lowers_compiled_memory():
     """Compile only (nothing allocated): the training gradient of a depth-4 model needs
     far less XLA scratch memory with `remat=True` (1.27 → 0.49 MB here; 184 → 53 MB at
