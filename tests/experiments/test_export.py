@@ -538,13 +538,6 @@ def retrieval_run(tmp_path_factory):
     return folder, model, state
 
 
-def _fresh(state):
-    """A copy of an `eqx.nn.State`: the trainer's Retrieval model scans its blocks (`remat`),
-    which marks the state it was given as used, so each call gets its own copy."""
-    leaves, treedef = jax.tree_util.tree_flatten(state)
-    return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
 _RELOAD_PAIR = textwrap.dedent(
     """
     import sys
@@ -593,14 +586,14 @@ def test_retrieval_pair_stablehlo_round_trip_without_eqx_lru(retrieval_run, tmp_
     )
     out = np.load(tmp_path / "out.npz")
     for name, x, length in (("a", x_a, length_a), ("b", x_b, length_b)):
-        expected = _parallel(model, _fresh(state), x, length)
+        expected = _parallel(model, state, x, length)
         assert out[name].shape == expected.shape == (x.shape[0], R_CLASSES)
         print(f"pair {name}: max abs difference {np.abs(out[name] - expected).max():.3g}")
         np.testing.assert_allclose(out[name], expected, rtol=1e-5, atol=1e-6)
     # The padding is ignored: garbage past each document's length changes nothing.
     noisy = np.where(np.arange(41) < length_b[..., None], x_b, (x_b + 5) % R_VOCAB)
     np.testing.assert_allclose(
-        _parallel(model, _fresh(state), noisy, length_b), out["b"], rtol=1e-5, atol=1e-6
+        _parallel(model, state, noisy, length_b), out["b"], rtol=1e-5, atol=1e-6
     )
 
     manifest = json.loads((folder / "export" / "model.stablehlo.json").read_text())
@@ -635,7 +628,7 @@ def test_retrieval_onnx_pair_matches_jax(retrieval_run, tmp_path):
         length = rng.integers(1, size + 1, (batch, 2)).astype(np.int32)
         length[0] = size, 1
         (out,) = session.run(None, {"x": x, "length": length})
-        expected = _parallel(model, _fresh(state), x, length)
+        expected = _parallel(model, state, x, length)
         print(f"onnx pair {batch}x{size}: max abs difference {np.abs(out - expected).max():.3g}")
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
     manifest = json.loads((tmp_path / "model.onnx.json").read_text())
