@@ -12,7 +12,8 @@ import pytest
 from test_lra_data import write, write_aan, write_cifar, write_listops, write_pathfinder
 
 from experiments.lra import generate as gen
-from experiments.lra.data import DataError, MissingDataError, load_task
+from experiments.lra.data import DataError, MissingDataError
+from experiments.lra.tasks import load_task
 
 
 def test_error_classes():

@@ -26,7 +26,7 @@ import eqx_lru
 from experiments.lra import _checkpoint as ckpt
 from experiments.lra import _env, generate, train
 from experiments.lra._metrics import read_records
-from experiments.lra.data import load_task
+from experiments.lra.tasks import load_task
 
 STEPS = 8
 REPO = Path(__file__).resolve().parents[2]
