@@ -133,6 +133,9 @@ def test_resume_after_stop_is_bit_exact(data, reference, tmp_path):
 @pytest.mark.parametrize("how", ["sigint", "keyboard_interrupt"])
 def test_interrupt_saves_a_checkpoint_that_resumes_exactly(how, data, reference, tmp_path):
     out = tmp_path / "run"
+    # What the process had (Python's default handler; SIG_IGN where a shell started the
+    # tests in the background): the trainer must put it back.
+    before = signal.getsignal(signal.SIGINT)
 
     def hook(step):
         if step == 5:  # between checkpoints (every 3 steps)
@@ -144,7 +147,7 @@ def test_interrupt_saves_a_checkpoint_that_resumes_exactly(how, data, reference,
     first = train.run(_args(data, out), hook=hook)
     assert first["status"] == "interrupted"
     assert json.loads((out / "last.json").read_text())["step"] == 5
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert signal.getsignal(signal.SIGINT) is before  # restored
     assert train.main(_args(data, out, "--resume")) == 0
     assert _losses(out) == _losses(reference[1])
     assert _last_tree(out) == _last_tree(reference[1])
