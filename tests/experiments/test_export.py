@@ -26,6 +26,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -122,6 +123,21 @@ _RELOAD = textwrap.dedent(
 )
 
 
+def _run_without_eqx_lru(script: str, folder: Path, *artifacts: Path) -> None:
+    """Run `script` as `script in.npz ARTIFACT... out.npz` in `folder`, in a fresh process
+    whose path cannot reach eqx_lru or experiments (the script asserts it)."""
+    (folder / "reload.py").write_text(script)
+    subprocess.run(
+        [sys.executable, str(folder / "reload.py"), str(folder / "in.npz")]
+        + [str(a) for a in artifacts]
+        + [str(folder / "out.npz")],
+        check=True,
+        cwd=folder,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"},
+    )
+
+
 @pytest.mark.slow
 def test_stablehlo_round_trip_in_a_process_without_eqx_lru(run, tmp_path):
     folder, model, state = run
@@ -131,21 +147,7 @@ def test_stablehlo_round_trip_in_a_process_without_eqx_lru(run, tmp_path):
     x, length = _tokens((3, 37), 1), np.array([37, 20, 1], np.int32)
     stream = _tokens((2, 23), 2)
     np.savez(tmp_path / "in.npz", x=x, length=length, stream=stream)
-    (tmp_path / "reload.py").write_text(_RELOAD)
-    subprocess.run(
-        [
-            sys.executable,
-            str(tmp_path / "reload.py"),
-            str(tmp_path / "in.npz"),
-            str(sequence),
-            str(step),
-            str(tmp_path / "out.npz"),
-        ],
-        check=True,
-        cwd=tmp_path,
-        timeout=600,
-        env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"},
-    )
+    _run_without_eqx_lru(_RELOAD, tmp_path, sequence, step)
     out = np.load(tmp_path / "out.npz")
     np.testing.assert_allclose(
         out["sequence"], _parallel(model, state, x, length), rtol=1e-5, atol=1e-6
@@ -570,20 +572,7 @@ def test_retrieval_pair_stablehlo_round_trip_without_eqx_lru(retrieval_run, tmp_
     x_b = rng.integers(0, R_VOCAB, (5, 2, 41)).astype(np.int32)
     length_b = np.array([[41, 41], [40, 3], [7, 33], [1, 1], [26, 41]], np.int32)
     np.savez(tmp_path / "in.npz", x_a=x_a, length_a=length_a, x_b=x_b, length_b=length_b)
-    (tmp_path / "reload.py").write_text(_RELOAD_PAIR)
-    subprocess.run(
-        [
-            sys.executable,
-            str(tmp_path / "reload.py"),
-            str(tmp_path / "in.npz"),
-            str(artifact),
-            str(tmp_path / "out.npz"),
-        ],
-        check=True,
-        cwd=tmp_path,
-        timeout=600,
-        env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"},
-    )
+    _run_without_eqx_lru(_RELOAD_PAIR, tmp_path, artifact)
     out = np.load(tmp_path / "out.npz")
     for name, x, length in (("a", x_a, length_a), ("b", x_b, length_b)):
         expected = _parallel(model, state, x, length)
