@@ -41,24 +41,29 @@ from experiments.lra import steps, train
 VOCAB, D_MODEL, D_STATE, DEPTH, CLASSES = 15, 8, 6, 2, 10
 
 
-def _write_run(folder, **overrides):
-    """A run folder holding what the trainer writes at a validation: best.eqx/best.json."""
+def _write_run(
+    folder, task="listops", sizes=(CLASSES, VOCAB, D_MODEL, D_STATE, DEPTH), *, seed=0, **overrides
+):
+    """A run folder holding what the trainer writes at a validation: best.eqx/best.json, the
+    model of `task` with `sizes` (classes, vocabulary, H, N, depth) and running batch-norm
+    statistics as after some training."""
+    classes, vocab, d_model, d_state, depth = sizes
     cfg = {
-        **train.task_defaults("listops"),
-        "d_model": D_MODEL,
-        "d_state": D_STATE,
-        "depth": DEPTH,
+        **train.task_defaults(task),
+        "d_model": d_model,
+        "d_state": d_state,
+        "depth": depth,
         **overrides,
     }
-    spec = steps.TaskSpec("listops", CLASSES, 64, VOCAB, None)
-    model, state = steps.build_model(cfg, spec, jax.random.PRNGKey(3))
-    rng = np.random.default_rng(0)
-    for block in model.blocks:  # running statistics as after some training
-        mean = rng.normal(size=D_MODEL).astype(np.float32)
-        var = rng.uniform(0.5, 2.0, D_MODEL).astype(np.float32)
-        state = state.set(
-            block.norm.state_index, (jnp.asarray(7, jnp.int32), jnp.asarray(mean), jnp.asarray(var))
-        )
+    spec = steps.TaskSpec(task, classes, 64, vocab, None)
+    model, state = steps.build_model(cfg, spec, jax.random.PRNGKey(3 + seed))
+    rng = np.random.default_rng(seed)
+    sequence_model = model.encoder if task == "retrieval" else model  # the two-tower one's
+    for block in sequence_model.blocks:
+        mean = rng.normal(size=d_model).astype(np.float32)
+        var = rng.uniform(0.5, 2.0, d_model).astype(np.float32)
+        stats = (jnp.asarray(7, jnp.int32), jnp.asarray(mean), jnp.asarray(var))
+        state = state.set(block.norm.state_index, stats)
     meta = {"step": 7, "val_accuracy": 0.5, "val_loss": 1.0, "config": cfg}
     ckpt.save(folder, "best", (model, state), meta)
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -519,24 +524,9 @@ def retrieval_run(tmp_path_factory):
     two-tower `LRURetrievalModel` (complex LRU, batch norm with non-trivial running
     statistics, a vocabulary of 11, not the task's 98, so it is read from the checkpoint)."""
     folder = tmp_path_factory.mktemp("retrieval")
-    cfg = {
-        **train.task_defaults("retrieval"),
-        "d_model": R_D_MODEL,
-        "d_state": R_D_STATE,
-        "depth": R_DEPTH,
-    }
-    spec = steps.TaskSpec("retrieval", R_CLASSES, 64, R_VOCAB, None)
-    model, state = steps.build_model(cfg, spec, jax.random.PRNGKey(5))
+    sizes = (R_CLASSES, R_VOCAB, R_D_MODEL, R_D_STATE, R_DEPTH)
+    model, state = _write_run(folder, "retrieval", sizes, seed=2)
     assert type(model).__name__ == "LRURetrievalModel"
-    rng = np.random.default_rng(8)
-    for block in model.encoder.blocks:
-        mean = rng.normal(size=R_D_MODEL).astype(np.float32)
-        var = rng.uniform(0.5, 2.0, R_D_MODEL).astype(np.float32)
-        stats = (jnp.asarray(7, jnp.int32), jnp.asarray(mean), jnp.asarray(var))
-        state = state.set(block.norm.state_index, stats)
-    meta = {"step": 7, "val_accuracy": 0.5, "val_loss": 1.0, "config": cfg}
-    ckpt.save(folder, "best", (model, state), meta)
-    (folder / "config.json").write_text(json.dumps(cfg))
     return folder, model, state
 
 
