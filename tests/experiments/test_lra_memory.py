@@ -1,14 +1,14 @@
 """The LRA trainer's remat step stays within the XLA temp that experiments/lra/MEMORY.md
-measured (compile only: nothing of that size is allocated, no timing).
+measured (compile only: nothing of that size is allocated; no timing).
 
-The table's PathX row (Table 9 sizes: batch 32, L 16384, depth 6, complex LRU, remat,
-`auto` method, CPU backend) is the budget. XLA's temp is linear in the length (every
+The budget is the table's PathX row: 7.54 GB at Table 9 sizes (batch 32, L 16384, depth 6,
+complex LRU, remat, `auto` method, CPU backend). XLA's temp is linear in the length (every
 buffer that grows is one sequence long), so the test compiles the same step at 1/16 of the
-length and compares with 1/16 of the table's figure, plus 10% for the part that does not
-grow with the length (the parameters' gradients and the optimiser's update: 4.5% at this
-length, 0.492 GB against 0.471 GB). A regression of the kind issue 25 found (two more
-state-sized buffers live at once in a bidirectional block's backward pass: 0.605 GB here,
-9.4 GB at full length) fails it.
+length and allows 1/16 of the table's figure plus 10% for the part that does not grow with
+the length (parameter gradients, the optimiser's update; 4.5% at this length: the step
+needs 0.492 GB against 0.471 GB). The regression of 1f02d29 (a bidirectional block kept
+one direction's states and their adjoint through the other direction's backward pass:
+9.42 GB at full length, 0.605 GB here) fails it.
 """
 
 import jax
@@ -18,7 +18,7 @@ import pytest
 TABLE_TEMP_BYTES = 7.54e9
 TABLE_LENGTH = 16384
 LENGTH = TABLE_LENGTH // 16
-#: The step's temp that does not grow with the length, as a fraction of the budget.
+#: Allowance for the temp that does not grow with the length, a fraction of the scaled figure.
 FIXED_PART = 0.10
 
 
