@@ -109,3 +109,18 @@ def rglru_loop(p, x, *, c=8.0, dt=None, h0=None, reverse=False, segment_ids=None
         states[k] = h
         y[k] = np.concatenate([h.real, h.imag]) if phase else h
     return y, states
+
+
+def s5_dt_loop(p, u, dt, *, reverse=False):
+    """S5 with a time step per position: the zero-order hold over Δ_j dt_k,
+    x_k = exp(Λ Δ dt_k) x_{k-1} + (exp(Λ Δ dt_k) - 1) / Λ · (B u_k), y_k = 2 Re(C x_k) + D u_k."""
+    u, dt = np.asarray(u, np.float64), np.broadcast_to(np.asarray(dt, np.float64), u.shape[:1])
+    lam = p["Lambda_re"] + 1j * p["Lambda_im"]
+    B, C = p["B_re"] + 1j * p["B_im"], p["C_re"] + 1j * p["C_im"]
+    x = np.zeros(lam.shape, np.complex128)
+    y = np.zeros_like(u)
+    for k in range(u.shape[0] - 1, -1, -1) if reverse else range(u.shape[0]):
+        bar = np.exp(lam * np.exp(p["log_step"]) * dt[k])
+        x = bar * x + (bar - 1) / lam * (B @ u[k])
+        y[k] = 2 * (C @ x).real + p["D"] * u[k]
+    return y

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from core_runs import packed_chunked_streamed
-from reference import lru_dt_loop, lru_kernel_sum, lru_params_np
+from reference import lru_dt_loop, lru_kernel_sum, lru_params_np, s5_dt_loop
 
 import eqx_lru
 from eqx_lru._dt import reverse_steps
@@ -210,3 +210,45 @@ def test_bad_dt_step_jit_and_cores_without_dt():
     s4d = eqx_lru.baselines.S4D(H, 4, mode="convolution", key=key)
     with pytest.raises(TypeError, match="S4D takes no `dt`"):
         s4d(u, dt=jnp.ones(L))  # the convolution path would otherwise drop it
+
+
+S5_PARAMS = ("Lambda_re", "Lambda_im", "log_step", "B_re", "B_im", "C_re", "C_im", "D")
+
+
+@pytest.mark.parametrize("form", ["complex", "real"])
+def test_s5_dt_zero_order_hold(form):
+    """S5 with `dt`: the float64 oracle of the per-step zero-order hold (both forms, reverse
+    too), gradients with respect to Δt and Δ against central differences of it, Δt ≡ 1 equal
+    to the plain call, and a step of Δt equal to two of Δt/2 with the input held."""
+    with jax.enable_x64(True):
+        core = eqx_lru.baselines.S5(H, 8, form=form, dtype=jnp.float64, key=jax.random.PRNGKey(3))
+        core = eqx.tree_at(lambda m: m.log_step, core, core.log_step + 2.0)  # steps ~ 0.1..1
+        u, dt = _data()
+        p = {n: np.asarray(getattr(core, n)) for n in S5_PARAMS}
+        for reverse in (False, True):
+            y = core(u, dt=dt, reverse=reverse)
+            np.testing.assert_allclose(y, s5_dt_loop(p, u, dt, reverse=reverse), atol=1e-12)
+        np.testing.assert_allclose(core(u, dt=jnp.ones(L)), core(u), rtol=0, atol=1e-13)
+        weights = np.random.default_rng(5).normal(size=(L, H))
+
+        def loss(core, dt):
+            return jnp.sum(weights * jnp.tanh(core(u, dt=dt)))
+
+        grad_dt, grads = jax.grad(loss, 1)(core, dt), eqx.filter_grad(loss)(core, dt)
+        rng, eps = np.random.default_rng(6), 1e-6
+        for name, value, analytic in (("dt", dt, grad_dt), ("log_step", p["log_step"], None)):
+            analytic = grads.log_step if analytic is None else analytic
+            direction = rng.normal(size=np.shape(value))
+
+            def oracle(t, name=name, value=value, direction=direction):
+                q = {**p, name: np.asarray(value) + t * direction} if name != "dt" else p
+                steps = np.asarray(dt) + t * direction if name == "dt" else dt
+                return np.sum(weights * np.tanh(s5_dt_loop(q, u, steps)))
+
+            numeric = (oracle(eps) - oracle(-eps)) / (2 * eps)
+            got = float(jnp.sum(analytic * direction))
+            np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-9, err_msg=name)
+        x0 = core.step(core.init_state(), u[1])[0]
+        one, _ = core.step(x0, u[0], dt=dt[0])
+        half, _ = core.step(core.step(x0, u[0], dt=dt[0] / 2)[0], u[0], dt=dt[0] / 2)
+        np.testing.assert_allclose(half, one, rtol=0, atol=1e-14)
