@@ -257,3 +257,13 @@ def test_matches_recurrentgemma(variant):
     for theirs_g, ours_g in pairs:
         scale = float(jnp.max(jnp.abs(theirs_g)))
         np.testing.assert_allclose(ours_g, theirs_g, rtol=0, atol=1e-4 * scale)
+
+
+@pytest.mark.slow
+def test_pallas_method_with_per_step_transitions():
+    """The Pallas kernel (interpret mode off the GPU) scans the per-step transitions of all
+    three variants, with `dt`, as the sequential scan does."""
+    x, dt = _data(jnp.float32)
+    for variant in VARIANTS:
+        ours, ref = (_core(variant, jnp.float32, method) for method in ("pallas", "sequential"))
+        np.testing.assert_allclose(ours(x, dt=dt), ref(x, dt=dt), rtol=0, atol=1e-6)
