@@ -3,6 +3,8 @@ oracle (outputs, states, gradients by central differences, with and without `dt`
 forms of the complex counterpart against each other, packing, chunks, `step`,
 initialisation, bad arguments, and recurrentgemma's own layer when it is installed."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -267,3 +269,24 @@ def test_pallas_method_with_per_step_transitions():
     for variant in VARIANTS:
         ours, ref = (_core(variant, jnp.float32, method) for method in ("pallas", "sequential"))
         np.testing.assert_allclose(ours(x, dt=dt), ref(x, dt=dt), rtol=0, atol=1e-6)
+
+
+def test_in_a_block_streams_like_the_parallel_call():
+    """`LRUBlock(core=RGLRU)` (the complex counterpart in real form, `d_state = d_model`):
+    `step` over a sequence equals the parallel call in inference mode, and the optimiser's
+    labels put the whole core in the recurrent group."""
+    core = functools.partial(eqx_lru.RGLRU, heads=HEADS, phase=True, form="real")
+    block, state = eqx.nn.make_with_state(eqx_lru.LRUBlock)(
+        H, H, core=core, norm="layer", key=jax.random.PRNGKey(0)
+    )
+    x, _ = _data(jnp.float32)
+
+    @eqx.filter_jit
+    def both(block, x):
+        _, streamed = jax.lax.scan(lambda c, x_t: block.step(c, x_t, state), block.init_carry(), x)
+        return streamed, block(x, state, inference=True)[0]
+
+    streamed, parallel = both(block, x)
+    np.testing.assert_allclose(streamed, parallel, rtol=0, atol=1e-5)
+    labels = eqx_lru.lru_param_labels(block)
+    assert set(jax.tree.leaves(labels.core)) == {"recurrent"}
