@@ -42,8 +42,9 @@ class AbstractRecurrentCore(eqx.Module):
         $u_0, \dots, u_k$ only (and of a reverse run on $u_k, \dots, u_{L-1}$), and zero
         input keeps a zero state. Blocks rely on it for padding and streaming.
     - `takes_dt`: `True` when `run`, `__call__` and `step` accept `dt=`, the time step of
-        each position (irregular sampling, `eqx_lru._dt`); default `False`. Callers pass
-        it through `dt_options(core, dt)`, which refuses `dt` for a core without it.
+        each position (irregular sampling; see the concepts page on time steps); default
+        `False`. Callers pass it through `dt_options(core, dt)`, which refuses `dt` for a
+        core without it.
     """
 
     recurrent_fields: eqx.AbstractClassVar[tuple[str, ...]]

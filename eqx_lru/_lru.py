@@ -209,8 +209,8 @@ class AbstractModalCore(AbstractStatesCore):
         - `segment_ids`: packed sequences: integers of shape `(length,)`, a new segment
             where the value changes; no state crosses a segment boundary.
         - `dt`: irregular time steps (`ComplexLRU`, `RealLRU`): positive floats of shape
-            `(length,)`, the time since the previous position (in the order of processing:
-            see `eqx_lru._dt`), or one scalar for every position. Position $k$ then computes
+            `(length,)`, the time since the position processed before (with `reverse`, the
+            gap to the next position), or one scalar for every position. Position $k$ then computes
             $x_k = \lambda^{\Delta t_k} x_{k-1} + \gamma B u_k$; `None` (default) is
             $\Delta t \equiv 1$.
         - `key`: ignored; accepted for compatibility with other Equinox layers.

@@ -302,8 +302,8 @@ class RGLRU(AbstractStatesCore):
 
     def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
         r"""Run over one sequence `(length, d_model)`: `initial_state`, `reverse`,
-        `segment_ids`, `dt` (positive time steps `(length,)` or a scalar; see
-        `eqx_lru._dt`) and `key` (ignored) as `eqx_lru.AbstractRecurrentCore.__call__`.
+        `segment_ids`, `dt` (positive time steps `(length,)` or a scalar; see the concepts
+        page on time steps) and `key` (ignored) as `eqx_lru.AbstractRecurrentCore.__call__`.
 
         **Returns:** $y$, shape `(length, d_model)`.
         """
