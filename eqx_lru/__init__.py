@@ -15,6 +15,8 @@ from ._rglru import RGLRU as RGLRU
 
 # isort: split
 # Blocks, models and their pieces
+from ._abstract_block import AbstractBlock as AbstractBlock
+from ._abstract_block import AbstractStreamingBlock as AbstractStreamingBlock
 from ._block import LRUBlock as LRUBlock
 from ._glu import GLU as GLU
 from ._model import LRUModel as LRUModel
@@ -55,9 +57,11 @@ from . import baselines as baselines
 
 __all__ = [
     "AbstractAlgebra",
+    "AbstractBlock",
     "AbstractLRU",
     "AbstractRecurrentCore",
     "AbstractScanMethod",
+    "AbstractStreamingBlock",
     "Associative",
     "Auto",
     "Block2x2",
