@@ -334,7 +334,11 @@ class RGLRU(AbstractStatesCore):
         if check_form(form) == self.form:
             return self
         if not self.phase:
-            return super().to_form(form)
+            raise TypeError(
+                "RGLRU without `phase` has real states and no 'complex' form to convert to "
+                "(`to_real` keeps it as it is). Its complex counterpart is a different core: "
+                "`RGLRU(..., phase=True)`."
+            )
         if form == "complex":
             complex_float_dtype(self.Lambda.dtype, "RGLRU(form='complex')", "`form='real'`")
         return rebuild(RGLRU, self, form=form)

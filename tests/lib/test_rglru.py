@@ -217,8 +217,8 @@ def test_bad_inputs_and_forms():
 def test_matches_recurrentgemma(variant):
     """recurrentgemma's own flax RG-LRU on the same parameters (its `a_param` = -Λ,
     `a_imag_param` = θ) on a sequence that starts no document (`segment_pos` ≥ 1):
-    outputs and final state to 2e-6 of the largest value (float32), gradients to 1e-4 of the
-    largest entry. The real variant from a given state; the complex one from zero, as
+    outputs and final state to 1e-6 of the largest value (float32; measured 2e-7), gradients
+    to 1e-5 of the largest entry (measured 9e-7). The real variant from a given state; the complex one from zero, as
     recurrentgemma's complex variant drops the imaginary parts when given a state (its
     scan accumulates in float32 for a complex `h0`). Skipped unless `recurrentgemma` and
     `flax` are installed."""
@@ -249,16 +249,17 @@ def test_matches_recurrentgemma(variant):
     ours, final = core.run(x, initial_state=h0)
     final = final if variant == "real" else jnp.concatenate([final.real, final.imag])
     scale = float(jnp.max(jnp.abs(y)))
-    np.testing.assert_allclose(ours, y, rtol=0, atol=2e-6 * scale)
-    np.testing.assert_allclose(final, last, rtol=0, atol=2e-6 * scale)
+    np.testing.assert_allclose(ours, y, rtol=0, atol=1e-6 * scale)
+    np.testing.assert_allclose(final, last, rtol=0, atol=1e-6 * scale)
     g_ours = eqx.filter_grad(lambda m: jnp.sum(jnp.sin(m(x, initial_state=h0))))(core)
     pairs = [(g_theirs["a_param"], -g_ours.Lambda), (g_theirs["a_gate"]["w"], g_ours.W_a)]
+    pairs += [(g_theirs["a_gate"]["b"], g_ours.b_a), (g_theirs["input_gate"]["w"], g_ours.W_x)]
     pairs += [(g_theirs["input_gate"]["b"], g_ours.b_x)]
     if variant == "complex":
         pairs += [(g_theirs["a_imag_param"], g_ours.theta)]
     for theirs_g, ours_g in pairs:
         scale = float(jnp.max(jnp.abs(theirs_g)))
-        np.testing.assert_allclose(ours_g, theirs_g, rtol=0, atol=1e-4 * scale)
+        np.testing.assert_allclose(ours_g, theirs_g, rtol=0, atol=1e-5 * scale)
 
 
 @pytest.mark.slow
