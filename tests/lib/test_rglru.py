@@ -218,10 +218,10 @@ def test_matches_recurrentgemma(variant):
     """recurrentgemma's own flax RG-LRU on the same parameters (its `a_param` = -Λ,
     `a_imag_param` = θ) on a sequence that starts no document (`segment_pos` ≥ 1):
     outputs and final state to 1e-6 of the largest value (float32; measured 2e-7), gradients
-    to 1e-5 of the largest entry (measured 9e-7). The real variant from a given state; the complex one from zero, as
-    recurrentgemma's complex variant drops the imaginary parts when given a state (its
-    scan accumulates in float32 for a complex `h0`). Skipped unless `recurrentgemma` and
-    `flax` are installed."""
+    to 1e-5 of the largest entry (measured 9e-7). The real variant from a given state; the
+    complex one from zero, as recurrentgemma's complex variant drops the imaginary parts
+    when given a state (its scan accumulates in float32 for a complex `h0`). Skipped unless
+    `recurrentgemma` and `flax` are installed."""
     layers = pytest.importorskip("recurrentgemma.jax.layers")
     core = _core(variant, jnp.float32)
     theirs = layers.RGLRU(width=H, num_heads=HEADS, only_real=variant == "real")
