@@ -252,3 +252,18 @@ def test_s5_dt_zero_order_hold(form):
         one, _ = core.step(x0, u[0], dt=dt[0])
         half, _ = core.step(core.step(x0, u[0], dt=dt[0] / 2)[0], u[0], dt=dt[0] / 2)
         np.testing.assert_allclose(half, one, rtol=0, atol=1e-14)
+
+
+def test_dt_with_bfloat16_storage():
+    """`RealLRU(compute_dtype=bfloat16)` with `dt`: the transitions stay in float32 (only
+    the stored states and projection operands are rounded), `step` matches the parallel
+    call, and the output is within bfloat16 rounding of the float32 layer's."""
+    kwargs = dict(r_min=0.5, r_max=0.95, key=jax.random.PRNGKey(0))
+    low = eqx_lru.RealLRU(H, N, compute_dtype=jnp.bfloat16, **kwargs)
+    full = eqx_lru.RealLRU(H, N, **kwargs)
+    u, dt = _data(jnp.float32)
+    y = low(u, dt=dt)
+    _, ys = jax.lax.scan(lambda c, x: low.step(c, x[0], dt=x[1]), low.init_state(), (u, dt))
+    np.testing.assert_allclose(ys, y, rtol=0, atol=1e-6)
+    reference = full(u, dt=dt)
+    assert float(jnp.max(jnp.abs(y - reference)) / jnp.max(jnp.abs(reference))) < 1e-2
