@@ -28,7 +28,7 @@ def check_dt(dt: ArrayLike, length: Dim | None, dtype) -> Float[Array, "*length"
     step per position) or `()` (one step for every position); `length=None` (for `step`)
     accepts `()` only. Shape and dtype errors are `ValueError`s naming `dt`; a step that is
     not positive and finite is a `ValueError` when `dt` is concrete, an `eqx.error_if`
-    under `jit`/`vmap`."""
+    under `jit`/`vmap` (which `jax.export` lowers with a symbolic length too)."""
     dt = jnp.asarray(dt)
     shapes = "()" if length is None else f"({length},) (one per position) or ()"
     if dt.shape not in ((), (length,)) or (length is None and dt.shape != ()):
@@ -50,7 +50,12 @@ def check_dt(dt: ArrayLike, length: Dim | None, dtype) -> Float[Array, "*length"
         if values.size:
             raise ValueError(message.format(values[0]))
         return dt
-    return eqx.error_if(dt, bad, message.format("a value that is not"))
+    # The check on one scalar, added back to `dt` (+0): `jax.export` with a symbolic length
+    # cannot lower `eqx.error_if` on a length-long array.
+    zero = eqx.error_if(
+        jnp.zeros((), dt.dtype), jnp.any(bad), message.format("a value that is not")
+    )
+    return dt + zero
 
 
 def reverse_steps(dt: Float[ArrayLike, " length"]) -> Float[Array, " length"]:
