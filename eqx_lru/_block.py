@@ -26,6 +26,7 @@ from ._glu import GLU
 from ._lru import ComplexLRU, RealLRU
 from ._norm import MaskedBatchNorm
 from ._padding import check_length, valid_mask, where_valid
+from ._surface import check_carry, check_features, checks_first
 
 #: `make_core(d_model, d_state, *, key)` (and `dtype=` when the block has one) returning an
 #: `eqx_lru.AbstractRecurrentCore`.
@@ -89,6 +90,29 @@ def build_core(
     return built
 
 
+# The checks that run before the type checker of the block's public methods (one line per
+# mistake; see `_surface`).
+
+
+def _check_call(block: "LRUBlock", x, *args, **kwargs) -> None:
+    del args, kwargs
+    check_features(x, block.d_model, name="x", owner="LRUBlock")
+
+
+def _check_step(block: "LRUBlock", carry, x_t, *args, **kwargs) -> None:
+    del args, kwargs
+    block._causal_core("step")
+    check_features(x_t, block.d_model, name="x_t", owner="LRUBlock", position=True)
+    check_carry(carry, block.init_carry, "LRUBlock")
+
+
+def _check_chunk(block: "LRUBlock", carry, x, *args, **kwargs) -> None:
+    del args, kwargs
+    block._causal_core("chunk")
+    check_features(x, block.d_model, name="x", owner="LRUBlock")
+    check_carry(carry, block.init_carry, "LRUBlock")
+
+
 class LRUBlock(AbstractStreamingBlock):
     r"""The pre-norm residual block of the deep LRU (paper Fig. 1, §D.1):
 
@@ -116,7 +140,8 @@ class LRUBlock(AbstractStreamingBlock):
     **Streaming.** A causal (unidirectional) block is also an RNN: `init_carry()`, then
     `step` position by position or `chunk` over chunks in parallel, carrying the core's
     state; inference mode only, equal to the call in inference mode. A bidirectional block
-    refuses (its output depends on later positions).
+    refuses (its output depends on later positions). A carry that differs from
+    `init_carry()` in structure, shapes or dtypes is refused, naming the first difference.
 
     **Recurrent cores.** `core=` is the one knob of the recurrence: `"complex"`,
     `"real"`, or a callable `make_core(d_model, d_state, *, key)` returning an
@@ -209,9 +234,15 @@ class LRUBlock(AbstractStreamingBlock):
         self.remat = remat
 
     @property
+    def d_model(self) -> int:
+        """The width of the residual stream."""
+        return self.glu.linear.in_features
+
+    @property
     def bidirectional(self) -> bool:
         return self.reverse_core is not None
 
+    @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
@@ -250,6 +281,7 @@ class LRUBlock(AbstractStreamingBlock):
             self, x, state, length, segment_ids, key, inference, checkpoint=remat, sequential=remat
         )
 
+    @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
     def scan_body(
         self,
@@ -308,6 +340,7 @@ class LRUBlock(AbstractStreamingBlock):
         """
         return self._causal_core("init_carry").init_state()
 
+    @checks_first(_check_step)
     @jaxtyped(typechecker=beartype)
     def step(
         self,
@@ -333,6 +366,7 @@ class LRUBlock(AbstractStreamingBlock):
         carry, h = core.step(carry, z)
         return carry, x_t + self.glu(jax.nn.gelu(h))
 
+    @checks_first(_check_chunk)
     @jaxtyped(typechecker=beartype)
     def chunk(
         self,

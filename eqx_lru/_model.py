@@ -17,6 +17,7 @@ from ._block_scan import scan_blocks, stack_blocks
 from ._checks import Size, check_key, check_segment_ids, check_size
 from ._norm import MaskedBatchNorm
 from ._padding import check_length, segment_index, valid_mask, where_valid
+from ._surface import check_carry, checks_first
 
 Pooling = Literal["mean", "last"] | None
 #: `block(d_model, d_state, *, dtype, key)` returning an `eqx_lru.AbstractBlock`.
@@ -41,6 +42,29 @@ def _check_block(block: object, index: int, factory: BlockFactory) -> AbstractBl
 
 def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
     return [None] * num if key is None else list(jax.random.split(key, num))
+
+
+# The checks that run before the type checker of the model's public methods (one line per
+# mistake; see `_surface`).
+
+
+def _check_call(model: "LRUModel", x, *args, **kwargs) -> None:
+    del args, kwargs
+    model._check_input(x)
+
+
+def _check_step(model: "LRUModel", carry, x_t, *args, **kwargs) -> None:
+    del args, kwargs
+    model._streaming_blocks("step")
+    model._check_input(x_t, position=True)
+    check_carry(carry, model.init_carry, "LRUModel")
+
+
+def _check_chunk(model: "LRUModel", carry, x, *args, **kwargs) -> None:
+    del args, kwargs
+    model._streaming_blocks("chunk")
+    model._check_input(x)
+    check_carry(carry, model.init_carry, "LRUModel")
 
 
 class LRUModel(eqx.Module):
@@ -79,7 +103,9 @@ class LRUModel(eqx.Module):
     **Streaming.** A model of causal blocks runs as an RNN in inference mode:
     `init_carry()`, then `step` per token (generation loops under `jax.lax.scan`) or
     `chunk` per chunk (prefill), each returning the output for the stream so far — with
-    `pooling="mean"` a running mean, whose sum and count travel in the carry.
+    `pooling="mean"` a running mean, whose sum and count travel in the carry. A carry that
+    differs from `init_carry()` (another model's, one block short, `None`) is refused,
+    naming the first path that differs.
 
     One example per call: batch with `jax.vmap(model, axis_name="batch", in_axes=(0, None),
     out_axes=(0, None))` (the axis name is needed by batch norm in training mode).
@@ -198,9 +224,10 @@ class LRUModel(eqx.Module):
         ndim, rest = (len(shape), x.shape) if position else (len(shape) + 1, x.shape[1:])
         if x.ndim != ndim or rest != shape or not jnp.issubdtype(x.dtype, dtype):
             name, expected, what = ("x_t", one, "streams ") if position else ("x", many, "")
+            batched = f" Batch {what}with `jax.vmap`." if x.ndim > ndim else ""
             raise ValueError(
                 f"This model {encodes}: `{name}` must be {expected}; got {x.dtype} of shape "
-                f"{x.shape}. Batch {what}with `jax.vmap`."
+                f"{x.shape}.{batched}"
             )
         if not position:
             check_length(x, "x")
@@ -228,6 +255,7 @@ class LRUModel(eqx.Module):
             h, state = call(block, h, state, length, block_key, inference, segment_ids)
         return h, state, mask
 
+    @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
     def features(
         self,
@@ -248,6 +276,7 @@ class LRUModel(eqx.Module):
         h, state, _ = self._features(x, state, length, key, inference, segment_ids)
         return h, state
 
+    @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
@@ -379,6 +408,7 @@ class LRUModel(eqx.Module):
             pooled = h[last]
         return carry, pooled if self.head is None else self.head(pooled)
 
+    @checks_first(_check_step)
     @jaxtyped(typechecker=beartype)
     def step(
         self,
@@ -416,6 +446,7 @@ class LRUModel(eqx.Module):
         carry, out = self._readout(dict(carry, blocks=tuple(blocks)), h[None], None)
         return carry, out[0] if self.pooling is None else out
 
+    @checks_first(_check_chunk)
     @jaxtyped(typechecker=beartype)
     def chunk(
         self,
