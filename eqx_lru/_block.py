@@ -1,4 +1,4 @@
-r"""The residual block of the deep LRU (paper Fig. 1, §D.1) and its recurrent-core knob.
+r"""The residual block of the deep LRU (paper Fig. 1, §D.1).
 
 $$y = x + \operatorname{Dropout}\big(\operatorname{GLU}(\operatorname{GELU}(
 \operatorname{Rec}(\operatorname{Norm}(x))))\big)$$
@@ -7,8 +7,7 @@ applied to one sequence `x` of shape `(length, d_model)`. Padded positions (thos
 after `length`) are masked so they never change an output at a valid position.
 """
 
-import inspect
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Literal
 
 import equinox as eqx
@@ -22,73 +21,11 @@ from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
 from ._checks import Size, check_key, check_segment_ids, check_size
 from ._core import AbstractRecurrentCore
+from ._core_factory import Core, build_core, core_factory
 from ._glu import GLU
-from ._lru import ComplexLRU, RealLRU
 from ._norm import MaskedBatchNorm
 from ._padding import check_length, valid_mask, where_valid
 from ._surface import check_carry, check_features, checks_first
-
-#: `make_core(d_model, d_state, *, key)` (and `dtype=` when the block has one) returning an
-#: `eqx_lru.AbstractRecurrentCore`.
-CoreFactory = Callable[..., AbstractRecurrentCore]
-Core = Literal["complex", "real"] | CoreFactory
-
-_SHORTCUTS: dict[str, CoreFactory] = {"complex": ComplexLRU, "real": RealLRU}
-
-
-def core_factory(core: Core) -> CoreFactory:
-    """The factory `make_core(d_model, d_state, *, key)` that `core=` stands for:
-    `"complex"`/`"real"` give `ComplexLRU`/`RealLRU`; a callable is used as is."""
-    if isinstance(core, str):
-        if core not in _SHORTCUTS:
-            raise ValueError(
-                "`core` must be 'complex', 'real' or a callable "
-                f"`make_core(d_model, d_state, *, key)`; got {core!r}."
-            )
-        return _SHORTCUTS[core]
-    if not callable(core):
-        raise TypeError(
-            "`core` must be 'complex', 'real' or a callable `make_core(d_model, d_state, *, "
-            f"key)` returning an eqx_lru.AbstractRecurrentCore; got {type(core).__name__}."
-        )
-    return core
-
-
-def _takes_dtype(make_core: CoreFactory) -> bool:
-    """Whether `make_core` accepts a `dtype=` keyword (`True` when its signature is
-    unknown)."""
-    try:
-        parameters = inspect.signature(make_core).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.name == "dtype" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
-def build_core(
-    core: Core, d_model: int, d_state: int, *, dtype=None, key: PRNGKeyArray
-) -> AbstractRecurrentCore:
-    """The core that `core=` builds: `make_core(d_model, d_state, key=key)`, with
-    `dtype=dtype` when `dtype` is not `None`; a `TypeError` unless it is an
-    `eqx_lru.AbstractRecurrentCore`."""
-    factory = core_factory(core)
-    options = {}
-    if dtype is not None:
-        if not _takes_dtype(factory):
-            raise TypeError(
-                f"`core` ({getattr(factory, '__name__', factory)!r}) takes no `dtype=`, but "
-                f"the block's `dtype` is {dtype!r}: the block passes its dtype to the core. "
-                "Accept `dtype=` in the factory, or leave the block's `dtype` as None."
-            )
-        options["dtype"] = dtype
-    built = factory(d_model, d_state, key=key, **options)
-    if not isinstance(built, AbstractRecurrentCore):
-        raise TypeError(
-            f"`core` must build an eqx_lru.AbstractRecurrentCore; got "
-            f"{type(built).__name__}. Subclass eqx_lru.AbstractRecurrentCore (implement "
-            "`init_state`, `step`, `run` and declare `recurrent_fields`) — see its docstring."
-        )
-    return built
-
 
 # The checks that run before the type checker of the block's public methods (one line per
 # mistake; see `_surface`).
