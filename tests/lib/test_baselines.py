@@ -325,3 +325,26 @@ def test_trains_in_lru_model(name):
         )
         losses.append(float(loss))
     assert np.mean(losses[-8:]) < min(0.5, np.mean(losses[:8]) - 0.4), losses
+
+
+@pytest.mark.parametrize(
+    "C_init, mean_square",
+    [
+        ("trunc_standard_normal", lambda h, p: 2 / p),  # C's parts of variance 1/P, C V
+        ("lecun_normal", lambda h, p: 2 / (h * p)),  # variance 1/(HP): fan-in H * P
+        ("complex_normal", lambda h, p: 1.0),  # C~ itself, parts of variance 1/2
+    ],
+)
+def test_s5_c_init_scales_as_the_official_code(C_init, mean_square):
+    """E|C~_hj|^2 of each `C_init` of S5's code (V has orthonormal columns, so C V keeps
+    the per-entry mean square of C), over 24 x 48 entries: within 12% (about 4 standard
+    errors of the sample mean)."""
+    h, p = 24, 96
+    core = S5(h, p, blocks=2, C_init=C_init, key=jax.random.PRNGKey(5))
+    got = float(np.mean(np.asarray(core.C_re) ** 2 + np.asarray(core.C_im) ** 2))
+    assert got == pytest.approx(mean_square(h, p), rel=0.12)
+    if C_init == "trunc_standard_normal":  # the default, as before the option existed
+        default = S5(h, p, blocks=2, key=jax.random.PRNGKey(5))
+        assert bool(eqx.tree_equal(default, core))
+    with pytest.raises(ValueError, match="`C_init` must be one of"):
+        S5(h, p, C_init="normal", key=jax.random.PRNGKey(5))
