@@ -148,8 +148,9 @@ class S5(AbstractDiagonalSSM):
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($P$, a multiple of `2 * blocks`),
         `blocks` ($J$, HiPPO-N blocks of size $P/J$), `form` (`"complex"` or `"real"`),
-        `C_init` (one of `C_INITS`, see above), `dt_min`/`dt_max` (range of the log-uniform initial steps), `method` (scan method of
-        `eqx_lru.linear_recurrence`), `dtype` (real floating; default JAX's float), `key`."""
+        `C_init` (one of `C_INITS`, see above), `dt_min`/`dt_max` (range of the log-uniform
+        initial steps), `method` (scan method of `eqx_lru.linear_recurrence`), `dtype` (real
+        floating; default JAX's float), `key`."""
         check_size("d_model", d_model)
         check_size("blocks", blocks)
         check_even_state(d_state, blocks, f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)")
