@@ -428,11 +428,11 @@ def check_bound(
     - `run_id`: the run's id (`config.json`'s `run_id`); None: not compared.
     - `settings`: the run's settings (`config.json`); None: not compared.
 
-    **Raises:** `NotBound` if a training setting (`cli.TRAINING_KEYS`) that both the
+    **Raises:** `NotBound` if a training setting (`config.TRAINING_KEYS`) that both the
     checkpoint's `config` and `settings` hold differs, or else if the checkpoint records a
     run id other than `run_id`.
     """
-    from .cli import TRAINING_KEYS
+    from .config import TRAINING_KEYS
 
     theirs = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     settings = settings or {}

@@ -4,7 +4,7 @@ A `Task` says everything the tools need to know about a task: the folder its fil
 (searched under `--data-root`), the loader that reads them, its sizes (classes, sequence
 length, pixel channels or vocabulary), the kind of model it trains, and its defaults
 (paper Table 9). The trainer's `--task` choices, `load_task`, `steps.task_spec` and
-`steps.build_model`, `train.task_defaults`, the allocator choice of `_env`, `memory.py` and
+`steps.build_model`, `config.RunConfig.defaults`, the allocator choice of `_env`, `memory.py` and
 the benchmark all read this registry, so adding a task is one `register(Task(...))` plus
 its loader:
 

@@ -81,7 +81,6 @@ import errno
 import json
 import sys
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,12 +92,14 @@ import numpy as np
 
 from .. import _flags
 from . import _checkpoint as ckpt
-from . import _env
+from . import _env, cli, cores
 from . import _parallel as par
+from . import config as _config
 from ._loop import Abort, Carry, Deadline, Speed, Stop, data_fingerprint, process_age
 from ._metrics import MetricsLog, plot_curves, read_records
-from .cli import _CHECKS, OTHER_KEYS, TRAINING_KEYS, parse_args
-from .data import TaskData, batch_indices
+from .cli import parse_args
+from .config import TRAINING_KEYS, RunConfig
+from .data import DataError, TaskData, batch_indices
 from .steps import (
     build_model,
     compile_train_step,
@@ -107,12 +108,7 @@ from .steps import (
     make_steps,
     task_spec,
 )
-from .tasks import get_task, load_task
-
-try:
-    from .data import DataError
-except ImportError:  # data.py before DataError: its user errors are ValueError / OSError
-    DataError = None
+from .tasks import load_task
 
 __all__ = [
     "UsageError",
@@ -140,120 +136,44 @@ class RunError(Exception):
     memory): the CLI prints the message and exits with status 1, without a traceback."""
 
 
-def task_defaults(task: str) -> dict[str, Any]:
-    """The settings of a new run of `task` without flags (its registry entry, tasks.py)."""
-    c = get_task(task).config
-    return {
-        "task": task,
-        "core": "lru",
-        "form": "complex",
-        "depth": c.depth,
-        "d_model": c.d_model,
-        "d_state": c.d_state,
-        "steps": c.steps,
-        "batch_size": c.batch_size,
-        "lr": c.base_lr,
-        "lr_factor": c.lr_factor,
-        "weight_decay": c.weight_decay,
-        "dropout": c.dropout,
-        "warmup_fraction": c.warmup_fraction,
-        "bidirectional": c.bidirectional,
-        "r_min": c.r_min,
-        "r_max": c.r_max,
-        "max_phase": c.max_phase,
-        "glu": c.glu,
-        "norm": c.norm,
-        "pooling": c.pooling,
-        "seed": 0,
-        "max_examples": None,
-        "method": "auto",
-        "data_root": None,
-        "cache_dir": None,
-        "eval_every": c.eval_every,
-        "checkpoint_every": 1000,
-        "log_every": 50,
-        "eval_batch_size": None,
-        "remat": get_task(task).remat,
-        "deterministic": True,
-    }
+def task_defaults(task: str, core: str = cores.DEFAULT) -> dict[str, Any]:
+    """The settings of a new run of `core` on `task` without flags, as `config.json` holds
+    them (`RunConfig.defaults(task, core).to_json()`)."""
+    return RunConfig.defaults(task, core).to_json()
 
 
-def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
-    """The run's settings: flags, else (with `--resume`) the saved config, else the task's.
+def resolve_config(args: argparse.Namespace) -> RunConfig:
+    """The run's settings: flags, else (with `--resume`) the saved config, else the task's
+    and its core's (`config.new_run`, `config.resumed_run`).
 
-    **Raises:** `UsageError` if `--resume` would change a setting in `TRAINING_KEYS`, if
+    **Raises:** `UsageError` if `--resume` would change a setting that binds the run, if
     `OUT/config.json` is missing or corrupt, or for invalid values.
     """
     out = Path(args.out)
-    given = {
-        k: getattr(args, k)
-        for k in TRAINING_KEYS + OTHER_KEYS
-        if getattr(args, k, None) is not None
-    }
-    if args.resume:
-        path = out / "config.json"
-        if not path.is_file():
-            raise UsageError(
-                f"--resume: {path} does not exist, so there is no run to continue in {out}. "
-                "Drop --resume to start one."
-            )
-        try:
-            saved = ckpt.read_json(path, required=("task",))
-        except ckpt.CheckpointError as e:
-            raise UsageError(str(e)) from None
-        changed = {
-            k: (saved.get(k), v)
-            for k, v in given.items()
-            if k in TRAINING_KEYS and saved.get(k, v) != v
-        }
-        if changed:
-            diff = "; ".join(f"{k}: {a!r} in the run, {b!r} now" for k, (a, b) in changed.items())
-            raise UsageError(
-                f"--resume continues the run in {out} exactly, so its settings cannot change "
-                f"({diff}). Drop those flags, or start a new run with another --out."
-            )
-        # Settings added since the run started take their defaults (old runs: the LRU core).
-        cfg = {**task_defaults(saved["task"]), "remat": False, **saved, **given}
-        cfg.setdefault("run_id", uuid.uuid4().hex)  # runs from before run ids
-    else:
-        if args.task is None:
-            raise UsageError(
-                "--task is required (unless --resume picks it up from OUT/config.json)."
-            )
-        cfg = _core_settings({**task_defaults(args.task), **given}, given)
-        cfg["run_id"] = uuid.uuid4().hex  # binds every checkpoint to this run
-    if cfg.get("eval_batch_size") is None:
-        cfg["eval_batch_size"] = cfg["batch_size"]
-    if not cfg.get("data_root"):
+    given = cli.given(args)
+    try:
+        if args.resume:
+            config = _config.resumed_run(_saved_config(out), given, out=str(out))
+        else:
+            config = _config.new_run(args.task, given)
+    except _config.ConfigError as e:
+        raise UsageError(str(e)) from None
+    if not config.data_root:
         raise UsageError("--data-root is required: the folder holding the task's data.")
-    for name, check in _CHECKS.items():
-        if cfg.get(name) is not None:  # settings added later may be absent from old runs
-            try:
-                check(str(cfg[name]))
-            except argparse.ArgumentTypeError as e:
-                raise UsageError(f"--{name.replace('_', '-')}: {e}.") from None
-    return cfg
+    return config
 
 
-def _core_settings(cfg: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """A new run's settings with those its core does not use refused (when given as flags)
-    or recorded as None (defaults), so that config.json records what is trained."""
-    if cfg["core"] == "lru":
-        return cfg
-    if cfg["core"] == "s4d":
-        unused = [
-            f"--{k} {given[k]}" for k in ("form", "method") if k in given and given[k] != "complex"
-        ]
-        if unused:
-            raise UsageError(
-                "--core s4d trains as an FFT convolution (as in S4D's own code; its recurrence "
-                "needs N/2 times the LRU's memory), which has no scan method and no real form: "
-                f"{' and '.join(unused)} would not be used. Drop it, or use --core s5 or --core "
-                "lru."
-            )
-        cfg = {**cfg, "method": None}
-    # The LRU's ring initialisation (Table 9) does not apply to the baselines.
-    return {**cfg, "r_min": None, "r_max": None, "max_phase": None}
+def _saved_config(out: Path) -> dict[str, Any]:
+    path = out / "config.json"
+    if not path.is_file():
+        raise UsageError(
+            f"--resume: {path} does not exist, so there is no run to continue in {out}. "
+            "Drop --resume to start one."
+        )
+    try:
+        return ckpt.read_json(path, required=("task",))
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- the run
@@ -264,7 +184,7 @@ class _Run:
     """What the steps of `run` share: settings, folder, devices, data, model, programs."""
 
     args: argparse.Namespace
-    cfg: dict[str, Any]
+    cfg: RunConfig
     out: Path
     began: float
     primary: bool = True
@@ -331,7 +251,9 @@ def run(
         except Exception as e:
             if _env.is_out_of_memory(e):
                 raise RunError(
-                    _env.out_of_memory_message(e, r.cfg, devices=r.mesh.size if r.mesh else None)
+                    _env.out_of_memory_message(
+                        e, r.cfg.to_json(), devices=r.mesh.size if r.mesh else None
+                    )
                 ) from e
             raise
         finally:
@@ -346,14 +268,14 @@ def _set_up(args) -> _Run:
     if not isinstance(args, argparse.Namespace):
         args = parse_args(args)
     cfg = resolve_config(args)
-    cfg.update(_env.configure_backend(deterministic=cfg["deterministic"], task=cfg["task"]))
+    cfg = cfg.replace(**_env.configure_backend(deterministic=cfg.deterministic, task=cfg.task))
     r = _Run(args, cfg, Path(args.out), time.perf_counter())
     par.initialize_distributed(args.distributed)
     r.primary = jax.process_index() == 0
     try:
-        r.mesh = par.make_mesh(sequence=int(cfg.get("sequence_parallel") or 1))
-        par.check_batch_size(cfg["batch_size"], r.mesh)
-        par.check_batch_size(cfg["eval_batch_size"], r.mesh, what="--eval-batch-size")
+        r.mesh = par.make_mesh(sequence=int(cfg.sequence_parallel or 1))
+        par.check_batch_size(cfg.batch_size, r.mesh)
+        par.check_batch_size(cfg.eval_batch_size, r.mesh, what="--eval-batch-size")
     except ValueError as e:
         raise UsageError(str(e)) from None
     if r.primary:
@@ -372,8 +294,8 @@ def _set_up(args) -> _Run:
                 f"{r.out} already holds a run (last.eqx). Pass --resume to continue it, or choose "
                 "another --out."
             )
-        if cfg["cache_dir"] is not None:
-            _writable_folder(Path(cfg["cache_dir"]).expanduser(), "--cache-dir")
+        if cfg.cache_dir is not None:
+            _writable_folder(Path(cfg.cache_dir).expanduser(), "--cache-dir")
     except BaseException:
         if r.lock is not None:
             r.lock.release()
@@ -396,40 +318,36 @@ def _writable_folder(folder: Path, flag: str) -> None:
 def _load_data(r: _Run) -> None:
     """Load the task, check that every split can serve its purpose, fingerprint it."""
     cfg = r.cfg
-    root = Path(cfg["data_root"]).expanduser()
+    root = Path(cfg.data_root).expanduser()
     if not root.is_dir():
         raise UsageError(
             f"--data-root {str(root)!r} is not a folder. Point it at the folder holding "
-            f"the {cfg['task']} data (see the README, 'Experiments: Long Range Arena'), or "
+            f"the {cfg.task} data (see the README, 'Experiments: Long Range Arena'), or "
             "generate ListOps/Pathfinder data with `python -m experiments.lra.generate`."
         )
-    user_errors = (FileNotFoundError,) + (
-        (DataError,) if DataError is not None else (ValueError, OSError)
-    )
+    user_errors = (FileNotFoundError, DataError)
     try:
-        r.data = load_task(
-            cfg["task"], root, cache_dir=cfg["cache_dir"], max_examples=cfg["max_examples"]
-        )
+        r.data = load_task(cfg.task, root, cache_dir=cfg.cache_dir, max_examples=cfg.max_examples)
     except user_errors as e:
         raise UsageError(str(e)) from None
     except OSError as e:  # permissions, a symlink loop, a full cache disk...
         if e.filename is None:
             raise
         raise UsageError(
-            f"cannot read the {cfg['task']} data: {e.filename}: {e.strerror or e}. Check that "
+            f"cannot read the {cfg.task} data: {e.filename}: {e.strerror or e}. Check that "
             f"--data-root {str(root)!r} (and --cache-dir, if given) can be read and written by "
             "this user."
         ) from None
     sizes = {name: len(getattr(r.data, name)) for name in ("train", "val", "test")}
-    if sizes["train"] < cfg["batch_size"]:
+    if sizes["train"] < cfg.batch_size:
         raise UsageError(
-            f"The {cfg['task']} train split has {sizes['train']} examples, fewer than --batch-size "
-            f"{cfg['batch_size']}; lower --batch-size or raise --max-examples."
+            f"The {cfg.task} train split has {sizes['train']} examples, fewer than --batch-size "
+            f"{cfg.batch_size}; lower --batch-size or raise --max-examples."
         )
     for name in ("val", "test"):
         if sizes[name] == 0:
             raise UsageError(
-                f"The {cfg['task']} {name} split under {root} is empty (0 examples), so the run "
+                f"The {cfg.task} {name} split under {root} is empty (0 examples), so the run "
                 f"could not {'pick its best weights' if name == 'val' else 'report a test score'}. "
                 f"Provide a non-empty {name} split (e.g. generate --split-sizes with a {name} "
                 "size > 0)."
@@ -440,7 +358,7 @@ def _load_data(r: _Run) -> None:
 def _build(r: _Run) -> Carry:
     """Model, optimiser, jitted steps and the initial (or resumed) state, on the devices."""
     cfg = r.cfg
-    init_key, run_key = jax.random.split(jax.random.PRNGKey(cfg["seed"]))
+    init_key, run_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     try:
         model, bn_state = build_model(cfg, r.data, init_key)
     except ValueError as e:  # e.g. a core this eqx_lru does not have
@@ -452,7 +370,9 @@ def _build(r: _Run) -> Carry:
     if r.args.resume:
         carry = _resume(r, carry)
     if r.primary:
-        ckpt.write_atomic(r.out / "config.json", json.dumps(cfg, indent=1, sort_keys=True).encode())
+        ckpt.write_atomic(
+            r.out / "config.json", json.dumps(cfg.to_json(), indent=1, sort_keys=True).encode()
+        )
     r.log = MetricsLog(r.out / "metrics.jsonl", enabled=r.primary)
     r.log.truncate(carry.step)
     on_devices = {
@@ -460,12 +380,12 @@ def _build(r: _Run) -> Carry:
         for f in ("params", "bn_state", "opt_state", "run_key")
     }
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
-    core = f"{cfg['form']} LRU" if cfg["core"] == "lru" else cfg["core"].upper()
+    core = cores.get_core(cfg.core).describe(cfg.form)
     r.say(
-        f"{cfg['task']}: {len(r.data.train)}/{len(r.data.val)}/{len(r.data.test)} train/val/test "
-        f"examples, length {r.data.seq_len}; {core}, depth {cfg['depth']}, H={cfg['d_model']}, "
-        f"N={cfg['d_state']} ({n_params:,} parameters){', remat' if cfg['remat'] else ''}; "
-        f"{r.mesh.size} {r.mesh.devices.flat[0].platform} device(s), batch {cfg['batch_size']}; "
+        f"{cfg.task}: {len(r.data.train)}/{len(r.data.val)}/{len(r.data.test)} train/val/test "
+        f"examples, length {r.data.seq_len}; {core}, depth {cfg.depth}, H={cfg.d_model}, "
+        f"N={cfg.d_state} ({n_params:,} parameters){', remat' if cfg.remat else ''}; "
+        f"{r.mesh.size} {r.mesh.devices.flat[0].platform} device(s), batch {cfg.batch_size}; "
         f"set up in {time.perf_counter() - r.began:.1f}s."
     )
     return dataclasses.replace(carry, **on_devices)
@@ -517,14 +437,14 @@ def _resume(r: _Run, carry: Carry) -> Carry:
         )
         if not r.args.allow_data_change:
             raise UsageError(
-                f"--resume: the data under {r.cfg['data_root']} differ from those the checkpoint "
+                f"--resume: the data under {r.cfg.data_root} differ from those the checkpoint "
                 f"{r.out / 'last.eqx'} was trained on ({detail}; contents compared by SHA-256), so "
                 "the run would not continue as it started. Point --data-root at the original data, "
                 "or pass --allow-data-change to continue anyway."
             )
         r.say(f"Note: continuing on changed data ({detail}), as --allow-data-change asks.")
     best_sha256 = _check_best(r, meta, (eqx.combine(carry.params, r.static), carry.bn_state))
-    r.say(f"Resuming {r.out} at step {int(step)}/{r.cfg['steps']}.")
+    r.say(f"Resuming {r.out} at step {int(step)}/{r.cfg.steps}.")
     return Carry(
         int(step), p, s, o, k, tuple(map(tuple, meta["pending"])), meta["best"], None, best_sha256
     )
@@ -534,7 +454,7 @@ def _check_run(r: _Run, meta: dict[str, Any], path: Path) -> None:
     """Refuse a checkpoint of another run, or one whose settings differ from config.json
     (`ckpt.check_bound`)."""
     try:
-        ckpt.check_bound(meta, path, run_id=r.cfg.get("run_id"), settings=r.cfg)
+        ckpt.check_bound(meta, path, run_id=r.cfg.run_id, settings=r.cfg.to_json())
     except ckpt.NotBound as e:
         raise _foreign(r, e) from None
 
@@ -557,7 +477,7 @@ def _check_best(r: _Run, meta: dict[str, Any], like) -> str | None:
         return None
     expected = f"the weights of step {best.get('step')} (val accuracy {best.get('val_accuracy')})"
     try:
-        pair = ckpt.trusted_best(r.out, meta, run_id=r.cfg.get("run_id"), settings=r.cfg)
+        pair = ckpt.trusted_best(r.out, meta, run_id=r.cfg.run_id, settings=r.cfg.to_json())
     except ckpt.NotBound as e:
         raise _foreign(r, e) from None
     except ckpt.NoTrustedBest as e:
@@ -611,8 +531,8 @@ class _Loop:
 
     def __init__(self, r: _Run, stop_at: int, hook, deadline: Deadline):
         self.r, self.cfg, self.stop_at, self.hook, self.deadline = r, r.cfg, stop_at, hook, deadline
-        self.per_epoch = len(r.data.train) // r.cfg["batch_size"]
-        self.rows = par.process_rows(r.cfg["batch_size"])
+        self.per_epoch = len(r.data.train) // r.cfg.batch_size
+        self.rows = par.process_rows(r.cfg.batch_size)
         self.speed, self.postfix, self.saved_step = Speed(), {}, None
         self.complete: Carry | None = None  # see `_steps`
         self._epoch: tuple[int, list[np.ndarray]] | None = None
@@ -623,8 +543,8 @@ class _Loop:
         if self._epoch is None or self._epoch[0] != epoch:
             order = batch_indices(
                 len(self.r.data.train),
-                self.cfg["batch_size"],
-                seed=self.cfg["seed"],
+                self.cfg.batch_size,
+                seed=self.cfg.seed,
                 epoch=epoch,
                 shuffle=True,
                 drop_last=True,
@@ -632,7 +552,7 @@ class _Loop:
             self._epoch = (epoch, order)
         idx = self._epoch[1][position][self.rows]
         host = host_batch(self.r.data, self.r.data.train, idx, padded=False)
-        return par.shard_batch(host, self.r.mesh, self.cfg["batch_size"])
+        return par.shard_batch(host, self.r.mesh, self.cfg.batch_size)
 
     def step(self, c: Carry, batch) -> Carry:
         p, s, o, metrics = self.r.steps.train(
@@ -648,12 +568,12 @@ class _Loop:
 
     def after_step(self, c: Carry) -> Carry:
         """Log, evaluate and checkpoint as due after step `c.step`; returns the new carry."""
-        done, total = c.step, self.cfg["steps"]
-        if done % self.cfg["log_every"] == 0 or done == total:
+        done, total = c.step, self.cfg.steps
+        if done % self.cfg.log_every == 0 or done == total:
             c = self.log_train(c)
-        if done % self.cfg["eval_every"] == 0 or done == total:
+        if done % self.cfg.eval_every == 0 or done == total:
             c = self.validate(c)
-        if done % self.cfg["checkpoint_every"] == 0 or done == self.stop_at:
+        if done % self.cfg.checkpoint_every == 0 or done == self.stop_at:
             self.speed.pause(done)
             c = self.save(c)
         if self.r.bar is not None:
@@ -698,7 +618,7 @@ class _Loop:
         self.postfix.update(val=f"{val['accuracy']:.3f}")
         rate = self.speed.rate
         self.r.say(
-            f"step {c.step}/{self.cfg['steps']}: train loss {self.postfix.get('loss', '-')} acc "
+            f"step {c.step}/{self.cfg.steps}: train loss {self.postfix.get('loss', '-')} acc "
             f"{self.postfix.get('acc', '-')}; val loss {val['loss']:.4f} acc "
             f"{val['accuracy']:.4f} (best "
             f"{c.best['val_accuracy']:.4f} at step {c.best['step']}); "
@@ -724,9 +644,9 @@ class _Loop:
                 "position": c.step % self.per_epoch,
                 "best": c.best,
                 "pending": [list(map(float, x)) for x in ckpt.to_host(c.pending)],
-                "config": self.cfg,
+                "config": self.cfg.to_json(),
                 "data": self.r.fingerprint,
-                "run_id": self.cfg["run_id"],
+                "run_id": self.cfg.run_id,
             }
 
             def write():
@@ -736,7 +656,7 @@ class _Loop:
                         self.r.out,
                         "best",
                         c.best_tree,
-                        {**c.best, "config": self.cfg, "run_id": self.cfg["run_id"]},
+                        {**c.best, "config": self.cfg.to_json(), "run_id": self.cfg.run_id},
                     )
                 ckpt.save(self.r.out, "last", tree, {**meta, "best_sha256": digest})
                 return digest
@@ -768,15 +688,15 @@ def _diverged(r: _Run, step: int, what: str) -> str:
     )
     return (
         f"{what} became non-finite at step {step}: the run diverged and was stopped; {kept}. "
-        f"Start again with a lower --lr (now {r.cfg['lr']:g}) or --lr-factor (now "
-        f"{r.cfg['lr_factor']:g}) and a fresh --out; resuming would repeat the same steps."
+        f"Start again with a lower --lr (now {r.cfg.lr:g}) or --lr-factor (now "
+        f"{r.cfg.lr_factor:g}) and a fresh --out; resuming would repeat the same steps."
     )
 
 
 def _train(r: _Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
     """Run steps until the end, `--stop-at`, `--time-limit` or a signal; returns the last
     complete carry and the status."""
-    total, args = r.cfg["steps"], r.args
+    total, args = r.cfg.steps, r.args
     stop_at = total if args.stop_at is None else min(max(args.stop_at, carry.step), total)
     loop = _Loop(r, stop_at, hook, Deadline(args.time_limit, clock, started=r.started))
     status = "finished" if stop_at == total else "stopped"
@@ -789,7 +709,7 @@ def _train(r: _Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
             initial=carry.step,
             unit="step",
             dynamic_ncols=True,
-            desc=f"{r.cfg['task']} {r.cfg['core']}",
+            desc=f"{r.cfg.task} {r.cfg.core}",
             file=sys.stderr,
             disable=None,
         )
@@ -851,7 +771,7 @@ def _steps(loop: _Loop, carry: Carry, pool, stopper) -> tuple[Carry, bool]:
 
 def _evaluate(r: _Run, params, bn_state, split) -> dict[str, Any]:
     """Loss and accuracy over a whole split (the last batch padded with weight 0)."""
-    t0, bs, sums = time.perf_counter(), r.cfg["eval_batch_size"], None
+    t0, bs, sums = time.perf_counter(), r.cfg.eval_batch_size, None
     rows = par.process_rows(bs)
     for idx in batch_indices(len(split), bs, seed=0, epoch=0, shuffle=False, drop_last=False):
         weight = (np.arange(bs) < len(idx)).astype(np.float32)
@@ -900,11 +820,11 @@ def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
     cfg, best, rate = r.cfg, carry.best or {}, r.speed.rate
     results = {
         "status": status,
-        "task": cfg["task"],
-        "core": cfg["core"],
-        "form": cfg["form"],
+        "task": cfg.task,
+        "core": cfg.core,
+        "form": cfg.form,
         "step": carry.step,
-        "steps": cfg["steps"],
+        "steps": cfg.steps,
         "best_val_accuracy": best.get("val_accuracy"),
         "best_step": best.get("step"),
         "steps_per_sec": rate,
@@ -914,7 +834,7 @@ def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
     }
     if status != "finished":
         r.say(
-            f"Stopped at step {carry.step}/{cfg['steps']} ({status}); checkpoint "
+            f"Stopped at step {carry.step}/{cfg.steps} ({status}); checkpoint "
             f"{r.out / 'last.eqx'} saved. Continue with the same command plus --resume."
         )
     else:
@@ -923,7 +843,7 @@ def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
         if r.primary:
             ckpt.write_atomic(r.out / "results.json", json.dumps(results, indent=1).encode())
         r.say(
-            f"{cfg['task']} ({cfg['core']}, {cfg['form']}): test accuracy "
+            f"{cfg.task} ({cfg.core}, {cfg.form}): test accuracy "
             f"{100 * results['test_accuracy']:.2f}% "
             f"(best val {100 * best['val_accuracy']:.2f}% at step {best['step']}), "
             f"{'n/a' if rate is None else f'{rate:.2f}'} steps/s; outputs in {r.out}/"
@@ -933,8 +853,8 @@ def _outputs(r: _Run, carry: Carry, status: str) -> dict[str, Any]:
         plot_curves(
             read_records(r.out / "metrics.jsonl"),
             r.out / "curves.png",
-            title=f"{cfg['task']} · {cfg['core']} {cfg['form']} · depth {cfg['depth']}, "
-            f"H={cfg['d_model']}, N={cfg['d_state']} · batch {cfg['batch_size']}",
+            title=f"{cfg.task} · {cfg.core} {cfg.form} · depth {cfg.depth}, "
+            f"H={cfg.d_model}, N={cfg.d_state} · batch {cfg.batch_size}",
         )
     return results
 

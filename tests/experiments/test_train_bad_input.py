@@ -21,6 +21,7 @@ from listops_argv import listops_argv
 from experiments.lra import _checkpoint as ckpt
 from experiments.lra import generate, train
 from experiments.lra._metrics import read_records
+from experiments.lra.config import RunConfig
 from experiments.lra.steps import build_model, make_optimizer
 from experiments.lra.tasks import load_task
 
@@ -155,7 +156,7 @@ def test_non_finite_checkpoint_is_refused(stopped, data, tmp_path, capsys):
 
 def _template(root, out):
     """The training state's structure, as `train` builds it, for a test to edit a checkpoint."""
-    cfg = json.loads((out / "config.json").read_text())
+    cfg = RunConfig.from_json(json.loads((out / "config.json").read_text()))
     model, bn_state = build_model(cfg, load_task("listops", root), jax.random.PRNGKey(0))
     params = eqx.filter(model, eqx.is_inexact_array)
     optim, _ = make_optimizer(cfg)
@@ -434,8 +435,10 @@ def test_flags_that_do_not_apply_to_the_core_are_refused_or_applied(data, tmp_pa
     assert train.main(_args(data / "ok", tmp_path / "b", "--core", "s4d", "--form", "real")) == 2
     assert "--form real would not be used" in _error(capsys)
     cfg = train.resolve_config(
-        train.parse_args(_args(data / "ok", tmp_path / "c", "--core", "s5", "--form", "real"))
+        train.parse_args(
+            _args(data / "ok", tmp_path / "c", "--core", "s5", "--form", "real", "--blocks", "1")
+        )
     )
     core = steps.make_core(cfg)(4, 4, key=jax.random.PRNGKey(0))
     assert isinstance(core, baselines.S5) and core.form == "real"
-    assert cfg["r_min"] is None and cfg["max_phase"] is None  # the LRU ring is not used
+    assert cfg.r_min is None and cfg.max_phase is None  # the LRU ring is not used
