@@ -81,6 +81,16 @@ def _setting(
     return dataclasses.field(default=default, metadata=meta)
 
 
+def _binds(help: str, group: str, check=None, **options) -> Any:
+    """A setting that binds a resumed run."""
+    return _setting(help, role="binds", group=group, check=check, **options)
+
+
+def _run(help: str, check=None, **options) -> Any:
+    """A setting of how the run goes (may change on --resume)."""
+    return _setting(help, role="run", group="run", check=check, **options)
+
+
 _POSITIVE_INT = number(int, low=1)
 _NATURAL = number(int, low=0)
 _POSITIVE = number(float, low=0, open_low=True)
@@ -100,202 +110,80 @@ class RunConfig:
     """The settings of one run; see the module docstring for the roles. Fields that a core
     does not use are None (`cores.Core.settings`)."""
 
+    # fmt: off
     # What is trained, and how: binds a resumed run (in this order, the order of --resume's
     # report of what differs).
-    task: str = _setting(
-        "the LRA task (required unless --resume)", role="binds", group="run", choices=tasks.names
-    )
-    core: str = _setting(
-        "the recurrent core (experiments/lra/cores.py)",
-        role="binds",
-        group="model",
-        choices=cores.names,
-        default=cores.DEFAULT,
-    )
-    form: str = _setting(
-        "the core's form: complex states, or real 2x2 blocks",
-        role="binds",
-        group="model",
-        choices=("complex", "real"),
-        default="complex",
-    )
-    depth: int = _setting("number of blocks", role="binds", group="model", check=_POSITIVE_INT)
-    d_model: int = _setting(
-        "H, features per position", role="binds", group="model", check=_POSITIVE_INT
-    )
-    d_state: int = _setting(
-        "N (S5: P), the state size of each layer", role="binds", group="model", check=_POSITIVE_INT
-    )
-    steps: int = _setting(
-        "optimiser steps (the schedule's length)",
-        role="binds",
-        group="optimisation",
-        check=_POSITIVE_INT,
-    )
-    batch_size: int = _setting(
-        "global batch size (all devices together)",
-        role="binds",
-        group="optimisation",
-        check=_POSITIVE_INT,
-    )
-    lr: float = _setting(
-        "peak (base) learning rate", role="binds", group="optimisation", check=_POSITIVE
-    )
-    lr_factor: float = _setting(
-        "the recurrent parameters get lr x this",
-        role="binds",
-        group="optimisation",
-        check=_POSITIVE,
-    )
-    weight_decay: float = _setting(
-        "AdamW's decoupled weight decay (not on the recurrent parameters)",
-        role="binds",
-        group="optimisation",
-        check=_NONNEGATIVE,
-    )
-    dropout: float = _setting(
-        "dropout rate in each block", role="binds", group="model", check=_FRACTION
-    )
-    warmup_fraction: float = _setting(
-        "fraction of the steps with a linear warmup",
-        role="binds",
-        group="optimisation",
-        check=_FRACTION,
-    )
-    bidirectional: bool = _setting(
-        "a second core over the reversed sequence in each block", role="binds", group="model"
-    )
-    r_min: float | None = _setting(
-        "LRU: smallest eigenvalue modulus at init (Table 8)",
-        role="binds",
-        group="core",
-        check=_MODULUS,
-    )
-    r_max: float | None = _setting(
-        "LRU: largest eigenvalue modulus at init (Table 8)",
-        role="binds",
-        group="core",
-        check=_MODULUS,
-    )
-    max_phase: float | None = _setting(
-        "LRU: eigenvalue phases at init in [0, this]", role="binds", group="core", check=_POSITIVE
-    )
-    glu: str = _setting(
-        "the GLU after each core: 'half' has no extra linear map (§D.1)",
-        role="binds",
-        group="model",
-        choices=("full", "half"),
-    )
-    norm: str = _setting(
-        "normalisation in each block", role="binds", group="model", choices=("batch", "layer")
-    )
-    pooling: str = _setting(
-        "pooling over positions before the head",
-        role="binds",
-        group="model",
-        choices=("mean", "last"),
-    )
-    seed: int = _setting(
-        "model init, data order and dropout",
-        role="binds",
-        group="optimisation",
-        check=_NATURAL,
-        default=0,
-        program=False,
-    )
-    max_examples: int | None = _setting(
-        "use at most N examples of each split (quick runs)",
-        role="binds",
-        group="run",
-        check=_POSITIVE_INT,
-        program=False,
-        default_text="all",
-    )
-    method: str | None = _setting(
-        "scan method of the recurrent layers ('auto': chosen per backend)",
-        role="binds",
-        group="model",
-        choices=("auto", "sequential", "associative"),
-        default="auto",
-    )
-    blocks: int | None = _setting(
-        "S5: J, HiPPO-N blocks of the initial state matrix",
-        role="binds",
-        group="core",
-        check=_POSITIVE_INT,
-    )
-    c_init: str | None = _setting(
-        "S5: initialisation of C (its --C_init)", role="binds", group="core", choices=_c_inits
-    )
-    dt_min: float | None = _setting(
-        "S4D, S5: smallest initial step Delta", role="binds", group="core", check=_POSITIVE
-    )
-    dt_max: float | None = _setting(
-        "S4D, S5: largest initial step Delta", role="binds", group="core", check=_POSITIVE
-    )
+    task: str = _binds("the LRA task (required unless --resume)", "run", choices=tasks.names)
+    core: str = _binds("the recurrent core (experiments/lra/cores.py)", "model",
+                       choices=cores.names, default=cores.DEFAULT)
+    form: str = _binds("the core's form: complex states, or real 2x2 blocks", "model",
+                       choices=("complex", "real"), default="complex")
+    depth: int = _binds("number of blocks", "model", _POSITIVE_INT)
+    d_model: int = _binds("H, features per position", "model", _POSITIVE_INT)
+    d_state: int = _binds("N (S5: P), the state size of each layer", "model", _POSITIVE_INT)
+    steps: int = _binds("optimiser steps (the schedule's length)", "optimisation", _POSITIVE_INT)
+    batch_size: int = _binds("global batch size (all devices together)", "optimisation",
+                             _POSITIVE_INT)
+    lr: float = _binds("peak (base) learning rate", "optimisation", _POSITIVE)
+    lr_factor: float = _binds("the recurrent parameters get lr x this", "optimisation", _POSITIVE)
+    weight_decay: float = _binds("AdamW's decoupled weight decay (not on the recurrent "
+                                 "parameters)", "optimisation", _NONNEGATIVE)
+    dropout: float = _binds("dropout rate in each block", "model", _FRACTION)
+    warmup_fraction: float = _binds("fraction of the steps with a linear warmup", "optimisation",
+                                    _FRACTION)
+    bidirectional: bool = _binds("a second core over the reversed sequence in each block", "model")
+    r_min: float | None = _binds("LRU: smallest eigenvalue modulus at init (Table 8)", "core",
+                                 _MODULUS)
+    r_max: float | None = _binds("LRU: largest eigenvalue modulus at init (Table 8)", "core",
+                                 _MODULUS)
+    max_phase: float | None = _binds("LRU: eigenvalue phases at init in [0, this]", "core",
+                                     _POSITIVE)
+    glu: str = _binds("the GLU after each core: 'half' has no extra linear map (§D.1)", "model",
+                      choices=("full", "half"))
+    norm: str = _binds("normalisation in each block", "model", choices=("batch", "layer"))
+    pooling: str = _binds("pooling over positions before the head", "model",
+                          choices=("mean", "last"))
+    seed: int = _binds("model init, data order and dropout", "optimisation", _NATURAL, default=0,
+                       program=False)
+    max_examples: int | None = _binds("use at most N examples of each split (quick runs)", "run",
+                                      _POSITIVE_INT, program=False, default_text="all")
+    method: str | None = _binds("scan method of the recurrent layers ('auto': chosen per "
+                                "backend)", "model", default="auto",
+                                choices=("auto", "sequential", "associative"))
+    blocks: int | None = _binds("S5: J, HiPPO-N blocks of the initial state matrix", "core",
+                                _POSITIVE_INT)
+    c_init: str | None = _binds("S5: initialisation of C (its --C_init)", "core",
+                                choices=_c_inits)
+    dt_min: float | None = _binds("S4D, S5: smallest initial step Delta", "core", _POSITIVE)
+    dt_max: float | None = _binds("S4D, S5: largest initial step Delta", "core", _POSITIVE)
     # How the run goes: may change on --resume.
-    data_root: str | None = _setting(
-        "folder containing the task's data (searched up to 4 levels deep)",
-        role="run",
-        group="run",
-        default_text="required",
-    )
-    cache_dir: str | None = _setting(
-        "cache the built arrays here (recommended; needed for PathX)",
-        role="run",
-        group="run",
-        default_text="none",
-    )
-    eval_every: int = _setting(
-        "validate every N steps",
-        role="run",
-        group="run",
-        check=_POSITIVE_INT,
-        default_text="one epoch",
-    )
-    checkpoint_every: int = _setting(
-        "write last.eqx every N steps", role="run", group="run", check=_POSITIVE_INT, default=1000
-    )
-    log_every: int = _setting(
-        "a train record every N steps", role="run", group="run", check=_POSITIVE_INT, default=50
-    )
-    eval_batch_size: int | None = _setting(
-        "batch size of evaluation",
-        role="run",
-        group="run",
-        check=_POSITIVE_INT,
-        default_text="--batch-size",
-    )
-    remat: bool = _setting(
-        "recompute each block in the backward pass: a quarter of the memory "
-        "(experiments/lra/MEMORY.md)",
-        role="program",
-        group="model",
-    )
+    data_root: str | None = _run("folder containing the task's data (searched up to 4 levels "
+                                 "deep)", default_text="required")
+    cache_dir: str | None = _run("cache the built arrays here (recommended; needed for PathX)",
+                                 default_text="none")
+    eval_every: int = _run("validate every N steps", _POSITIVE_INT, default_text="one epoch")
+    checkpoint_every: int = _run("write last.eqx every N steps", _POSITIVE_INT, default=1000)
+    log_every: int = _run("a train record every N steps", _POSITIVE_INT, default=50)
+    eval_batch_size: int | None = _run("batch size of evaluation", _POSITIVE_INT,
+                                       default_text="--batch-size")
+    remat: bool = _setting("recompute each block in the backward pass: a quarter of the memory "
+                           "(experiments/lra/MEMORY.md)", role="program", group="model")
     deterministic: bool = _setting(
         "allow XLA's faster nondeterministic GPU ops (resume is then not bit-exact on GPUs)",
-        role="program",
-        group="run",
-        default=True,
-        program=False,
+        role="program", group="run", default=True, program=False, default_text="deterministic",
         cli=dict(flags=("--nondeterministic",), action="store_const", const=False),
-        default_text="deterministic",
     )
     sequence_parallel: int | None = _setting(
         "split every sequence over N devices (a data x sequence mesh of the visible devices, "
-        "eqx_lru.SequenceParallel); the global batch is unchanged",
-        role="program",
-        group="run",
-        check=_POSITIVE_INT,
-        cli=dict(metavar="N"),
-        default_text="1",
+        "eqx_lru.SequenceParallel); the global batch is unchanged", role="program",
+        group="run", check=_POSITIVE_INT, cli=dict(metavar="N"), default_text="1",
     )
     # Written by the trainer.
-    run_id: str | None = _setting(
-        "the run's id (binds its checkpoints)", role="record", group="run"
-    )
+    run_id: str | None = _setting("the run's id (binds its checkpoints)", role="record",
+                                  group="run")
     xla_flags: str | None = _setting("XLA_FLAGS as JAX saw them", role="record", group="run")
     allocator: str | None = _setting("the GPU allocator's mode", role="record", group="run")
+    # fmt: on
 
     def __post_init__(self):
         for field in dataclasses.fields(self):

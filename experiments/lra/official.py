@@ -92,23 +92,23 @@ def _s5(task: str, script: str, *, epochs: int, bsz: int, ssm_lr: float, factor:
 
 #: S5's per-task settings, by task.
 S5: dict[str, Official] = {
-    "listops": _s5(
-        "listops", "listops", epochs=40, bsz=50, ssm_lr=0.001, factor=3, warmup_end=1,
+    tasks.LISTOPS: _s5(
+        tasks.LISTOPS, "listops", epochs=40, bsz=50, ssm_lr=0.001, factor=3, warmup_end=1,
         depth=8, d_model=128, d_state=16, blocks=8, c_init="lecun_normal",
         weight_decay=0.04, dropout=0.0, not_honoured={**_HALF_GLU2, **_B_FAST, **_BN_095},
     ),
-    "text": _s5(
-        "text", "imdb", epochs=35, bsz=50, ssm_lr=0.001, factor=4, warmup_end=0, depth=6,
+    tasks.TEXT: _s5(
+        tasks.TEXT, "imdb", epochs=35, bsz=50, ssm_lr=0.001, factor=4, warmup_end=0, depth=6,
         d_model=256, d_state=192, blocks=12, c_init="lecun_normal", weight_decay=0.07,
         dropout=0.1, not_honoured={**_HALF_GLU2, **_DT_GLOBAL, **_BN_095},
     ),
-    "retrieval": _s5(
-        "retrieval", "aan", epochs=20, bsz=32, ssm_lr=0.001, factor=2, warmup_end=1,
+    tasks.RETRIEVAL: _s5(
+        tasks.RETRIEVAL, "aan", epochs=20, bsz=32, ssm_lr=0.001, factor=2, warmup_end=1,
         depth=6, d_model=128, d_state=256, blocks=16, c_init="trunc_standard_normal",
         weight_decay=0.05, dropout=0.0, not_honoured={**_DT_GLOBAL, **_BN_095},
     ),
-    "image": _s5(
-        "image", "cifar", epochs=250, bsz=50, ssm_lr=0.001, factor=4.5, warmup_end=1,
+    tasks.IMAGE: _s5(
+        tasks.IMAGE, "cifar", epochs=250, bsz=50, ssm_lr=0.001, factor=4.5, warmup_end=1,
         depth=6, d_model=512, d_state=384, blocks=3, c_init="lecun_normal",
         weight_decay=0.07, dropout=0.1,
         not_honoured={
@@ -120,13 +120,13 @@ S5: dict[str, Official] = {
             **_BN_095,
         },
     ),
-    "pathfinder": _s5(
-        "pathfinder", "pathfinder", epochs=200, bsz=64, ssm_lr=0.0009, factor=5,
+    tasks.PATHFINDER: _s5(
+        tasks.PATHFINDER, "pathfinder", epochs=200, bsz=64, ssm_lr=0.0009, factor=5,
         warmup_end=1, depth=6, d_model=192, d_state=256, blocks=8,
         c_init="trunc_standard_normal", weight_decay=0.03, dropout=0.05, not_honoured={},
     ),
-    "pathx": _s5(
-        "pathx", "pathx", epochs=75, bsz=32, ssm_lr=0.0006, factor=3, warmup_end=1,
+    tasks.PATHX: _s5(
+        tasks.PATHX, "pathx", epochs=75, bsz=32, ssm_lr=0.0006, factor=3, warmup_end=1,
         depth=6, d_model=128, d_state=256, blocks=16, c_init="complex_normal",
         dt_min=0.0001, weight_decay=0.06, dropout=0.0,
         not_honoured={
@@ -172,23 +172,23 @@ def _s4d(task: str, config: str, *, lr: float, ssm_lr: float, steps: int, warmup
 
 #: S4D's per-task settings, by task.
 S4D: dict[str, Official] = {
-    "listops": _s4d(
-        "listops", "listops", lr=0.01, ssm_lr=0.001, steps=120_000, warmup=12_000, depth=6,
+    tasks.LISTOPS: _s4d(
+        tasks.LISTOPS, "listops", lr=0.01, ssm_lr=0.001, steps=120_000, warmup=12_000, depth=6,
         d_model=256, d_state=4, dt_min=0.001, batch_size=32, dropout=0.0,
         not_honoured={**_N_SSM_1, **_POSTNORM, **_DT_GLOBAL_S4},
     ),
-    "text": _s4d(
-        "text", "imdb", lr=0.01, ssm_lr=0.001, steps=50_000, warmup=5_000, depth=6,
+    tasks.TEXT: _s4d(
+        tasks.TEXT, "imdb", lr=0.01, ssm_lr=0.001, steps=50_000, warmup=5_000, depth=6,
         d_model=256, d_state=4, dt_min=0.001, batch_size=16, dropout=0.0,
         not_honoured={**_N_SSM_1, **_DT_GLOBAL_S4},
     ),
-    "retrieval": _s4d(
-        "retrieval", "aan", lr=0.01, ssm_lr=0.001, steps=50_000, warmup=5_000, depth=6,
+    tasks.RETRIEVAL: _s4d(
+        tasks.RETRIEVAL, "aan", lr=0.01, ssm_lr=0.001, steps=50_000, warmup=5_000, depth=6,
         d_model=256, d_state=4, dt_min=0.001, batch_size=64, dropout=0.0,
         not_honoured={**_N_SSM_1, **_DT_GLOBAL_S4},
     ),
-    "image": _s4d(
-        "image", "cifar", lr=0.01, ssm_lr=0.001, steps=180_000, warmup=18_000, depth=6,
+    tasks.IMAGE: _s4d(
+        tasks.IMAGE, "cifar", lr=0.01, ssm_lr=0.001, steps=180_000, warmup=18_000, depth=6,
         d_model=512, d_state=64, dt_min=0.001, batch_size=50, dropout=0.1,
         not_honoured={
             **_N_SSM_1,
@@ -197,13 +197,13 @@ S4D: dict[str, Official] = {
             "colour, as in the LRU paper",
         },
     ),
-    "pathfinder": _s4d(
-        "pathfinder", "pathfinder", lr=0.004, ssm_lr=0.001, steps=500_000, warmup=50_000,
+    tasks.PATHFINDER: _s4d(
+        tasks.PATHFINDER, "pathfinder", lr=0.004, ssm_lr=0.001, steps=500_000, warmup=50_000,
         depth=6, d_model=256, d_state=64, dt_min=0.001, batch_size=64, dropout=0.0,
         not_honoured={},
     ),
-    "pathx": _s4d(
-        "pathx", "pathx", lr=0.001, ssm_lr=0.001, steps=500_000, warmup=50_000, depth=6,
+    tasks.PATHX: _s4d(
+        tasks.PATHX, "pathx", lr=0.001, ssm_lr=0.001, steps=500_000, warmup=50_000, depth=6,
         d_model=256, d_state=64, dt_min=0.0001, batch_size=16, dropout=0.0,
         not_honoured={},
     ),

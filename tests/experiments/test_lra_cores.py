@@ -14,7 +14,7 @@ from listops_argv import listops_argv
 
 import eqx_lru
 import eqx_lru.ablation
-from experiments.lra import cores, generate, steps, tasks, train
+from experiments.lra import cores, steps, synthetic, tasks, train
 from experiments.lra._metrics import read_records
 from experiments.lra.config import ConfigError, RunConfig
 
@@ -130,7 +130,7 @@ def test_flags_override_the_official_settings_and_mismatches_are_explained():
 @pytest.fixture(scope="module")
 def listops(tmp_path_factory):
     root = tmp_path_factory.mktemp("lra")
-    generate.write_listops(root, (40, 12, 12), seed=2, min_length=8, max_length=30)
+    synthetic.write_listops(root, (40, 12, 12), seed=2, min_length=8, max_length=30)
     return root
 
 

@@ -24,7 +24,7 @@ from listops_argv import listops_argv
 
 import eqx_lru
 from experiments.lra import _checkpoint as ckpt
-from experiments.lra import _env, generate, train
+from experiments.lra import _env, synthetic, train
 from experiments.lra._metrics import read_records
 from experiments.lra.tasks import load_task
 
@@ -55,7 +55,7 @@ pytestmark = pytest.mark.usefixtures("restore_backend_env")
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("lra")
-    generate.write_listops(root, (96, 20, 20), seed=0, min_length=10, max_length=40)
+    synthetic.write_listops(root, (96, 20, 20), seed=0, min_length=10, max_length=40)
     return root
 
 
@@ -466,7 +466,7 @@ def test_second_signal_during_a_save_waits_for_it(data, reference, tmp_path, mon
     def unhandled(signum, frame):
         raise AssertionError("the second SIGINT reached the default handler during the save")
 
-    monkeypatch.setattr(ckpt.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     previous = signal.signal(signal.SIGINT, unhandled)
     try:
         code = _main_with_hook(_args(data, out), hook)

@@ -19,7 +19,7 @@ import pytest
 from listops_argv import listops_argv
 
 from experiments.lra import _checkpoint as ckpt
-from experiments.lra import generate, train
+from experiments.lra import _setup, _training, synthetic, train
 from experiments.lra._metrics import read_records
 from experiments.lra.config import RunConfig
 from experiments.lra.steps import build_model, make_optimizer
@@ -38,9 +38,9 @@ def data(tmp_path_factory):
     empty val split."""
     root = tmp_path_factory.mktemp("lra_bad")
     kw = dict(min_length=10, max_length=40)
-    generate.write_listops(root / "ok", (96, 20, 20), seed=0, **kw)
-    generate.write_listops(root / "other", (96, 20, 20), seed=1, **kw)
-    generate.write_listops(root / "no_val", (40, 0, 10), seed=0, **kw)
+    synthetic.write_listops(root / "ok", (96, 20, 20), seed=0, **kw)
+    synthetic.write_listops(root / "other", (96, 20, 20), seed=1, **kw)
+    synthetic.write_listops(root / "no_val", (40, 0, 10), seed=0, **kw)
     return root
 
 
@@ -103,7 +103,7 @@ def test_numeric_flags_are_checked_at_parse_time(flag, value, expected, data, tm
 def test_non_finite_loss_stops_the_run(data, tmp_path, capsys, monkeypatch):
     """From step 5 on, a label outside the classes: the log-likelihood gathers NaN (as a
     diverging run would produce), with the same compiled step."""
-    host_batch = train.host_batch
+    host_batch = _training.host_batch
 
     def poisoned(task, split, idx, *, padded):
         out = host_batch(task, split, idx, padded=padded)
@@ -113,7 +113,7 @@ def test_non_finite_loss_stops_the_run(data, tmp_path, capsys, monkeypatch):
         return out
 
     poisoned.calls = 0
-    monkeypatch.setattr(train, "host_batch", poisoned)
+    monkeypatch.setattr(_training, "host_batch", poisoned)
     out = tmp_path / "run"
     assert train.main(_args(data / "ok", out, "--log-every", "2")) == 1
     line = _error(capsys)
@@ -265,7 +265,7 @@ def test_out_of_memory_is_one_clear_line(data, tmp_path, capsys, monkeypatch):
             + "\n".join(f"  frame {i}" for i in range(40))
         )
 
-    monkeypatch.setattr(train._Loop, "step", oom)
+    monkeypatch.setattr(_training.Loop, "step", oom)
     assert train.main(_args(data / "ok", tmp_path / "run")) == 1
     line = _error(capsys)
     assert line.startswith("error: out of memory") and "RESOURCE_EXHAUSTED" in line
@@ -277,7 +277,7 @@ def test_out_of_memory_is_one_clear_line(data, tmp_path, capsys, monkeypatch):
     ):
         assert advice in line
     # A real bug keeps its traceback.
-    monkeypatch.setattr(train._Loop, "step", lambda *a: 1 / 0)
+    monkeypatch.setattr(_training.Loop, "step", lambda *a: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         train.main(_args(data / "ok", tmp_path / "run2"))
 
@@ -404,12 +404,12 @@ def test_unreadable_data_is_one_line(fault, data, tmp_path, capsys, monkeypatch)
         path.unlink()
         path.symlink_to(path.name)
     else:  # chmod does not stop root (these tests may run as root): the error, injected
-        load_task = train.load_task
+        load_task = _setup.load_task
 
         def denied(task, folder, **kw):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
-        monkeypatch.setattr(train, "load_task", denied)
+        monkeypatch.setattr(_setup, "load_task", denied)
         assert load_task is not None
     assert train.main(_args(root, tmp_path / "run")) == 2
     line = _error(capsys)
