@@ -15,6 +15,7 @@ from ._lds import companion_form as companion_form
 from ._lds import vandermonde as vandermonde
 from ._s4d import S4D as S4D
 from ._s4d import s4d_eigenvalues as s4d_eigenvalues
+from ._s4d import s4d_input as s4d_input
 from ._s5 import C_INITS as C_INITS
 from ._s5 import S5 as S5
 from ._s5 import hippo_n as hippo_n
@@ -34,6 +35,7 @@ __all__ = [
     "hippo_n",
     "hippo_n_modes",
     "s4d_eigenvalues",
+    "s4d_input",
     "s5_eigenbasis",
     "vandermonde",
 ]

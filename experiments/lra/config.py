@@ -154,6 +154,8 @@ class RunConfig:
                                 _POSITIVE_INT)
     c_init: str | None = _binds("S5: initialisation of C (its --C_init)", "core",
                                 choices=_c_inits)
+    s4d_init: str | None = _binds("S4D: initial A and B (S4D-Lin, S4D-Inv, S4D-LegS)", "core",
+                                  choices=("lin", "inv", "legs"))
     dt_min: float | None = _binds("S4D, S5: smallest initial step Delta", "core", _POSITIVE)
     dt_max: float | None = _binds("S4D, S5: largest initial step Delta", "core", _POSITIVE)
     # How the run goes: may change on --resume.

@@ -144,7 +144,11 @@ def _s4d(config, method) -> Callable:
     # sizes, experiments/bench/RESULTS-cpu.md), the FFT convolution the same outputs.
     del method
     return functools.partial(
-        eqx_lru.baselines.S4D, mode="convolution", dt_min=config.dt_min, dt_max=config.dt_max
+        eqx_lru.baselines.S4D,
+        init=config.s4d_init,
+        mode="convolution",
+        dt_min=config.dt_min,
+        dt_max=config.dt_max,
     )
 
 
@@ -187,9 +191,9 @@ register(
         name="s4d",
         label="S4D",
         factory=_s4d,
-        settings=("dt_min", "dt_max"),
+        settings=("s4d_init", "dt_min", "dt_max"),
         scan=False,
-        defaults=dict(dt_min=0.001, dt_max=0.1),
+        defaults=dict(s4d_init="lin", dt_min=0.001, dt_max=0.1),
         official=_official.S4D,
         unused_reason="trains as an FFT convolution (as in S4D's own code; its recurrence "
         "needs N/2 times the LRU's memory), which has no scan method and no real form",

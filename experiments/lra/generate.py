@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         "--size", type=positive, help="total examples (default: the official 100000 / 200000)"
     )
     parser.add_argument("--seed", type=natural, default=0)
-    listops = parser.add_argument_group("listops")
+    listops = parser.add_argument_group(tasks.LISTOPS)
     listops.add_argument("--min-length", type=natural, default=500, help="keep length > this")
     listops.add_argument("--max-length", type=positive, default=2000, help="keep length < this")
     listops.add_argument("--max-depth", type=positive, default=10)
@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar=("TRAIN", "VAL", "TEST"),
         help="explicit split sizes instead of --size split 96/2/2",
     )
-    pathfinder = parser.add_argument_group("pathfinder")
+    pathfinder = parser.add_argument_group(tasks.PATHFINDER)
     pathfinder.add_argument(
         "--resolution", type=_int_at_least(16), default=32, help="32 (Pathfinder) or 128 (Path-X)"
     )

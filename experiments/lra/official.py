@@ -18,7 +18,8 @@ script trains bidirectionally with batch norm and mean pooling; the GLU is S5's
 
 **S4D** (state-spaces/s4 @e757cef, `configs/experiment/lra/s4-<task>.yaml`, the LRA
 configs of S4 and S4D: S4D is `model.layer.mode=diag` of the same configs,
-`models/s4/README.md`): `n_layers`, `d_model`, `layer.d_state` (N, N/2 complex modes),
+`models/s4/README.md`; `init: legs` is S4D-LegS): `n_layers`, `d_model`, `layer.d_state`
+(N, N/2 complex modes), `layer.init` (`s4d_init`),
 `layer.dt_min`/`dt_max`, `optimizer.lr`, the layer's `lr` (A, B and possibly dt) ->
 `lr_factor = layer lr / lr`, `optimizer.weight_decay`, `loader.batch_size`,
 `scheduler.num_training_steps`/`num_warmup_steps`, `dropout`, `layer.bidirectional`;
@@ -47,8 +48,8 @@ class Official:
     not_honoured: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-_S5 = "lindermanlab/S5 @3c18fdb bin/run_experiments/run_lra_{}.sh"
-_S4 = "state-spaces/s4 @e757cef configs/experiment/lra/s4-{}.yaml"
+_S5 = "lindermanlab/S5 @3c18fdb bin/run_experiments/{}"
+_S4 = "state-spaces/s4 @e757cef configs/experiment/lra/{}"
 
 #: What no S5 script can have here: S5's bidirectional layer shares Lambda and B~ between
 #: the directions (two C~); this trainer's bidirectional block runs a second core.
@@ -93,24 +94,71 @@ def _s5(task: str, script: str, *, epochs: int, bsz: int, ssm_lr: float, factor:
 #: S5's per-task settings, by task.
 S5: dict[str, Official] = {
     tasks.LISTOPS: _s5(
-        tasks.LISTOPS, "listops", epochs=40, bsz=50, ssm_lr=0.001, factor=3, warmup_end=1,
-        depth=8, d_model=128, d_state=16, blocks=8, c_init="lecun_normal",
-        weight_decay=0.04, dropout=0.0, not_honoured={**_HALF_GLU2, **_B_FAST, **_BN_095},
+        tasks.LISTOPS,
+        "run_lra_listops.sh",
+        epochs=40,
+        bsz=50,
+        ssm_lr=0.001,
+        factor=3,
+        warmup_end=1,
+        depth=8,
+        d_model=128,
+        d_state=16,
+        blocks=8,
+        c_init="lecun_normal",
+        weight_decay=0.04,
+        dropout=0.0,
+        not_honoured={**_HALF_GLU2, **_B_FAST, **_BN_095},
     ),
     tasks.TEXT: _s5(
-        tasks.TEXT, "imdb", epochs=35, bsz=50, ssm_lr=0.001, factor=4, warmup_end=0, depth=6,
-        d_model=256, d_state=192, blocks=12, c_init="lecun_normal", weight_decay=0.07,
-        dropout=0.1, not_honoured={**_HALF_GLU2, **_DT_GLOBAL, **_BN_095},
+        tasks.TEXT,
+        "run_lra_imdb.sh",
+        epochs=35,
+        bsz=50,
+        ssm_lr=0.001,
+        factor=4,
+        warmup_end=0,
+        depth=6,
+        d_model=256,
+        d_state=192,
+        blocks=12,
+        c_init="lecun_normal",
+        weight_decay=0.07,
+        dropout=0.1,
+        not_honoured={**_HALF_GLU2, **_DT_GLOBAL, **_BN_095},
     ),
     tasks.RETRIEVAL: _s5(
-        tasks.RETRIEVAL, "aan", epochs=20, bsz=32, ssm_lr=0.001, factor=2, warmup_end=1,
-        depth=6, d_model=128, d_state=256, blocks=16, c_init="trunc_standard_normal",
-        weight_decay=0.05, dropout=0.0, not_honoured={**_DT_GLOBAL, **_BN_095},
+        tasks.RETRIEVAL,
+        "run_lra_aan.sh",
+        epochs=20,
+        bsz=32,
+        ssm_lr=0.001,
+        factor=2,
+        warmup_end=1,
+        depth=6,
+        d_model=128,
+        d_state=256,
+        blocks=16,
+        c_init="trunc_standard_normal",
+        weight_decay=0.05,
+        dropout=0.0,
+        not_honoured={**_DT_GLOBAL, **_BN_095},
     ),
     tasks.IMAGE: _s5(
-        tasks.IMAGE, "cifar", epochs=250, bsz=50, ssm_lr=0.001, factor=4.5, warmup_end=1,
-        depth=6, d_model=512, d_state=384, blocks=3, c_init="lecun_normal",
-        weight_decay=0.07, dropout=0.1,
+        tasks.IMAGE,
+        "run_lra_cifar.sh",
+        epochs=250,
+        bsz=50,
+        ssm_lr=0.001,
+        factor=4.5,
+        warmup_end=1,
+        depth=6,
+        d_model=512,
+        d_state=384,
+        blocks=3,
+        c_init="lecun_normal",
+        weight_decay=0.07,
+        dropout=0.1,
         not_honoured={
             "clip_eigs=True": "S5 clips Re(Lambda) <= -1e-4 in the forward pass; "
             "eqx_lru.baselines.S5 trains Re(Lambda) freely",
@@ -121,25 +169,49 @@ S5: dict[str, Official] = {
         },
     ),
     tasks.PATHFINDER: _s5(
-        tasks.PATHFINDER, "pathfinder", epochs=200, bsz=64, ssm_lr=0.0009, factor=5,
-        warmup_end=1, depth=6, d_model=192, d_state=256, blocks=8,
-        c_init="trunc_standard_normal", weight_decay=0.03, dropout=0.05, not_honoured={},
+        tasks.PATHFINDER,
+        "run_lra_pathfinder.sh",
+        epochs=200,
+        bsz=64,
+        ssm_lr=0.0009,
+        factor=5,
+        warmup_end=1,
+        depth=6,
+        d_model=192,
+        d_state=256,
+        blocks=8,
+        c_init="trunc_standard_normal",
+        weight_decay=0.03,
+        dropout=0.05,
+        not_honoured={},
     ),
     tasks.PATHX: _s5(
-        tasks.PATHX, "pathx", epochs=75, bsz=32, ssm_lr=0.0006, factor=3, warmup_end=1,
-        depth=6, d_model=128, d_state=256, blocks=16, c_init="complex_normal",
-        dt_min=0.0001, weight_decay=0.06, dropout=0.0,
+        tasks.PATHX,
+        "run_lra_pathx.sh",
+        epochs=75,
+        bsz=32,
+        ssm_lr=0.0006,
+        factor=3,
+        warmup_end=1,
+        depth=6,
+        d_model=128,
+        d_state=256,
+        blocks=16,
+        c_init="complex_normal",
+        dt_min=0.0001,
+        weight_decay=0.06,
+        dropout=0.0,
         not_honoured={
             "opt_config=BandCdecay": "S5 decays B~ (at ssm_lr); here B~ is a recurrent "
             "parameter without weight decay",
         },
     ),
-}  # fmt: skip
+}
 
 #: What no S4 config can have here.
 _S4_ALWAYS = {
-    "init=legs": "the configs' S4D is S4D-LegS (the diagonal of HiPPO-LegS's normal part, "
-    "B = V* B_LegS); eqx_lru.baselines.S4D has S4D-Lin (used) and S4D-Inv",
+    "B_clip=2": "S4D-LegS clips Im(V* b) to [-2, 2]; V's eigenvector phases (which parts "
+    "the clip touches) are NumPy's here, PyTorch's there",
     "dt_transform=softplus": "S4 parameterises Delta = softplus(p); eqx_lru's S4D uses "
     "exp(log_dt) (the same initial Delta range)",
     "bidirectional": "S4's bidirectional kernel shares A, B and Delta between the directions "
@@ -164,7 +236,7 @@ def _s4d(task: str, config: str, *, lr: float, ssm_lr: float, steps: int, warmup
     values = dict(
         lr=lr, lr_factor=ssm_lr / lr, steps=steps, warmup_fraction=warmup / steps,
         bidirectional=True, norm="batch", pooling="mean", glu="full", dt_max=0.1,
-        weight_decay=0.05,
+        weight_decay=0.05, s4d_init="legs",
     )  # fmt: skip
     values.update(settings)
     return Official(_S4.format(config), values, {**_S4_ALWAYS, **not_honoured})
@@ -173,23 +245,63 @@ def _s4d(task: str, config: str, *, lr: float, ssm_lr: float, steps: int, warmup
 #: S4D's per-task settings, by task.
 S4D: dict[str, Official] = {
     tasks.LISTOPS: _s4d(
-        tasks.LISTOPS, "listops", lr=0.01, ssm_lr=0.001, steps=120_000, warmup=12_000, depth=6,
-        d_model=256, d_state=4, dt_min=0.001, batch_size=32, dropout=0.0,
+        tasks.LISTOPS,
+        "s4-listops.yaml",
+        lr=0.01,
+        ssm_lr=0.001,
+        steps=120_000,
+        warmup=12_000,
+        depth=6,
+        d_model=256,
+        d_state=4,
+        dt_min=0.001,
+        batch_size=32,
+        dropout=0.0,
         not_honoured={**_N_SSM_1, **_POSTNORM, **_DT_GLOBAL_S4},
     ),
     tasks.TEXT: _s4d(
-        tasks.TEXT, "imdb", lr=0.01, ssm_lr=0.001, steps=50_000, warmup=5_000, depth=6,
-        d_model=256, d_state=4, dt_min=0.001, batch_size=16, dropout=0.0,
+        tasks.TEXT,
+        "s4-imdb.yaml",
+        lr=0.01,
+        ssm_lr=0.001,
+        steps=50_000,
+        warmup=5_000,
+        depth=6,
+        d_model=256,
+        d_state=4,
+        dt_min=0.001,
+        batch_size=16,
+        dropout=0.0,
         not_honoured={**_N_SSM_1, **_DT_GLOBAL_S4},
     ),
     tasks.RETRIEVAL: _s4d(
-        tasks.RETRIEVAL, "aan", lr=0.01, ssm_lr=0.001, steps=50_000, warmup=5_000, depth=6,
-        d_model=256, d_state=4, dt_min=0.001, batch_size=64, dropout=0.0,
+        tasks.RETRIEVAL,
+        "s4-aan.yaml",
+        lr=0.01,
+        ssm_lr=0.001,
+        steps=50_000,
+        warmup=5_000,
+        depth=6,
+        d_model=256,
+        d_state=4,
+        dt_min=0.001,
+        batch_size=64,
+        dropout=0.0,
         not_honoured={**_N_SSM_1, **_DT_GLOBAL_S4},
     ),
     tasks.IMAGE: _s4d(
-        tasks.IMAGE, "cifar", lr=0.01, ssm_lr=0.001, steps=180_000, warmup=18_000, depth=6,
-        d_model=512, d_state=64, dt_min=0.001, batch_size=50, dropout=0.1,
+        tasks.IMAGE,
+        "s4-cifar.yaml",
+        lr=0.01,
+        ssm_lr=0.001,
+        steps=180_000,
+        warmup=18_000,
+        depth=6,
+        d_model=512,
+        d_state=64,
+        dt_min=0.001,
+        batch_size=50,
+        dropout=0.1,
         not_honoured={
             **_N_SSM_1,
             **_POSTNORM,
@@ -198,13 +310,33 @@ S4D: dict[str, Official] = {
         },
     ),
     tasks.PATHFINDER: _s4d(
-        tasks.PATHFINDER, "pathfinder", lr=0.004, ssm_lr=0.001, steps=500_000, warmup=50_000,
-        depth=6, d_model=256, d_state=64, dt_min=0.001, batch_size=64, dropout=0.0,
+        tasks.PATHFINDER,
+        "s4-pathfinder.yaml",
+        lr=0.004,
+        ssm_lr=0.001,
+        steps=500_000,
+        warmup=50_000,
+        depth=6,
+        d_model=256,
+        d_state=64,
+        dt_min=0.001,
+        batch_size=64,
+        dropout=0.0,
         not_honoured={},
     ),
     tasks.PATHX: _s4d(
-        tasks.PATHX, "pathx", lr=0.001, ssm_lr=0.001, steps=500_000, warmup=50_000, depth=6,
-        d_model=256, d_state=64, dt_min=0.0001, batch_size=16, dropout=0.0,
+        tasks.PATHX,
+        "s4-pathx.yaml",
+        lr=0.001,
+        ssm_lr=0.001,
+        steps=500_000,
+        warmup=50_000,
+        depth=6,
+        d_model=256,
+        d_state=64,
+        dt_min=0.0001,
+        batch_size=16,
+        dropout=0.0,
         not_honoured={},
     ),
-}  # fmt: skip
+}

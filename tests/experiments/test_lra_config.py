@@ -10,7 +10,7 @@ from experiments.lra import cli, config, cores, tasks
 from experiments.lra.config import ConfigError, RunConfig
 
 #: Settings added to config.json by the core registry (absent from older runs' files).
-ADDED = ("blocks", "c_init", "dt_min", "dt_max")
+ADDED = ("blocks", "c_init", "s4d_init", "dt_min", "dt_max")
 
 
 @pytest.mark.parametrize("core", cores.names())
@@ -41,6 +41,9 @@ def test_a_config_saved_before_a_setting_existed_reads_as_it_trained():
         0.001,
         0.1,
     )
+    s4d = RunConfig.defaults("pathx", "s4d").to_json()
+    back = RunConfig.from_json({k: v for k, v in s4d.items() if k not in ADDED})
+    assert (back.s4d_init, back.dt_min, back.dt_max) == ("lin", 0.001, 0.1)
     lru = {k: v for k, v in RunConfig.defaults("text").to_json().items() if k not in ADDED}
     del lru["core"], lru["remat"]
     back = RunConfig.from_json(lru)

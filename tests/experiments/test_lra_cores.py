@@ -33,6 +33,7 @@ S5_SCRIPTS = {
     "pathx": ("pathx", 6, 128, 256, 16, "complex_normal", 0.0001, 32, 75, 6e-4, 3, 0.06, 0.0, 1),
 }  # fmt: skip
 # state-spaces/s4 @e757cef configs/experiment/lra/s4-{config}.yaml (S4D: model.layer.mode=diag).
+# Every config: init legs (S4D-LegS with mode=diag), bidirectional, batch norm.
 # task: (config, n_layers, d_model, d_state, dt_min, dt_max, optimizer.lr, layer lr,
 #        weight_decay, batch_size, num_training_steps, num_warmup_steps, dropout)
 S4_CONFIGS = {
@@ -109,6 +110,7 @@ def test_s4d_follows_its_configs(task):
     for block in _blocks(model):
         for core in (block.core, block.reverse_core):
             assert isinstance(core, eqx_lru.baselines.S4D) and core.mode == "convolution"
+            assert core.init == "legs"
             assert (core.d_model, core.d_state) == (h, n)
     core = steps.make_core(config)(64, n, key=jax.random.key(1))  # one log_dt per channel
     _check_range(np.asarray(core.log_dt), dt_min, dt_max)
