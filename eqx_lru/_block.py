@@ -369,6 +369,7 @@ class LRUBlock(eqx.Module):
         over their concatenation, and of `step` position by position.
         """
         core = self._causal_core("chunk")
+        sharding.refuse(self, "`LRUBlock.chunk`")
         x = jnp.asarray(x)
         check_length(x, "x")
         segment_ids = check_segment_ids(segment_ids, x.shape[0])

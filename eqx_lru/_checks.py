@@ -196,17 +196,30 @@ def check_segment_ids(segment_ids, length: Dim):
     return segment_ids
 
 
-def check_length(length, size: Dim) -> Array:
+def check_length(length, size: Dim, what: str = "") -> Array:
     """`length` (the number of valid leading positions of a sequence of `size`) as an int32
-    scalar; a `ValueError` naming `length` unless it is a scalar integer, and inside `jit` an
-    `eqx.error_if` unless `1 <= length <= size`."""
+    scalar; a `ValueError` naming `length` unless it is a scalar integer with
+    `1 <= length <= size`: at once when `length` is concrete (a Python, NumPy or JAX value:
+    also inside `jax.shard_map` and `jit` when it is not an argument), else inside `jit`
+    an `eqx.error_if`. `what` describes `size` in the message ("the padded length")."""
+    bound = f"{what} {size}".strip()
+    if not isinstance(length, jax.core.Tracer):
+        value = np.asarray(length)
+        _check_length_type(value.dtype, value.shape)
+        if isinstance(size, int) and not 1 <= int(value) <= size:
+            raise ValueError(f"`length` must be between 1 and {bound}; got {int(value)}.")
     length = jnp.asarray(length)
-    if length.shape != () or not jnp.issubdtype(length.dtype, jnp.integer):
+    _check_length_type(length.dtype, length.shape)
+    # Compare in the caller's dtype when it is at least 32 bits wide (an int64 or uint32
+    # value beyond int32 would wrap into range on the cast), in int32 otherwise.
+    wide = length if length.dtype.itemsize >= 4 else length.astype(jnp.int32)
+    bad = (wide < 1) | (wide > size)
+    return eqx.error_if(length.astype(jnp.int32), bad, f"`length` must be between 1 and {bound}.")
+
+
+def _check_length_type(dtype, shape) -> None:
+    if shape != () or not jnp.issubdtype(dtype, jnp.integer):
         raise ValueError(
-            "`length` must be a scalar integer (the number of valid leading positions); got "
-            f"{length.dtype} of shape {length.shape}."
+            "`length` must be a scalar integer (the number of valid leading positions of "
+            f"one sequence; batch it with `jax.vmap`); got {dtype} of shape {shape}."
         )
-    length = length.astype(jnp.int32)
-    return eqx.error_if(
-        length, (length < 1) | (length > size), f"`length` must be between 1 and {size}."
-    )

@@ -363,6 +363,8 @@ class LRUModel(eqx.Module):
         x = self._check_input(x)
         segment_ids = check_segment_ids(segment_ids, x.shape[0])
         num_segments = self._check_num_segments(segment_ids, num_segments)
+        if num_segments is not None:
+            sharding.refuse(self, "Pooling per packed sequence (`segment_ids=` with pooling)")
         h, state, mask = self._features(x, state, length, key, inference, segment_ids)
         if self.pooling is None:
             out = h if self.head is None else jax.vmap(self.head)(h)
@@ -516,6 +518,7 @@ class LRUModel(eqx.Module):
         lengths give the outputs and final carry of `step` position by position.
         """
         self._check_streaming("chunk")
+        sharding.refuse(self, "`LRUModel.chunk`")
         x = self._check_input(x)
         packed = {}
         if segment_ids is not None:

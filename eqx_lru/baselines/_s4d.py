@@ -18,6 +18,7 @@ from .._checks import (
     float_dtype,
 )
 from .._methods import scan_method
+from .._sequence_parallel import SequenceParallel
 from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._ssm import AbstractDiagonalSSM
 
@@ -68,7 +69,8 @@ class S4D(AbstractDiagonalSSM):
     same $H$. `mode="convolution"` computes the same outputs as S4D's own code does, as a
     causal convolution with the kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n
     \bar A_n^l)$ (`kernel`, once per layer, shared by the batch) by FFT: $O(HL)$ memory per
-    example. The call uses it when it starts from zero without `segment_ids`; `run` (which
+    example. The call uses it when it starts from zero without `segment_ids` and scans on one
+    device (a `SequenceParallel` method runs the recurrence); `run` (which
     returns the final state), a call with `initial_state` or `segment_ids`, and `step` run
     the recurrence, the same function.
 
@@ -163,8 +165,11 @@ class S4D(AbstractDiagonalSSM):
 
     def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
         r"""As `eqx_lru.AbstractRecurrentCore.__call__`; by FFT convolution with
-        `mode="convolution"` when it starts from zero without `segment_ids`."""
-        if self.mode == "convolution" and options.get("initial_state") is None:
+        `mode="convolution"` when it starts from zero without `segment_ids` (and the
+        sequence is not split across devices by a `SequenceParallel` method)."""
+        # The convolution sees one chunk only of a sequence split across devices.
+        local = not isinstance(self.method, SequenceParallel)
+        if self.mode == "convolution" and local and options.get("initial_state") is None:
             if options.get("segment_ids") is None:
                 return self._convolve(jnp.asarray(u), options.get("reverse", False))
         return super().__call__(u, **options)
