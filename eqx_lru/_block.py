@@ -19,7 +19,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from . import _sharding as sharding
-from ._checks import Size, check_key, check_segment_ids, check_size
+from ._checks import Size, check_key, check_segment_ids, check_size, float_dtype
 from ._core import AbstractRecurrentCore
 from ._glu import GLU
 from ._lru import ComplexLRU, RealLRU
@@ -191,6 +191,7 @@ class LRUBlock(eqx.Module):
         """
         d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
         check_key(key)
+        dtype = None if dtype is None else float_dtype(dtype)  # an object or a name
         if not 0 <= dropout < 1:
             raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
         core_factory(core)  # check `core` before building anything

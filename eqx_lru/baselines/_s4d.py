@@ -11,6 +11,7 @@ from jaxtyping import Array, ArrayLike, Complex, Float, PRNGKeyArray
 
 from .._checks import (
     check_choice,
+    check_fits,
     check_form,
     check_sequence,
     check_size,
@@ -128,6 +129,7 @@ class S4D(AbstractDiagonalSSM):
         dtype = float_dtype(dtype)
         if check_form(form) == "complex":
             self._check_complex_dtype(dtype)
+        check_fits(f"S4D(d_model={d_model}, d_state={d_state})", dtype, 3 * d_model * d_state)
         re, im = s4d_eigenvalues(d_state, init)
         dt_key, c_key = jax.random.split(key)
         shape = (d_model, d_state // 2)
