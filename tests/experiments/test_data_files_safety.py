@@ -150,9 +150,10 @@ def test_links_inside_the_task_folder_are_read(tmp_path):
 # --------------------------------------------------------------------------- last round's classes
 
 
-@pytest.mark.parametrize("label", ["1.5", "0.999", "nan", "inf", "1_0"])
+@pytest.mark.parametrize("label", ["1.5", "0.999", "nan", "inf", "1_0", "\u0661"])
 def test_a_fractional_label_is_not_an_integer(tmp_path, label):
-    """Retrieval read `int(float("1.5")) == 1`; ListOps took Python's `int("0_1") == 1`."""
+    """Retrieval read `int(float("1.5")) == 1` and `float("\\u0661") == 1.0` (an Arabic-Indic
+    digit, found by test_loader_properties); ListOps took Python's `int("0_1") == 1`."""
     write_aan(tmp_path, eval_rows=f"{label}\tid\tid\ta\tb\n")
     with pytest.raises(DataError, match=rf"new_aan_pairs.eval.tsv:1: label '{label}' is not"):
         load_task("retrieval", tmp_path)

@@ -122,22 +122,22 @@ def pixel_affine(mean, std) -> tuple[np.ndarray, np.ndarray]:
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+#: ASCII only: Python's `float` also reads "1_0", "nan" and other scripts' digits ("١").
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def parse_label(text: str, num_classes: int, where: str, *, via_float: bool = False) -> int:
     """The integer `text` holds (digits with an optional sign; with `via_float` also a
     float of integral value such as `"1.0"`, the form of AAN's labels) in
     `[0, num_classes)`, else a `DataError` naming `where` (e.g. `"path:line"`). A
-    fractional `"1.5"` or Python's `"1_0"` is not an integer label."""
+    fractional `"1.5"`, Python's `"1_0"` or another script's digit `"١"` is not an integer
+    label."""
     text = text.strip()
     value = None
     if _INTEGER.fullmatch(text):
         value = int(text)
-    elif via_float and "_" not in text:
-        try:
-            number = float(text)
-        except ValueError:
-            number = math.nan
+    elif via_float and _FLOAT.fullmatch(text):
+        number = float(text)
         if math.isfinite(number) and number.is_integer():
             value = int(number)
     if value is None:
