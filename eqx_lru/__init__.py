@@ -11,9 +11,12 @@ from ._init import ring_init as ring_init
 from ._lru import AbstractLRU as AbstractLRU
 from ._lru import ComplexLRU as ComplexLRU
 from ._lru import RealLRU as RealLRU
+from ._rglru import RGLRU as RGLRU
 
 # isort: split
 # Blocks, models and their pieces
+from ._abstract_block import AbstractBlock as AbstractBlock
+from ._abstract_block import AbstractStreamingBlock as AbstractStreamingBlock
 from ._block import LRUBlock as LRUBlock
 from ._glu import GLU as GLU
 from ._model import LRUModel as LRUModel
@@ -54,9 +57,11 @@ from . import baselines as baselines
 
 __all__ = [
     "AbstractAlgebra",
+    "AbstractBlock",
     "AbstractLRU",
     "AbstractRecurrentCore",
     "AbstractScanMethod",
+    "AbstractStreamingBlock",
     "Associative",
     "Auto",
     "Block2x2",
@@ -69,6 +74,7 @@ __all__ = [
     "LRURetrievalModel",
     "MaskedBatchNorm",
     "PallasScan",
+    "RGLRU",
     "RealLRU",
     "RotationScaling",
     "SequenceParallel",

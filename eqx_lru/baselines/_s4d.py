@@ -167,12 +167,12 @@ class S4D(AbstractDiagonalSSM):
 
     def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
         r"""As `eqx_lru.AbstractRecurrentCore.__call__`; by FFT convolution with
-        `mode="convolution"` when it starts from zero without `segment_ids` (and the
-        sequence is not split across devices by a `SequenceParallel` method)."""
+        `mode="convolution"` when it starts from zero without `segment_ids` or `dt` (and
+        the sequence is not split across devices by a `SequenceParallel` method)."""
         # The convolution sees one chunk only of a sequence split across devices.
         local = not isinstance(self.method, SequenceParallel)
         if self.mode == "convolution" and local and options.get("initial_state") is None:
-            if options.get("segment_ids") is None:
+            if options.get("segment_ids") is None and options.get("dt") is None:
                 return self._convolve(jnp.asarray(u), options.get("reverse", False))
         return super().__call__(u, **options)
 
