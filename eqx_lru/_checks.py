@@ -154,12 +154,10 @@ def float_dtype(dtype, name: str = "dtype") -> jnp.dtype:
         raise ValueError(
             f"`{name}` must be a real floating dtype (parameters are stored real), got {dtype}."
         )
-    canonicalize = getattr(jax.dtypes, "canonicalize_dtype", None)
-    if canonicalize is not None and canonicalize(dtype) != dtype:
+    if dtype.itemsize == 8 and jnp.asarray(0.0).dtype.itemsize < 8:  # 64-bit mode is off
         raise ValueError(
             f"`{name}={dtype.name}` needs 64-bit mode, which is off (JAX would store "
-            f"{canonicalize(dtype).name}): call `jax.config.update('jax_enable_x64', True)` "
-            "first, or use float32."
+            "float32): call `jax.config.update('jax_enable_x64', True)` first, or use float32."
         )
     return dtype
 
