@@ -19,7 +19,7 @@ from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree, ja
 
 from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
-from ._checks import Size, check_key, check_segment_ids, check_size
+from ._checks import Size, check_key, check_segment_ids, check_size, float_dtype
 from ._core import AbstractRecurrentCore
 from ._core_factory import Core, build_core, core_factory
 from ._glu import GLU
@@ -150,6 +150,7 @@ class LRUBlock(AbstractStreamingBlock):
         """
         d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
         check_key(key)
+        dtype = None if dtype is None else float_dtype(dtype)  # an object or a name
         if not 0 <= dropout < 1:
             raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
         core_factory(core)  # check `core` before building anything
@@ -337,6 +338,7 @@ class LRUBlock(AbstractStreamingBlock):
         over their concatenation, and of `step` position by position.
         """
         core = self._causal_core("chunk")
+        sharding.refuse(self, "`LRUBlock.chunk`")
         x = jnp.asarray(x)
         check_length(x, "x")
         segment_ids = check_segment_ids(segment_ids, x.shape[0])

@@ -14,7 +14,7 @@ from . import _sharding as sharding
 from ._abstract_block import AbstractBlock, AbstractStreamingBlock, call_block
 from ._block import LRUBlock
 from ._block_scan import scan_blocks, stack_blocks
-from ._checks import Size, check_key, check_segment_ids, check_size
+from ._checks import Size, check_key, check_segment_ids, check_size, float_dtype
 from ._padding import check_length, segment_index, valid_mask, where_valid
 from ._surface import check_carry, checks_first
 
@@ -175,6 +175,7 @@ class LRUModel(eqx.Module):
         out_size = None if out_size is None else check_size("out_size", out_size)
         d_state, depth = check_size("d_state", d_state), check_size("depth", depth)
         check_key(key)
+        dtype = None if dtype is None else float_dtype(dtype)  # an object or a name
         if pooling not in ("mean", "last", None):
             raise ValueError(f"`pooling` must be 'mean', 'last' or None, got {pooling!r}.")
         if not callable(block):
@@ -283,7 +284,7 @@ class LRUModel(eqx.Module):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
-        num_segments: int | None = None,
+        num_segments: Size | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "..."], eqx.nn.State]:
@@ -320,6 +321,8 @@ class LRUModel(eqx.Module):
         x = self._check_input(x)
         segment_ids = check_segment_ids(segment_ids, x.shape[0])
         num_segments = self._check_num_segments(segment_ids, num_segments)
+        if num_segments is not None:
+            sharding.refuse(self, "Pooling per packed sequence (`segment_ids=` with pooling)")
         h, state, mask = self._features(x, state, length, key, inference, segment_ids)
         if self.pooling is None:
             out = h if self.head is None else jax.vmap(self.head)(h)
@@ -350,11 +353,7 @@ class LRUModel(eqx.Module):
                 "the most sequences a row holds; the output has that many rows), or use "
                 "`pooling=None` for per-position outputs."
             )
-        if isinstance(num_segments, bool) or not isinstance(num_segments, int):
-            raise TypeError(f"`num_segments` must be a Python int, got {num_segments!r}.")
-        if num_segments < 1:
-            raise ValueError(f"`num_segments` must be >= 1, got {num_segments}.")
-        return num_segments
+        return check_size("num_segments", num_segments)
 
     # --- streaming: a causal model as an RNN ----------------------------------------------
 
@@ -480,6 +479,7 @@ class LRUModel(eqx.Module):
         lengths give the outputs and final carry of `step` position by position.
         """
         streaming = self._streaming_blocks("chunk")
+        sharding.refuse(self, "`LRUModel.chunk`")
         x = self._check_input(x)
         packed = {}
         if segment_ids is not None:
@@ -544,7 +544,8 @@ def _check_token_ids(x: Array, vocab_size: int) -> Array:
         "are not checked."
     )
     bad = (x < 0) | (x >= vocab_size)
-    if not isinstance(x, jax.core.Tracer):
+    # `bad`, not `x`: a concrete `x` closed over inside `jit` still gives a traced `bad`.
+    if not isinstance(bad, jax.core.Tracer):
         ids = np.asarray(x)[np.asarray(bad)]
         if ids.size:
             raise ValueError(message.format(f"id {ids[0]} (at {np.argmax(np.asarray(bad))})"))

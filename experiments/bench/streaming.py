@@ -350,7 +350,14 @@ def render(grid, results, info) -> str:
     return "\n".join(lines)
 
 
+def default_out(backend: str) -> str:
+    """Where the table goes without `--out`: `STREAMING-<backend>.md` beside this file."""
+    return os.path.join(HERE, f"STREAMING-{backend}.md")
+
+
 def main(argv=None) -> int:
+    from experiments._flags import output_file
+
     parser = argparse.ArgumentParser(
         prog="python -m experiments.bench.streaming", description=__doc__
     )
@@ -358,21 +365,22 @@ def main(argv=None) -> int:
         "--quick", action="store_true", help="a tiny model and few tokens (seconds)"
     )
     parser.add_argument(
-        "--out", help="Markdown to write (default: STREAMING-<backend>.md here; quick: stdout)"
+        "--out",
+        type=output_file,
+        help="Markdown to write (default: STREAMING-<backend>.md here; quick: stdout)",
     )
-    parser.add_argument("--json", help="also write the raw results here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", type=output_file, help="also write the raw results here")
+    args = parser.parse_args(argv)  # paths checked here, not after the measurements
     import jax
 
     from . import report
 
     grid = QUICK if args.quick else FULL
+    out = args.out or (None if args.quick else default_out(jax.default_backend()))
+    report.check_writable(parser, [("the default --out", None if args.out else out)])
     info = report.machine_info()
     results = measure(grid)
     text = render(grid, results, info)
-    out = args.out or (
-        None if args.quick else os.path.join(HERE, f"STREAMING-{jax.default_backend()}.md")
-    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
