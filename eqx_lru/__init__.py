@@ -11,6 +11,7 @@ from ._init import ring_init as ring_init
 from ._lru import AbstractLRU as AbstractLRU
 from ._lru import ComplexLRU as ComplexLRU
 from ._lru import RealLRU as RealLRU
+from ._rglru import RGLRU as RGLRU
 
 # isort: split
 # Blocks, models and their pieces
@@ -74,6 +75,7 @@ __all__ = [
     "LRURetrievalModel",
     "MaskedBatchNorm",
     "PallasScan",
+    "RGLRU",
     "RealLRU",
     "RotationScaling",
     "SequenceParallel",
