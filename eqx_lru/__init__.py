@@ -20,11 +20,11 @@ from ._abstract_block import AbstractStreamingBlock as AbstractStreamingBlock
 from ._block import LRUBlock as LRUBlock
 from ._glu import GLU as GLU
 from ._model import LRUModel as LRUModel
-from ._model import LRURetrievalModel as LRURetrievalModel
 from ._norm import MaskedBatchNorm as MaskedBatchNorm
 from ._padding import valid_mask as valid_mask
 from ._padding import where_valid as where_valid
 from ._pool import StreamPool as StreamPool
+from ._retrieval import LRURetrievalModel as LRURetrievalModel
 
 # isort: split
 # Training

@@ -33,6 +33,7 @@ from ._checks import (
     Size,
     check_form,
     check_key,
+    check_not_complex,
     check_segment_ids,
     check_sequence,
     check_size,
@@ -49,6 +50,7 @@ from ._methods import AbstractScanMethod, scan_method
 from ._projection import Precision, check_precision
 from ._scan import ScanMethod, recurrence
 from ._storage import AbstractStorage, Cast, ComplexPairs, Identity
+from ._surface import checks_first
 
 
 class AbstractModalCore(AbstractStatesCore):
@@ -194,6 +196,7 @@ class AbstractModalCore(AbstractStatesCore):
         final = self._from_algebra(self._storage().load(state[None])[0])
         return final.astype(self.init_state().dtype)
 
+    @checks_first(lambda layer, u, **options: check_not_complex(u))  # before the type check
     def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
         r"""Run the layer over one sequence.
 
