@@ -241,14 +241,16 @@ def model_table(rows) -> list[str]:
         "| peak GB |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    order = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+    from experiments.lra import cores, tasks
+
+    order = tasks.names()
     rows = sorted(
         (r for r in rows if "spec" in r),
         key=lambda r: (order.index(r["spec"]["task"]), r["spec"]["core"], r["spec"]["form"]),
     )
     for r in rows:
         s = r["spec"]
-        core = f"LRU {s['form']}" if s["core"] == "lru" else s["core"].upper()
+        core = cores.get_core(s["core"]).describe(s["form"])
         if "temp_gb" not in r:
             lines.append(
                 f"| {s['task']} | {core} | | | "

@@ -68,15 +68,13 @@ def _rss_mb() -> float | None:
 def _model(grid, form):
     import jax
 
-    from experiments.lra import steps, train
+    from experiments.lra import steps, tasks
+    from experiments.lra.config import RunConfig
 
-    cfg = {
-        **train.task_defaults("listops"),
-        "form": form,
-        "method": "sequential",
-        **{k: grid[k] for k in ("depth", "d_model", "d_state")},
-    }
-    return steps.build_model(cfg, steps.task_spec("listops"), jax.random.PRNGKey(0))
+    config = RunConfig.defaults(tasks.LISTOPS).replace(
+        form=form, method="sequential", **{k: grid[k] for k in ("depth", "d_model", "d_state")}
+    )
+    return steps.build_model(config, steps.task_spec(tasks.LISTOPS), jax.random.PRNGKey(0))
 
 
 def _windows(make_stream, grid) -> dict:
