@@ -166,6 +166,18 @@ def stream_options(**given) -> dict:
     return {name: value for name, value in given.items() if value is not _STREAM_DEFAULTS[name]}
 
 
+def step_block(
+    block: AbstractStreamingBlock,
+    carry: PyTree[Array],
+    x_t: Array,
+    state: eqx.nn.State,
+    **options,
+) -> tuple[PyTree[Array], Array]:
+    """The one place a model runs a block's `step`: `block.step(carry, x_t, state,
+    **stream_options(**options))` (no option differs from its default today)."""
+    return block.step(carry, x_t, state, **stream_options(**options))
+
+
 def chunk_block(
     block: AbstractStreamingBlock,
     carry: PyTree[Array],

@@ -11,7 +11,13 @@ from beartype import beartype
 from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from . import _sharding as sharding
-from ._abstract_block import AbstractBlock, AbstractStreamingBlock, call_block, chunk_block
+from ._abstract_block import (
+    AbstractBlock,
+    AbstractStreamingBlock,
+    call_block,
+    chunk_block,
+    step_block,
+)
 from ._block import LRUBlock
 from ._block_scan import scan_blocks, stack_blocks
 from ._checks import Size, check_key, check_segment_ids, check_size
@@ -452,7 +458,7 @@ class LRUModel(eqx.Module):
         h = self._encode(x_t[None], None)[0]
         blocks = []
         for block, block_carry in zip(streaming, carry["blocks"], strict=True):
-            block_carry, h = block.step(block_carry, h, state)
+            block_carry, h = step_block(block, block_carry, h, state)
             blocks.append(block_carry)
         carry, out = self._readout(dict(carry, blocks=tuple(blocks)), h[None], None)
         return carry, out[0] if self.pooling is None else out
