@@ -173,28 +173,47 @@ def parallel_prefix(grid, form, length) -> dict:
     }
 
 
-def onnx_step(grid, batch) -> dict:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return {
-            "batch": batch,
-            "error": "onnxruntime is not installed (pip install -e '.[export]')",
-        }
+#: Why an ONNX measurement is missing, when onnxruntime is.
+NO_ONNXRUNTIME = "onnxruntime is not installed (pip install -e '.[export]')"
+
+
+def onnx_step_session(model, state):
+    """The token model's step exported to ONNX (real form, batch norm folded, symbolic
+    batch) in an onnxruntime session with one intra-op thread: `(session, input names,
+    carry zeros)`, `carry_zeros(batch)` the carry of `batch` new streams. The one place
+    the benchmarks reach the exporter (today `experiments.export`)."""
+    import onnxruntime as ort
+
     from experiments import export
 
-    model, state = _model(grid, "complex")
     vocab = model.encoder.num_embeddings
     program = export.step_program(
         export.prepare(model, state, real=True), state, tokens=True, in_size=vocab
     )
-    data = export.export_onnx(program)
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        export.export_onnx(program), options, providers=["CPUExecutionProvider"]
+    )
     names = [i.name for i in session.get_inputs()]
+
+    def carry_zeros(batch):
+        return [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in program.carry]
+
+    return session, names, carry_zeros
+
+
+def onnx_step(grid, batch) -> dict:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return {"batch": batch, "error": NO_ONNXRUNTIME}
+
+    model, state = _model(grid, "complex")
+    vocab = model.encoder.num_embeddings
+    session, names, carry_zeros = onnx_step_session(model, state)
     rng = np.random.default_rng(0)
-    zeros = [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in program.carry]
+    zeros = carry_zeros(batch)
 
     def make_stream(start):
         box = {"carry": zeros}
