@@ -12,6 +12,7 @@ from jaxtyping import Array, ArrayLike, Complex, Float, PRNGKeyArray
 
 from .._checks import (
     check_choice,
+    check_fits,
     check_form,
     check_sequence,
     check_size,
@@ -19,6 +20,7 @@ from .._checks import (
     float_dtype,
 )
 from .._methods import scan_method
+from .._sequence_parallel import SequenceParallel
 from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._s5 import hippo_n_modes
 from ._ssm import AbstractDiagonalSSM
@@ -90,7 +92,8 @@ class S4D(AbstractDiagonalSSM):
     same $H$. `mode="convolution"` computes the same outputs as S4D's own code does, as a
     causal convolution with the kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n
     \bar A_n^l)$ (`kernel`, once per layer, shared by the batch) by FFT: $O(HL)$ memory per
-    example. The call uses it when it starts from zero without `segment_ids`; `run` (which
+    example. The call uses it when it starts from zero without `segment_ids` and scans on one
+    device (a `SequenceParallel` method runs the recurrence); `run` (which
     returns the final state), a call with `initial_state` or `segment_ids`, and `step` run
     the recurrence, the same function.
 
@@ -148,6 +151,7 @@ class S4D(AbstractDiagonalSSM):
         dtype = float_dtype(dtype)
         if check_form(form) == "complex":
             self._check_complex_dtype(dtype)
+        check_fits(f"S4D(d_model={d_model}, d_state={d_state})", dtype, 3 * d_model * d_state)
         re, im = s4d_eigenvalues(d_state, init)
         dt_key, c_key = jax.random.split(key)
         shape = (d_model, d_state // 2)
@@ -187,8 +191,11 @@ class S4D(AbstractDiagonalSSM):
 
     def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
         r"""As `eqx_lru.AbstractRecurrentCore.__call__`; by FFT convolution with
-        `mode="convolution"` when it starts from zero without `segment_ids`."""
-        if self.mode == "convolution" and options.get("initial_state") is None:
+        `mode="convolution"` when it starts from zero without `segment_ids` or `dt` (and
+        the sequence is not split across devices by a `SequenceParallel` method)."""
+        # The convolution sees one chunk only of a sequence split across devices.
+        local = not isinstance(self.method, SequenceParallel)
+        if self.mode == "convolution" and local and options.get("initial_state") is None:
             if options.get("segment_ids") is None and options.get("dt") is None:
                 return self._convolve(jnp.asarray(u), options.get("reverse", False))
         return super().__call__(u, **options)

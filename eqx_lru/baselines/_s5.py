@@ -12,6 +12,7 @@ from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
 from .._checks import (
     check_choice,
+    check_fits,
     check_form,
     check_size,
     check_steps,
@@ -166,6 +167,9 @@ class S5(AbstractDiagonalSSM):
         dtype = float_dtype(dtype)
         if check_form(form) == "complex":
             self._check_complex_dtype(dtype)
+        # B, C (complex) and the eigenbasis V, a dense (P, P) complex matrix.
+        elements = 4 * d_model * d_state + 2 * d_state * d_state
+        check_fits(f"S5(d_model={d_model}, d_state={d_state})", dtype, elements)
         lam, vectors = s5_eigenbasis(d_state, blocks)
         b_key, c_key, dt_key, d_key = jax.random.split(key, 4)
         # B (real), C (complex) drawn, moved to the eigenbasis in JAX (traceable: `filter_vmap` over

@@ -534,6 +534,14 @@ def _main(argv=None):
         if out
         else None
     )
+    # Every file this run writes is checked before minutes of measuring: the defaults and
+    # the JSON file derived from --out too (argparse checked only the flags given).
+    from . import streaming
+
+    writes = [("--out", out), ("--json", json_path)]
+    if name != "quick":
+        writes.append(("the streaming table", streaming.default_out(backend)))
+    report.check_writable(parser, writes)
     info = report.machine_info()
     try:
         runner = Runner(json_path, in_process=name == "quick", resume=args.resume)
@@ -550,9 +558,7 @@ def _main(argv=None):
         _log(f"wrote {out}")
     else:
         print(text)
-    from . import streaming  # token-by-token inference: STREAMING-<backend>.md
-
-    streaming.main(["--quick"] if name == "quick" else [])
+    streaming.main(["--quick"] if name == "quick" else [])  # STREAMING-<backend>.md
 
 
 def main(argv=None) -> int:

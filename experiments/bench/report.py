@@ -1,5 +1,7 @@
-"""The machine's description and the Markdown tables of RESULTS-<backend>.md."""
+"""The machine's description, the Markdown tables of RESULTS-<backend>.md, and the check that
+the files a run writes can be written (before it measures)."""
 
+import argparse
 import datetime
 import os
 import platform
@@ -312,3 +314,17 @@ def machine_lines(info, *, end_load=None) -> list[str]:
         + (f"; at the end: {' / '.join(f'{x:.1f}' for x in end_load)}" if end_load else ""),
     ]
     return lines
+
+
+def check_writable(parser: argparse.ArgumentParser, writes) -> None:
+    """`parser.error` (one `error:` line, status 2) naming the first of `writes`, pairs
+    `(what, path or None)`, that cannot be written (`experiments._flags.output_file`)."""
+    from experiments._flags import output_file
+
+    for what, path in writes:
+        if path is None:
+            continue
+        try:
+            output_file(str(path))
+        except argparse.ArgumentTypeError as e:
+            parser.error(f"{what}: {e}")
