@@ -9,7 +9,9 @@ byte.
 **The loss** of a step is the mean over its $B \times L$ positions of
 $-\ln p_\theta(x_{t+1} \mid x_{\le t})$, where the context before the chunk reaches the
 model through the carry, a constant there (truncated backpropagation through time: no
-gradient flows into the previous chunk). Bits per byte are this loss over $\ln 2$.
+gradient flows into the previous chunk): `LRUModel.chunk(carry, x, state,
+inference=False, key=...)`, with `reset=True` on the first chunk of a pass. Bits per byte
+are this loss over $\ln 2$.
 """
 
 import functools
@@ -114,20 +116,18 @@ def make_programs(cfg: LMConfig, static: Any, state: eqx.nn.State) -> Programs:
 def _programs(cfg: LMConfig, static: Any, state: eqx.nn.State) -> Programs:
     optim, schedule = make_optimizer(cfg)
 
-    def chunk(model, carry, x, key):
-        del key  # dropout: see the training-mode chunk (issue 28, item 1)
-        return model.chunk(jax.lax.stop_gradient(carry), x, state)
+    def chunk(model, carry, x, reset, key):
+        # Training mode (dropout), the incoming carry a constant of the gradient.
+        return model.chunk(carry, x, state, reset=reset, inference=False, key=key)
 
     @eqx.filter_jit
     def train(params, opt_state, carry, x, y, reset, run_key, step):
-        model = eqx.combine(params, static)
-        start = stream_carry(model, cfg.streams)
-        carry = jax.tree_util.tree_map(lambda a, b: jnp.where(reset, a, b), start, carry)
         keys = jax.random.split(jax.random.fold_in(run_key, step), cfg.streams)
 
         def loss_fn(p):
             m = eqx.combine(p, static)
-            new_carry, logits = jax.vmap(functools.partial(chunk, m))(carry, x, keys)
+            streams = jax.vmap(functools.partial(chunk, m), in_axes=(0, 0, None, 0))
+            new_carry, logits = streams(carry, x, reset, keys)
             nll = _nll(logits, y)
             accuracy = jnp.mean((jnp.argmax(logits, -1) == y).astype(jnp.float32))
             return jnp.mean(nll), (new_carry, accuracy)

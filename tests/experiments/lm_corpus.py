@@ -28,7 +28,8 @@ def write_corpus(folder: Path, *, files: int = 160, lines: int = 12, seed: int =
     return folder
 
 
-#: The tiny run of the tests: a model of one block, 4 streams of 32 bytes per step.
+#: The tiny run of the tests: a model of one block, 4 streams of 32 bytes per step; dropout
+#: on, so its keys are part of what must resume exactly.
 TINY = dict(
     depth=1,
     d_model=32,
@@ -36,6 +37,7 @@ TINY = dict(
     streams=4,
     chunk=32,
     lr=1e-2,
+    dropout=0.1,
     train_bytes=24_000,
     val_bytes=1_500,
     test_bytes=1_500,
@@ -45,10 +47,10 @@ TINY = dict(
 )
 
 
-def lm_argv(corpus: Path, out: Path, *extra: str, steps: int = 12, **settings) -> list[str]:
+def lm_argv(corpus: Path, out: Path, *extra: str, steps: int = 60, **settings) -> list[str]:
     """`python -m experiments.lm train` arguments (after `train`) of the tiny run."""
     flags = {**TINY, "corpus": corpus, "out": out, "steps": steps, **settings}
-    flags.setdefault("eval_every", 6)
-    flags.setdefault("checkpoint_every", 4)
+    flags.setdefault("eval_every", 30)
+    flags.setdefault("checkpoint_every", 25)
     argv = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
     return [*argv, "--no-progress", *extra]

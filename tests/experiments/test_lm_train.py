@@ -19,7 +19,7 @@ from experiments.lm import cli, train
 from experiments.lra._errors import UsageError
 from experiments.lra._metrics import read_records
 
-STEPS = 12
+STEPS = 60
 
 # The trainer sets XLA_FLAGS for deterministic GPU ops; conftest puts them back.
 pytestmark = pytest.mark.usefixtures("restore_backend_env")
@@ -46,13 +46,23 @@ def reference(corpus, tmp_path_factory):
     return out
 
 
+def test_training_beats_its_own_bigram(reference):
+    """60 steps of the tiny model: held-out bits per byte far below the Kneser-Ney bigram
+    fitted on the same training split (measured 0.37 bits at step 50 against 1.90)."""
+    results = json.loads((reference / "results.json").read_text())
+    baselines = results["baselines_bits_per_byte"]
+    assert results["val_bits_per_byte"] < 0.5 * baselines["val"]["bigram_kneser_ney"]
+    assert results["test_bits_per_byte"] < 0.5 * baselines["test"]["bigram_kneser_ney"]
+    assert baselines["val"]["bigram_kneser_ney"] < baselines["val"]["unigram"]
+
+
 def test_run_writes_its_outputs(reference):
     names = {"config.json", "corpus.json", "metrics.jsonl", "results.json", "curve.png"}
     assert names <= {p.name for p in reference.iterdir()}
     results = json.loads((reference / "results.json").read_text())
     assert results["test_bits_per_byte"] > 0
     records = _metrics(reference)
-    assert [r["step"] for r in records if r["split"] == "val"] == [6, 12]
+    assert [r["step"] for r in records if r["split"] == "val"] == [30, 60]
     assert records[-1]["split"] == "test"
     corpus = json.loads((reference / "corpus.json").read_text())
     config = json.loads((reference / "config.json").read_text())
@@ -63,14 +73,25 @@ def test_interrupt_then_resume_gives_identical_metrics(corpus, reference, tmp_pa
     out = tmp_path / "run"
 
     def hook(step):
-        if step == 7:  # Ctrl-C mid-run (not at a checkpoint step): saved after step 7
+        if step == 37:  # Ctrl-C mid-run (not at a checkpoint step): saved after step 37
             os.kill(os.getpid(), signal.SIGINT)
 
     assert train.run(lm_argv(corpus, out, steps=STEPS), hook=hook)["status"] == "interrupted"
-    assert json.loads((out / "last.json").read_text())["step"] == 7
+    assert json.loads((out / "last.json").read_text())["step"] == 37
     assert train.run(lm_argv(corpus, out, "--resume", steps=STEPS))["status"] == "finished"
     assert _metrics(out) == _metrics(reference)
     assert (out / "last.eqx").read_bytes() == (reference / "last.eqx").read_bytes()
+
+
+def test_time_limit_stops_cleanly_and_resumes_exactly(corpus, reference, tmp_path):
+    ticks = iter(range(10**6))
+    clock = lambda: float(next(ticks))  # noqa: E731 - one second per reading
+    out = tmp_path / "run"
+    results = train.run(lm_argv(corpus, out, "--time-limit=1", steps=STEPS), clock=clock)
+    assert results["status"] == "stopped" and 0 < results["step"] < STEPS
+    assert json.loads((out / "last.json").read_text())["step"] == results["step"]
+    assert train.run(lm_argv(corpus, out, "--resume", steps=STEPS))["status"] == "finished"
+    assert _metrics(out) == _metrics(reference)
 
 
 def test_resume_refuses_another_corpus(corpus, tmp_path):
@@ -149,18 +170,3 @@ def test_sample_command_writes_the_same_text_in_both_forms(reference, capsys):
     assert train.main([*argv, "--form", "real"]) == 0
     assert capsys.readouterr().out == complex_text
     assert complex_text.startswith("# the") and len(complex_text.encode()) >= 45
-
-
-@pytest.mark.slow
-def test_training_beats_its_own_bigram(corpus, tmp_path):
-    """150 steps of the tiny model on the structured corpus: held-out bits per byte well
-    below the Kneser-Ney bigram fitted on the same training split."""
-    out = tmp_path / "run"
-    results = train.run(lm_argv(corpus, out, steps=150, eval_every=50, checkpoint_every=150))
-    bigram = results["baselines_bits_per_byte"]["val"]["bigram_kneser_ney"]
-    unigram = results["baselines_bits_per_byte"]["val"]["unigram"]
-    assert results["val_bits_per_byte"] < 0.7 * bigram < unigram
-    assert (
-        results["test_bits_per_byte"]
-        < 0.7 * results["baselines_bits_per_byte"]["test"]["bigram_kneser_ney"]
-    )
