@@ -67,7 +67,7 @@ class LMConfig:
     chunk: int = _setting("L, bytes per stream per step (the truncated-BPTT window)", "binds",
                           _POSITIVE_INT, default=128)
     steps: int = _setting("optimiser steps (the schedule's length)", "binds", _POSITIVE_INT,
-                          default=600)
+                          default=1000)
     lr: float = _setting("peak learning rate", "binds", _POSITIVE, default=3e-3)
     lr_factor: float = _setting("the recurrent parameters get lr x this", "binds", _POSITIVE,
                                 default=0.5)
