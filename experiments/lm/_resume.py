@@ -16,8 +16,8 @@ def resume(r: Run, s: TrainState) -> TrainState:
     try:
         pair = ckpt.locate(r.out, "last")
         if pair is not None:
-            ckpt.check_last(pair.meta, pair.json_path, fields=("step", "pending", "config"))
-            ckpt.check_last(pair.meta, pair.json_path, fields=("run_id",))
+            fields = ("step", "pending", "config", "run_id")
+            ckpt.check_last(pair.meta, pair.json_path, fields=fields)
     except ckpt.CheckpointError as e:
         raise UsageError(str(e)) from None
     if pair is None:
@@ -26,27 +26,7 @@ def resume(r: Run, s: TrainState) -> TrainState:
             "was written): starting it again from step 0, with its saved settings."
         )
         return s
-    try:
-        ckpt.check_bound(
-            pair.meta,
-            pair.json_path,
-            run_id=r.cfg.run_id,
-            settings=r.cfg.to_json(),
-            keys=TRAINING_KEYS,
-        )
-    except ckpt.NotBound as e:
-        raise UsageError(
-            f"--resume: {e.path} does not belong to the run in {r.out / 'config.json'} "
-            f"({e.what('config.json')}); it was copied from another run, or config.json was "
-            "edited. Restore the run's own files, or start a new run with another --out."
-        ) from None
-    if pair.meta.get("corpus_sha256") not in (None, r.cfg.corpus_sha256):
-        raise UsageError(
-            f"--resume: {pair.json_path} was trained on another corpus (SHA-256 "
-            f"{str(pair.meta['corpus_sha256'])[:12]}..., config.json says "
-            f"{str(r.cfg.corpus_sha256)[:12]}...). Restore the run's own files, or start a "
-            "new run with another --out."
-        )
+    _check_run(r, pair)
     try:
         (params, opt_state, carry, run_key, step), meta = ckpt.load_pair(
             pair.json_path,
@@ -70,3 +50,29 @@ def resume(r: Run, s: TrainState) -> TrainState:
     r.say(f"Resuming {r.out} at step {int(step)}/{r.cfg.steps}.")
     pending = tuple(map(tuple, meta["pending"]))
     return TrainState(int(step), params, opt_state, carry, run_key, pending)
+
+
+def _check_run(r: Run, pair: ckpt.Pair) -> None:
+    """Refuse a checkpoint of another run: other settings or run id
+    (`_checkpoint.check_bound`), or another corpus."""
+    try:
+        ckpt.check_bound(
+            pair.meta,
+            pair.json_path,
+            run_id=r.cfg.run_id,
+            settings=r.cfg.to_json(),
+            keys=TRAINING_KEYS,
+        )
+    except ckpt.NotBound as e:
+        raise UsageError(
+            f"--resume: {e.path} does not belong to the run in {r.out / 'config.json'} "
+            f"({e.what('config.json')}); it was copied from another run, or config.json was "
+            "edited. Restore the run's own files, or start a new run with another --out."
+        ) from None
+    if pair.meta.get("corpus_sha256") not in (None, r.cfg.corpus_sha256):
+        raise UsageError(
+            f"--resume: {pair.json_path} was trained on another corpus (SHA-256 "
+            f"{str(pair.meta['corpus_sha256'])[:12]}..., config.json says "
+            f"{str(r.cfg.corpus_sha256)[:12]}...). Restore the run's own files, or start a "
+            "new run with another --out."
+        )

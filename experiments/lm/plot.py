@@ -22,10 +22,11 @@ from .._flags import output_file, report_os_errors
 
 __all__ = ["plot_run", "main"]
 
+#: (key, label, line style, where the label goes: (x in axes fraction, alignments)).
 _BASELINES = (
-    ("unigram", "unigram (add-one)", ":"),
-    ("bigram_add_one", "bigram (add-one)", "-."),
-    ("bigram_kneser_ney", "bigram (Kneser-Ney)", "--"),
+    ("unigram", "unigram (add-one)", ":", (0.99, "right", "bottom")),
+    ("bigram_add_one", "bigram (add-one)", "-.", (0.01, "left", "top")),
+    ("bigram_kneser_ney", "bigram (Kneser-Ney)", "--", (0.99, "right", "bottom")),
 )
 
 
@@ -56,15 +57,15 @@ def plot_run(
         xs, ys = _series(records, split)
         if xs:
             ax.plot(xs, ys, label=split, **style)
-    for key, label, line in _BASELINES:
+    for key, label, line, (x, ha, va) in _BASELINES:
         if key in baselines:
             ax.axhline(baselines[key], ls=line, color="gray", lw=1)
             ax.annotate(
-                f"{label} {baselines[key]:.2f}",
-                (1, baselines[key]),
+                f"{label} {baselines[key]:.3f}",
+                (x, baselines[key]),
                 xycoords=("axes fraction", "data"),
-                ha="right",
-                va="bottom",
+                ha=ha,
+                va=va,
                 fontsize=8,
                 color="dimgray",
             )
