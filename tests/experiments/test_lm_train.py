@@ -15,7 +15,7 @@ import signal
 import pytest
 from lm_corpus import lm_argv, write_corpus
 
-from experiments.lm import cli, train
+from experiments.lm import cli, config, train
 from experiments.lra._errors import UsageError
 from experiments.lra._metrics import read_records
 
@@ -170,3 +170,11 @@ def test_sample_command_writes_the_same_text_in_both_forms(reference, capsys):
     assert train.main([*argv, "--form", "real"]) == 0
     assert capsys.readouterr().out == complex_text
     assert complex_text.startswith("# the") and len(complex_text.encode()) >= 45
+
+
+def test_presets_are_valid_settings():
+    cpu, gpu = config.new_run({}), config.new_run({"preset": "gpu", "form": "real"})
+    assert cpu.preset == "cpu" and cpu.steps == 1000 and cpu.run_id != gpu.run_id
+    assert (gpu.depth, gpu.d_model, gpu.form) == (6, 512, "real")
+    with pytest.raises(config.ConfigError, match="not a language-model run's settings"):
+        config.resumed_run({"task": "listops"}, {}, out="OUT")
