@@ -4,11 +4,12 @@ argument, and says how to fix it."""
 
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
+
+from ._runtime_check import runtime_check
 
 #: A size argument: a Python or NumPy integer.
 Size = int | np.integer
@@ -198,8 +199,9 @@ def check_segment_ids(segment_ids, length: Dim):
 
 def check_length(length, size: Dim) -> Array:
     """`length` (the number of valid leading positions of a sequence of `size`) as an int32
-    scalar; a `ValueError` naming `length` unless it is a scalar integer, and inside `jit` an
-    `eqx.error_if` unless `1 <= length <= size`."""
+    scalar; a `ValueError` naming `length` unless it is a scalar integer, and inside `jit` a
+    run-time error unless `1 <= length <= size` (`runtime_check`: skipped in an exported
+    program)."""
     length = jnp.asarray(length)
     if length.shape != () or not jnp.issubdtype(length.dtype, jnp.integer):
         raise ValueError(
@@ -207,6 +209,9 @@ def check_length(length, size: Dim) -> Array:
             f"{length.dtype} of shape {length.shape}."
         )
     length = length.astype(jnp.int32)
-    return eqx.error_if(
-        length, (length < 1) | (length > size), f"`length` must be between 1 and {size}."
+    return runtime_check(
+        length,
+        (length < 1) | (length > size),
+        f"`length` must be between 1 and {size}.",
+        check="length",
     )

@@ -5,19 +5,19 @@ A sequence of shape `(size, ...)` with `length = â„“` has valid positions `t < â
 values at valid positions (see `LRUBlock`).
 """
 
-import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Integer
 
 from ._checks import Dim
+from ._runtime_check import runtime_check
 
 
 def valid_mask(length: Integer[ArrayLike, ""] | None, size: Dim) -> Bool[Array, " size"] | None:
     """`arange(size) < length`, or `None` when `length` is `None` (every position valid).
 
     `length` is a scalar integer of any integer dtype (signed or unsigned, JAX, NumPy or
-    Python). Inside `jit` a `length` outside `[1, size]` raises at run time via
-    `eqx.error_if`.
+    Python). Inside `jit` a `length` outside `[1, size]` raises at run time (`runtime_check`, as
+    `eqx.error_if`; an exported program does not check it).
     """
     if length is None:
         return None
@@ -31,10 +31,11 @@ def valid_mask(length: Integer[ArrayLike, ""] | None, size: Dim) -> Bool[Array, 
     # A signed type wide enough for `size`: compare without unsigned wrap-around (an
     # out-of-range unsigned value turns negative here and is refused below).
     length = length.astype(jnp.int32)
-    length = eqx.error_if(
+    length = runtime_check(
         length,
         (length < 1) | (length > size),
         f"`length` must be between 1 and the padded length {size}.",
+        check="length",
     )
     return jnp.arange(size, dtype=jnp.int32) < length
 

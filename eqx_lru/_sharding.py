@@ -30,6 +30,7 @@ from jaxtyping import Array
 from . import _padding
 from ._checks import Dim
 from ._norm import MaskedBatchNorm
+from ._runtime_check import runtime_check
 from ._sequence_parallel import SequenceParallel
 
 
@@ -78,10 +79,11 @@ def valid_mask(length, size: Dim, axis: Hashable | None) -> Array | None:
     if not jnp.issubdtype(length.dtype, jnp.integer) or length.shape != ():
         return _padding.valid_mask(length, size)  # raises the usual error
     length = length.astype(jnp.int32)
-    length = eqx.error_if(
+    length = runtime_check(
         length,
         (length < 1) | (length > total),
         f"`length` must be between 1 and the padded length {total} of the whole sequence.",
+        check="length",
     )
     return _offset(axis, size) + jnp.arange(size, dtype=jnp.int32) < length
 
