@@ -1,4 +1,4 @@
-"""A jaxpr → ONNX translator for the programs `experiments.export` writes.
+"""A jaxpr → ONNX translator for the programs `eqx_lru.export` writes.
 
 Why not a converter from the package index: jax2onnx (0.17) converts these programs
 (a `jax.vmap` over `LRUModel.step`, or a `lax.scan` of it) into graphs that onnxruntime
@@ -12,7 +12,8 @@ few, so this module writes the ONNX graph with the `onnx` package directly:
   evaluated at export time, so the graph holds the *folded* values: batch norm in
   inference mode becomes one scale and one shift, the LRU's transition
   $\\lambda = e^{-e^{\\nu} + i e^{\\theta}}$ and $\\gamma B$ are stored, not recomputed;
-- equations whose outputs are never used are dropped (e.g. the `eqx.error_if` checks);
+- equations whose outputs are never used are dropped; the library's run-time checks
+  (`runtime_check`) pass their value through, unchecked, and their predicates are dropped;
 - `jit`, `custom_jvp_call` and `custom_vjp_call` are inlined, `scan` becomes an ONNX
   `Loop`; any other primitive outside the table below raises `NotImplementedError`
   naming it.
@@ -30,6 +31,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .._runtime_check import is_runtime_check
+
 OPSET = 17
 _SYMBOLIC = object()  # marks a dimension that is not a Python int
 
@@ -40,7 +43,7 @@ def _dtype(dtype) -> int:
         raise TypeError(
             "ONNX export computes in real arithmetic only, and this program has a complex "
             f"value ({dtype}). Convert the model with `eqx_lru.to_real` first; cores without a "
-            "real form (e.g. S5's complex state) export with --format stablehlo only."
+            "real form (e.g. S5's complex state) export as StableHLO only."
         )
     return helper.np_dtype_to_tensor_dtype(dtype)
 
@@ -122,6 +125,9 @@ class _Translator:
         for eqn in jaxpr.eqns:
             if not any(v in needed for v in eqn.outvars if not _dropped(v)):
                 continue
+            if is_runtime_check(eqn):  # the value, unchecked: an ONNX model cannot raise
+                env[eqn.outvars[0]] = read(eqn.invars[0])
+                continue
             vals = [read(v) for v in eqn.invars]
             concrete = all(
                 isinstance(d, int | np.integer) for v in eqn.outvars for d in v.aval.shape
@@ -172,7 +178,7 @@ class _Translator:
             return [g.op1(_ELEMENTWISE[prim], names)]
         raise NotImplementedError(
             f"ONNX export: no translation for the JAX primitive {prim!r} (in {eqn}). Export "
-            "with --format stablehlo, or add it to experiments/export/_onnx.py."
+            "as StableHLO, or add it to eqx_lru/export/_onnx.py."
         )
 
     def _inline(self, g, sub, vals):
@@ -477,7 +483,9 @@ def _needed(jaxpr) -> set:
     needed = {v for v in jaxpr.outvars if not isinstance(v, jex.core.Literal)}
     for eqn in reversed(jaxpr.eqns):
         if any(v in needed for v in eqn.outvars if not _dropped(v)):
-            needed.update(v for v in eqn.invars if not isinstance(v, jex.core.Literal))
+            # A run-time check needs only its value: the predicate is not computed.
+            invars = eqn.invars[:1] if is_runtime_check(eqn) else eqn.invars
+            needed.update(v for v in invars if not isinstance(v, jex.core.Literal))
     return needed
 
 
@@ -522,7 +530,7 @@ def to_onnx(
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="eqx_lru experiments.export",
+        producer_name="eqx_lru",
         doc_string=doc,
     )
     model.ir_version = 8  # onnxruntime >= 1.15 reads it

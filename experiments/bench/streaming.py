@@ -18,7 +18,7 @@ pooling; `experiments.lra.steps.build_model`), in inference mode.
 - **Re-running the parallel call** on the growing prefix (what a model without a
   recurrent state must do for each new token): one call of the whole-sequence model at
   L = 1,024 and 4,096 (batch 1), and its XLA temp.
-- **onnxruntime's step**: the same model exported by `experiments.export` (real form,
+- **onnxruntime's step**: the same model exported by `eqx_lru.export` (real form,
   batch norm folded) and run by onnxruntime (one intra-op thread), same windows.
 
 Times are medians over the timed tokens of each window.
@@ -183,14 +183,12 @@ def onnx_step(grid, batch) -> dict:
             "batch": batch,
             "error": "onnxruntime is not installed (pip install -e '.[export]')",
         }
-    from experiments import export
+    import eqx_lru.export
 
     model, state = _model(grid, "complex")
-    vocab = model.encoder.num_embeddings
-    program = export.step_program(
-        export.prepare(model, state, real=True), state, tokens=True, in_size=vocab
-    )
-    data = export.export_onnx(program)
+    exported = eqx_lru.export.export(model, state, format="onnx", program="step")
+    data, program = exported.data, exported.program
+    vocab = exported.manifest["vocab_size"]
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
