@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import jax
 import numpy as np
@@ -365,3 +366,20 @@ def _check_offline(site: pathlib.Path) -> None:
         assert "<math" in text and "\\_" not in "".join(re.findall(r"<mtext>.*?</mtext>", text))
     layers = (site / "api" / "layers" / "index.html").read_text()
     assert "<mtext>max_phase</mtext>" in layers
+    # The site links to the repository: pyproject.toml's address, in mkdocs.yml's repo_url.
+    repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert f'href="{repository["Repository"]}"' in (site / "index.html").read_text()
+
+
+def test_the_pages_a_newcomer_asks_for():
+    """The export guide, the data generator's page and the FAQ exist (their code blocks
+    run above), and the development page and the FAQ say how long the suite takes and
+    name the quick tier that `./dev.sh test --quick` runs."""
+    faq = (DOCS / "faq.md").read_text()
+    for topic in ("jax.vmap", "two forms", "scan method", "export", "GPU", "tests take"):
+        assert topic in faq, f"docs/faq.md does not answer about {topic!r}"
+    assert "python -m experiments.lra.generate" in (DOCS / "guides" / "data.md").read_text()
+    assert "eqx_lru.export.export(" in (DOCS / "guides" / "export.md").read_text()
+    development = (DOCS / "development.md").read_text()
+    assert "./dev.sh test --quick" in development and "minutes" in development
+    assert "--quick ]; then" in (ROOT / "dev.sh").read_text()

@@ -283,3 +283,20 @@ def test_a_core_without_real_form_is_refused_for_onnx():
     exported = eqx_lru.export.export(block, program="step")
     assert exported.manifest["exported_form"] == "complex"
     assert exported.manifest["in_features"] == D_MODEL
+
+
+def test_any_scan_method_exports_with_a_symbolic_length():
+    """`lax.associative_scan` (and the Pallas kernel) cannot take a symbolic length: the
+    export scans sequentially, the same function; the model itself is left as it was."""
+    make_core = functools.partial(eqx_lru.RealLRU, method="associative")
+    block = functools.partial(eqx_lru.LRUBlock, core=make_core)
+    model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
+        D_MODEL, 3, D_MODEL, D_STATE, 1, block=block, key=jax.random.key(2)
+    )
+    exported = eqx_lru.export.export(model, state)
+    assert isinstance(model.blocks[0].core.method, eqx_lru.Associative)
+    assert exported.manifest["in_features"] == D_MODEL and exported.manifest["classes"] == 3
+    x = np.random.default_rng(0).normal(size=(2, 9, D_MODEL)).astype(np.float32)
+    length = np.array([9, 4], np.int32)
+    got = jax.export.deserialize(exported.data).call(x, length)[0]
+    np.testing.assert_allclose(got, _sequence(model, state, x, length), rtol=1e-5, atol=1e-6)
