@@ -107,3 +107,20 @@ def test_checks_are_skipped_in_the_export_and_kept_elsewhere(model):
         eqx.filter_jit(fn)(x, bad, segment_ids)
     with pytest.raises(Exception, match=r"Token ids must be in \[0, 13\)"):
         jax.block_until_ready(jax.jit(fn)(jnp.asarray(x).at[0, 0].set(VOCAB), length, segment_ids))
+
+
+def test_symbolic_export_with_the_gpu_default_method(monkeypatch, block):
+    """On GPUs `"auto"` resolves to `Associative()`, whose `lax.associative_scan` cannot
+    take a symbolic length ("associative scan over axis of non-constant size"): with a
+    symbolic length it scans sequentially, the same function. (Resolved as on a GPU here.)"""
+    monkeypatch.setattr(eqx_lru.Auto, "resolve", lambda self: eqx_lru.Associative())
+    module, state = block
+    assert isinstance(module.core.method, eqx_lru.Auto)
+    fn = _block_fn(module, state)
+    exported = jax.export.export(jax.jit(fn))(
+        *_specs("block", jax.export.symbolic_shape("batch, length"))
+    )
+    args = _inputs("block", 2, 7, seed=3)
+    with jax.default_matmul_precision("highest"):
+        expected = np.asarray(jax.jit(fn)(*args))  # concrete: the associative scan
+    np.testing.assert_allclose(exported.call(*args), expected, rtol=1e-5, atol=1e-6)
