@@ -17,6 +17,8 @@ from ._lru import RealLRU as RealLRU
 
 # isort: split
 # Blocks, models and their pieces
+from ._abstract_block import AbstractBlock as AbstractBlock
+from ._abstract_block import AbstractStreamingBlock as AbstractStreamingBlock
 from ._block import LRUBlock as LRUBlock
 from ._glu import GLU as GLU
 from ._model import LRUModel as LRUModel
@@ -58,9 +60,11 @@ from . import export as export
 
 __all__ = [
     "AbstractAlgebra",
+    "AbstractBlock",
     "AbstractLRU",
     "AbstractRecurrentCore",
     "AbstractScanMethod",
+    "AbstractStreamingBlock",
     "Associative",
     "Auto",
     "Block2x2",

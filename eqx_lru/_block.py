@@ -19,6 +19,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from . import _sharding as sharding
+from ._abstract_block import AbstractStreamingBlock
 from ._checks import Size, check_key, check_segment_ids, check_size
 from ._core import AbstractRecurrentCore
 from ._glu import GLU
@@ -30,10 +31,6 @@ from ._padding import check_length, valid_mask, where_valid
 #: `eqx_lru.AbstractRecurrentCore`.
 CoreFactory = Callable[..., AbstractRecurrentCore]
 Core = Literal["complex", "real"] | CoreFactory
-
-#: The name (`jax.ad_checkpoint.checkpoint_name`) of a bidirectional block's summed
-#: recurrence output in `LRUBlock.scan_body`, which `LRUModel(remat=True)` saves.
-RECURRENCE = "eqx_lru_recurrence"
 
 _SHORTCUTS: dict[str, CoreFactory] = {"complex": ComplexLRU, "real": RealLRU}
 
@@ -92,7 +89,7 @@ def build_core(
     return built
 
 
-class LRUBlock(eqx.Module):
+class LRUBlock(AbstractStreamingBlock):
     r"""The pre-norm residual block of the deep LRU (paper Fig. 1, §D.1):
 
     $$y = x + \operatorname{Dropout}\big(\operatorname{GLU}(\operatorname{GELU}(
@@ -267,12 +264,12 @@ class LRUBlock(eqx.Module):
         """The block as the body of an enclosing rematerialised scan over blocks — what
         `LRUModel(remat=True)` runs. The same values and gradients as `__call__`, for
         a caller that checkpoints the body itself (with
-        `jax.checkpoint_policies.save_only_these_names(RECURRENCE)`):
+        `jax.checkpoint_policies.save_only_these_names(self.remat_name)`):
 
         - no checkpoint of the block's own, whatever its `remat` (a nested one would hide
             the saved output from the enclosing policy);
-        - a bidirectional block's summed recurrence output is named
-            `eqx_lru._block.RECURRENCE` (`jax.ad_checkpoint.checkpoint_name`), so the
+        - a bidirectional block's summed recurrence output is named `self.remat_name`
+            (`jax.ad_checkpoint.checkpoint_name`; see `eqx_lru.AbstractBlock`), so the
             enclosing policy can keep it and the recomputation reruns no scan;
         - a bidirectional block's backward pass recomputes and differentiates one
             direction after the other, so one direction's states are live at a time.
@@ -437,7 +434,7 @@ def _forward(
         h = block.core(z, segment_ids=segment_ids)
     elif sequential:
         h = _both_directions((block.core, block.reverse_core, z), segment_ids)
-        h = checkpoint_name(h, RECURRENCE)
+        h = checkpoint_name(h, block.remat_name)
     else:
         h = _sum_of_directions((block.core, block.reverse_core, z), segment_ids)
     h = jax.vmap(block.glu)(jax.nn.gelu(h))

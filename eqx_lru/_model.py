@@ -1,7 +1,6 @@
 r"""Deep LRU models: encoder → depth × block → pooling → head (paper Fig. 1, §D.1)."""
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Literal
 
 import equinox as eqx
@@ -12,110 +11,37 @@ from beartype import beartype
 from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from . import _sharding as sharding
-from ._block import RECURRENCE, LRUBlock
+from ._abstract_block import AbstractBlock, AbstractStreamingBlock, call_block
+from ._block import LRUBlock
+from ._block_scan import scan_blocks, stack_blocks
 from ._checks import Size, check_key, check_segment_ids, check_size
 from ._norm import MaskedBatchNorm
 from ._padding import check_length, segment_index, valid_mask, where_valid
 from ._runtime_check import runtime_check
 
 Pooling = Literal["mean", "last"] | None
-#: `block(d_model, d_state, *, dtype, key) -> block`, where `block(x, state, *, length,
-#: key, inference) -> (y, state)` maps `(length, d_model)` to the same shape.
-BlockFactory = Callable[..., eqx.Module]
+#: `block(d_model, d_state, *, dtype, key)` returning an `eqx_lru.AbstractBlock`.
+BlockFactory = Callable[..., AbstractBlock]
 _PAIR_AXIS = "eqx_lru_pair"
-_SAVE_RECURRENCE = jax.checkpoint_policies.save_only_these_names(RECURRENCE)
 
 
-def _call_block(block, h, state, length, key, inference, segment_ids=None, *, scan_body=False):
-    """`block(h, state, length=, key=, inference=)`, or with `scan_body` (the body of
-    `_scan_blocks`) an `LRUBlock`'s `scan_body`: no nested checkpoint, its recurrence
-    output named for the enclosing policy (see `LRUBlock.scan_body`)."""
-    # A block of your own need not take `segment_ids` unless given some.
-    packed = {} if segment_ids is None else {"segment_ids": segment_ids}
-    call = block.scan_body if scan_body and isinstance(block, LRUBlock) else block
-    return call(h, state, length=length, key=key, inference=inference, **packed)
+def _check_block(block: object, index: int, factory: BlockFactory) -> AbstractBlock:
+    """`block` (built by `factory`), or a `TypeError` with the migration if it is not an
+    `eqx_lru.AbstractBlock`."""
+    if isinstance(block, AbstractBlock):
+        return block
+    name = type(block).__name__
+    raise TypeError(
+        f"`block` must build eqx_lru.AbstractBlock subclasses; block {index} from "
+        f"{getattr(factory, '__name__', factory)!r} is a {name}. Subclass "
+        f"eqx_lru.AbstractBlock (`class {name}(eqx_lru.AbstractBlock)`, with LRUBlock's call "
+        "`__call__(x, state, *, length=None, segment_ids=None, key=None, inference=None) -> "
+        "(y, state)`), or eqx_lru.AbstractStreamingBlock to also stream."
+    )
 
 
 def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
     return [None] * num if key is None else list(jax.random.split(key, num))
-
-
-def _is_index(x) -> bool:
-    return isinstance(x, eqx.nn.StateIndex)
-
-
-def _state_indices(tree) -> list[eqx.nn.StateIndex]:
-    return [x for x in jax.tree_util.tree_leaves(tree, is_leaf=_is_index) if _is_index(x)]
-
-
-def _skeleton(block: eqx.Module):
-    """Everything of `block` but its arrays' values and its state indices' identities:
-    what blocks must share to run as one scan body."""
-    no_index = jax.tree_util.tree_map(
-        lambda x: None if _is_index(x) else x, block, is_leaf=_is_index
-    )
-    params, static = eqx.partition(no_index, eqx.is_array)
-    shapes = [(x.shape, x.dtype) for x in jax.tree_util.tree_leaves(params)]
-    return jax.tree_util.tree_structure(params), shapes, static
-
-
-def _stack_blocks(blocks: Sequence[eqx.Module]) -> list[Array] | None:
-    """The array leaves of `blocks`, stacked along a new leading axis; `None` if the
-    blocks differ in anything but their arrays' values (so cannot be scanned over)."""
-    first = _skeleton(blocks[0])
-    for block in blocks[1:]:
-        other = _skeleton(block)
-        same = other[0] == first[0] and other[1] == first[1]
-        if not (same and eqx.tree_equal(other[2], first[2]) is True):
-            return None
-    leaves = [jax.tree_util.tree_leaves(eqx.filter(b, eqx.is_array)) for b in blocks]
-    return [jnp.stack(xs) for xs in zip(*leaves, strict=True)]
-
-
-def _scan_blocks(blocks, stacked, h, state, length, key, inference, segment_ids=None):
-    """`h` through every block in turn, as a `lax.scan` whose body (one block) is
-    rematerialised: the backward pass recomputes one block at a time, so only the blocks'
-    inputs are kept — XLA cannot hoist the recomputation as it can for checkpoints in an
-    unrolled loop. Each block's batch-norm state travels through the scan beside it.
-
-    `LRUBlock`s run as `LRUBlock.scan_body`: bidirectional ones also keep their summed
-    recurrence output (`RECURRENCE`: one `(length, d_model)` array per block), so the
-    recomputation reruns no scan, and run their two directions' backward passes one after
-    the other, so one direction's states are live at a time. Other blocks are called as
-    `block(h, state, length=, key=, inference=)`."""
-    template = blocks[0]
-    params, static = eqx.partition(template, eqx.is_array)
-    treedef = jax.tree_util.tree_structure(params)
-    indices = _state_indices(template)
-    values = [[state.get(i) for i in _state_indices(b)] for b in blocks]
-    values = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *values)
-    template_state = state.substate(template)
-    keys = None if key is None else jax.random.split(key, len(blocks))
-    # Whether the block handed its state back as it was given (inference mode), seen at
-    # trace time: then so is the caller's, as in the unrolled loop (no `State.set`, which
-    # would retire the caller's state object).
-    kept = []
-
-    @functools.partial(jax.checkpoint, policy=_SAVE_RECURRENCE)
-    def body(h, xs):
-        leaves, block_values, block_key = xs
-        block = eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
-        sub = jax.tree_util.tree_map(lambda x: x, template_state)  # a fresh State
-        for index, value in zip(indices, block_values, strict=True):
-            sub = sub.set(index, value)
-        h, new_sub = _call_block(
-            block, h, sub, length, block_key, inference, segment_ids, scan_body=True
-        )
-        kept.append(new_sub is sub)
-        return h, [new_sub.get(index) for index in indices]
-
-    h, new_values = jax.lax.scan(body, h, (stacked, values, keys))
-    if all(kept):
-        return h, state
-    for i, block in enumerate(blocks):
-        for index, value in zip(_state_indices(block), new_values, strict=True):
-            state = state.set(index, jax.tree_util.tree_map(lambda x, i=i: x[i], value))
-    return h, state
 
 
 class LRUModel(eqx.Module):
@@ -161,7 +87,7 @@ class LRUModel(eqx.Module):
     """
 
     encoder: eqx.nn.Embedding | eqx.nn.Linear
-    blocks: tuple[eqx.Module, ...]
+    blocks: tuple[AbstractBlock, ...]
     head: eqx.nn.Linear | None
     pooling: Pooling = eqx.field(static=True)
     remat: bool = eqx.field(static=True)
@@ -198,8 +124,9 @@ class LRUModel(eqx.Module):
         - `block`: builds each block as `block(d_model, d_state, dtype=dtype, key=key)`:
             `LRUBlock` (default: complex core, batch norm, unidirectional, full GLU) or a
             `functools.partial` of it with the block's options (`core`, `norm`,
-            `bidirectional`, `dropout`, `glu`, `remat`, `axis_name`), or your own block
-            with `LRUBlock`'s call signature.
+            `bidirectional`, `dropout`, `glu`, `remat`, `axis_name`), or your own block:
+            a subclass of `eqx_lru.AbstractBlock` (`LRUBlock`'s call signature), or of
+            `eqx_lru.AbstractStreamingBlock` to stream (a `TypeError` otherwise).
         - `remat`: recompute each block's forward pass in the backward pass instead of
             storing its intermediates: same values and gradients, memory for the blocks'
             inputs only (plus one block's intermediates), for one more forward pass. The
@@ -236,7 +163,10 @@ class LRUModel(eqx.Module):
             self.encoder = eqx.nn.Linear(in_size, d_model, dtype=dtype, key=enc_key)
         else:
             raise ValueError(f"`encoder` must be 'embedding' or 'linear', got {encoder!r}.")
-        self.blocks = tuple(block(d_model, d_state, dtype=dtype, key=k) for k in block_keys)
+        self.blocks = tuple(
+            _check_block(block(d_model, d_state, dtype=dtype, key=k), i, block)
+            for i, k in enumerate(block_keys)
+        )
         self.head = (
             None
             if out_size is None
@@ -288,13 +218,13 @@ class LRUModel(eqx.Module):
     def _features(self, x, state, length, key, inference, segment_ids=None):
         mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
         h = self._encode(x, mask)
-        stacked = _stack_blocks(self.blocks) if self.remat else None
+        stacked = stack_blocks(self.blocks) if self.remat else None
         if stacked is not None:
-            h, state = _scan_blocks(
+            h, state = scan_blocks(
                 self.blocks, stacked, h, state, length, key, inference, segment_ids
             )
             return h, state, mask
-        call = eqx.filter_checkpoint(_call_block) if self.remat else _call_block
+        call = eqx.filter_checkpoint(call_block) if self.remat else call_block
         for block, block_key in zip(self.blocks, _split(key, len(self.blocks)), strict=True):
             h, state = call(block, h, state, length, block_key, inference, segment_ids)
         return h, state, mask
@@ -402,14 +332,19 @@ class LRUModel(eqx.Module):
 
     # --- streaming: a causal model as an RNN ----------------------------------------------
 
-    def _check_streaming(self, method: str) -> None:
+    def _streaming_blocks(self, method: str) -> tuple[AbstractStreamingBlock, ...]:
+        """The blocks, or a `TypeError` naming the first that cannot stream."""
+        streaming = []
         for i, block in enumerate(self.blocks):
-            if not all(hasattr(block, m) for m in ("init_carry", "step", "chunk")):
+            if not isinstance(block, AbstractStreamingBlock):
                 raise TypeError(
                     f"`LRUModel.{method}` runs every block as an RNN, and block {i} "
-                    f"({type(block).__name__}) has no `init_carry`/`step`/`chunk` (see "
-                    "`LRUBlock`): use `LRUBlock`s, or give your block these methods."
+                    f"({type(block).__name__}) is not an eqx_lru.AbstractStreamingBlock, "
+                    "so it has no `init_carry`/`step`/`chunk`: use `LRUBlock`s, or subclass "
+                    "eqx_lru.AbstractStreamingBlock and implement these methods."
                 )
+            streaming.append(block)
+        return tuple(streaming)
 
     def init_carry(self) -> PyTree[Array]:
         """The recurrent state of a stream before its first position: a dict with
@@ -420,8 +355,8 @@ class LRUModel(eqx.Module):
         Causal models only: a bidirectional block raises a `ValueError` (its output at a
         position depends on later positions).
         """
-        self._check_streaming("init_carry")
-        carry: dict = {"blocks": tuple(block.init_carry() for block in self.blocks)}
+        blocks = self._streaming_blocks("init_carry")
+        carry: dict = {"blocks": tuple(block.init_carry() for block in blocks)}
         if self.pooling == "mean":
             dtype = _sum_dtype(self.encoder)
             carry["sum"] = jnp.zeros(self.d_model, dtype)
@@ -472,11 +407,11 @@ class LRUModel(eqx.Module):
         `jax.lax.scan(lambda c, x: model.step(c, x, state), model.init_carry(), xs)`
         streams a sequence; `jax.vmap` it over a batch of streams.
         """
-        self._check_streaming("step")
+        streaming = self._streaming_blocks("step")
         x_t = self._check_input(x_t, position=True)
         h = self._encode(x_t[None], None)[0]
         blocks = []
-        for block, block_carry in zip(self.blocks, carry["blocks"], strict=True):
+        for block, block_carry in zip(streaming, carry["blocks"], strict=True):
             block_carry, h = block.step(block_carry, h, state)
             blocks.append(block_carry)
         carry, out = self._readout(dict(carry, blocks=tuple(blocks)), h[None], None)
@@ -516,7 +451,7 @@ class LRUModel(eqx.Module):
         position; `"mean"`: over every valid position of every chunk). Chunks of any
         lengths give the outputs and final carry of `step` position by position.
         """
-        self._check_streaming("chunk")
+        streaming = self._streaming_blocks("chunk")
         x = self._check_input(x)
         packed = {}
         if segment_ids is not None:
@@ -533,7 +468,7 @@ class LRUModel(eqx.Module):
         h = self._encode(x, mask)
         valid = None if mask is None else jnp.sum(mask, dtype=jnp.int32)
         blocks = []
-        for block, block_carry in zip(self.blocks, carry["blocks"], strict=True):
+        for block, block_carry in zip(streaming, carry["blocks"], strict=True):
             block_carry, h = block.chunk(block_carry, h, state, length=valid, **packed)
             blocks.append(block_carry)
         return self._readout(dict(carry, blocks=tuple(blocks)), h, mask)

@@ -559,7 +559,7 @@ def test_bidirectional_and_non_causal_refuse():
 def test_streaming_errors():
     key = jax.random.PRNGKey(0)
 
-    class PlainBlock(eqx.Module):
+    class PlainBlock(eqx_lru.AbstractBlock):
         """A block of one's own with `LRUBlock`'s call but no streaming methods."""
 
         linear: eqx.nn.Linear

@@ -1,0 +1,155 @@
+r"""`AbstractBlock` and `AbstractStreamingBlock`: the contracts `LRUModel` relies on.
+
+A block maps one sequence of the residual stream to another of the same shape,
+
+$$(x, s) \mapsto (y, s'), \qquad x, y \in \mathbb R^{L \times H},$$
+
+where $s$ is the `eqx.nn.State` (batch-norm running statistics, or nothing). A streaming
+block is also an RNN: a carry $c$ with $(c_{t-1}, x_t) \mapsto (c_t, y_t)$ that, repeated
+from `init_carry()`, gives the call in inference mode. `LRUModel` uses these methods only
+(no probing of the block's type or attributes), so a block of your own plugs in by
+subclassing one of the two classes.
+"""
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree
+
+#: The name (`jax.ad_checkpoint.checkpoint_name`) under which a block's `scan_body` may
+#: mark an intermediate value for the enclosing rematerialised scan over blocks
+#: (`LRUModel(remat=True)`) to keep instead of recomputing: `LRUBlock` marks a
+#: bidirectional block's summed recurrence output, so the recomputation reruns no scan.
+RECURRENCE = "eqx_lru_recurrence"
+
+
+class AbstractBlock(eqx.Module):
+    r"""A block of a deep model: one sequence `(length, d_model)` in, one of the same
+    shape out, with the model's `eqx.nn.State` passed through. `eqx_lru.LRUBlock`, or your
+    own subclass; `LRUModel(block=...)` builds blocks that subclass this.
+
+    Subclasses implement `__call__`. `scan_body` (what `LRUModel(remat=True)` runs inside
+    its rematerialised scan over blocks) defaults to `__call__`.
+
+    **Class attributes:**
+
+    - `remat_name`: the `jax.ad_checkpoint.checkpoint_name` under which `scan_body` marks
+        the values that the rematerialised scan keeps instead of recomputing.
+
+    **Call options.** The model passes `length`, `key` and `inference` on every call, and
+    each later option (`segment_ids`) only when the caller gives it, so a block that does
+    not take an option still runs every call that does not use it.
+    """
+
+    remat_name: ClassVar[str] = RECURRENCE
+
+    @abc.abstractmethod
+    def __call__(
+        self,
+        x: Float[ArrayLike, "length d_model"],
+        state: eqx.nn.State,
+        *,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        key: PRNGKeyArray | None = None,
+        inference: bool | None = None,
+    ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
+        """Run the block on one sequence (batch with `jax.vmap`).
+
+        **Arguments:**
+
+        - `x`: shape `(length, d_model)`.
+        - `state`: the model's `eqx.nn.State`.
+        - `length`: the number of valid leading positions (the rest is padding, which
+            must not change the output at a valid position); `None`: all valid.
+        - `segment_ids`: packed sequences, a new one wherever the value changes; `None`:
+            one sequence.
+        - `key`: randomness in training mode (e.g. dropout).
+        - `inference`: overrides the block's inference flags if not `None`.
+
+        **Returns:** `(y, state)`, `y` of shape `(length, d_model)`.
+        """
+
+    def scan_body(
+        self,
+        x: Float[ArrayLike, "length d_model"],
+        state: eqx.nn.State,
+        *,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        key: PRNGKeyArray | None = None,
+        inference: bool | None = None,
+    ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
+        """The block as the body of an enclosing rematerialised scan over blocks
+        (`LRUModel(remat=True)`, which checkpoints the body with
+        `jax.checkpoint_policies.save_only_these_names(self.remat_name)`): the same values and
+        gradients as `__call__`, with the same arguments. The default calls `__call__`; a
+        block overrides it to drop a checkpoint of its own (which would hide saved values
+        from the enclosing policy) or to mark values to keep with
+        `jax.ad_checkpoint.checkpoint_name(value, self.remat_name)`.
+        """
+        options = call_options(length, key, inference, segment_ids=segment_ids)
+        return self(x, state, **options)
+
+
+class AbstractStreamingBlock(AbstractBlock):
+    r"""A block that also runs as an RNN in inference mode: `init_carry()`, then `step`
+    position by position or `chunk` over chunks, each equal to the call in inference
+    mode on the sequence so far. `LRUModel.init_carry`/`step`/`chunk` need every block to
+    subclass this. A block whose configuration cannot stream (a bidirectional
+    `LRUBlock`) raises a `ValueError` saying why from these methods.
+    """
+
+    @abc.abstractmethod
+    def init_carry(self) -> PyTree[Array]:
+        """The recurrent state before the first position (a pytree of arrays)."""
+
+    @abc.abstractmethod
+    def step(
+        self,
+        carry: PyTree[ArrayLike],
+        x_t: Float[ArrayLike, " d_model"],
+        state: eqx.nn.State,
+    ) -> tuple[PyTree[Array], Float[Array, " d_model"]]:
+        r"""One position in inference mode: $(c_{t-1}, x_t) \mapsto (c_t, y_t)$; `state`
+        is read, not updated. **Returns:** `(carry, y_t)`."""
+
+    @abc.abstractmethod
+    def chunk(
+        self,
+        carry: PyTree[ArrayLike],
+        x: Float[ArrayLike, "length d_model"],
+        state: eqx.nn.State,
+        *,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+    ) -> tuple[PyTree[Array], Float[Array, "length d_model"]]:
+        """The next chunk of a stream in parallel, in inference mode, from `carry`; the
+        first of packed `segment_ids` continues the stream, later ones start afresh.
+        **Returns:** `(carry, y)`: the carry after the last valid position (`length`),
+        and the outputs, zero at padded positions."""
+
+
+def call_options(length, key, inference, **later) -> dict:
+    """The keyword arguments of a block call: `length`, `key` and `inference` always, each
+    later option (`segment_ids`) only when not `None` (see `AbstractBlock`)."""
+    options = {name: value for name, value in later.items() if value is not None}
+    return dict(length=length, key=key, inference=inference, **options)
+
+
+def call_block(
+    block: AbstractBlock,
+    x: Array,
+    state: eqx.nn.State,
+    length,
+    key,
+    inference,
+    segment_ids=None,
+    *,
+    scan_body: bool = False,
+) -> tuple[Array, eqx.nn.State]:
+    """The one place a model calls a block: `block(x, state, **call_options(...))`, or
+    `block.scan_body` inside the rematerialised scan over blocks."""
+    call = block.scan_body if scan_body else block
+    return call(x, state, **call_options(length, key, inference, segment_ids=segment_ids))
