@@ -71,8 +71,15 @@ def _specs(kind, shape):
     )
 
 
-@pytest.mark.parametrize("symbolic", [True, False], ids=["symbolic", "concrete"])
-@pytest.mark.parametrize("kind", ["model", "block"])
+@pytest.mark.parametrize(
+    "kind, symbolic",
+    [
+        pytest.param("model", True, id="model-symbolic", marks=pytest.mark.slow),
+        pytest.param("model", False, id="model-concrete"),
+        pytest.param("block", True, id="block-symbolic"),
+        pytest.param("block", False, id="block-concrete"),
+    ],
+)
 def test_plain_jax_export_with_length_and_segment_ids(kind, symbolic, model, block):
     """Exported, serialised, read back and called: equal to the JAX call (the symbolic
     program at two other batch sizes and lengths)."""

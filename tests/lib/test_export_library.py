@@ -285,6 +285,7 @@ def test_a_core_without_real_form_is_refused_for_onnx():
     assert exported.manifest["in_features"] == D_MODEL
 
 
+@pytest.mark.slow
 def test_any_scan_method_exports_with_a_symbolic_length():
     """`lax.associative_scan` (and the Pallas kernel) cannot take a symbolic length: the
     export scans sequentially, the same function; the model itself is left as it was."""
