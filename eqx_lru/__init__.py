@@ -14,6 +14,7 @@ from ._init import ring_init as ring_init
 from ._lru import AbstractLRU as AbstractLRU
 from ._lru import ComplexLRU as ComplexLRU
 from ._lru import RealLRU as RealLRU
+from ._rglru import RGLRU as RGLRU
 
 # isort: split
 # Blocks, models and their pieces
@@ -22,10 +23,10 @@ from ._abstract_block import AbstractStreamingBlock as AbstractStreamingBlock
 from ._block import LRUBlock as LRUBlock
 from ._glu import GLU as GLU
 from ._model import LRUModel as LRUModel
-from ._model import LRURetrievalModel as LRURetrievalModel
 from ._norm import MaskedBatchNorm as MaskedBatchNorm
 from ._padding import valid_mask as valid_mask
 from ._padding import where_valid as where_valid
+from ._retrieval import LRURetrievalModel as LRURetrievalModel
 
 # isort: split
 # Training
@@ -77,6 +78,7 @@ __all__ = [
     "LRURetrievalModel",
     "MaskedBatchNorm",
     "PallasScan",
+    "RGLRU",
     "RealLRU",
     "RotationScaling",
     "SequenceParallel",

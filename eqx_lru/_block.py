@@ -1,4 +1,4 @@
-r"""The residual block of the deep LRU (paper Fig. 1, §D.1) and its recurrent-core knob.
+r"""The residual block of the deep LRU (paper Fig. 1, §D.1).
 
 $$y = x + \operatorname{Dropout}\big(\operatorname{GLU}(\operatorname{GELU}(
 \operatorname{Rec}(\operatorname{Norm}(x))))\big)$$
@@ -7,8 +7,7 @@ applied to one sequence `x` of shape `(length, d_model)`. Padded positions (thos
 after `length`) are masked so they never change an output at a valid position.
 """
 
-import inspect
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Literal
 
 import equinox as eqx
@@ -22,71 +21,33 @@ from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
 from ._checks import Size, check_key, check_segment_ids, check_size
 from ._core import AbstractRecurrentCore
+from ._core_factory import Core, build_core, core_factory
 from ._glu import GLU
-from ._lru import ComplexLRU, RealLRU
 from ._norm import MaskedBatchNorm
 from ._padding import check_length, valid_mask, where_valid
+from ._surface import check_carry, check_features, checks_first
 
-#: `make_core(d_model, d_state, *, key)` (and `dtype=` when the block has one) returning an
-#: `eqx_lru.AbstractRecurrentCore`.
-CoreFactory = Callable[..., AbstractRecurrentCore]
-Core = Literal["complex", "real"] | CoreFactory
-
-_SHORTCUTS: dict[str, CoreFactory] = {"complex": ComplexLRU, "real": RealLRU}
+# The checks that run before the type checker of the block's public methods (one line per
+# mistake; see `_surface`).
 
 
-def core_factory(core: Core) -> CoreFactory:
-    """The factory `make_core(d_model, d_state, *, key)` that `core=` stands for:
-    `"complex"`/`"real"` give `ComplexLRU`/`RealLRU`; a callable is used as is."""
-    if isinstance(core, str):
-        if core not in _SHORTCUTS:
-            raise ValueError(
-                "`core` must be 'complex', 'real' or a callable "
-                f"`make_core(d_model, d_state, *, key)`; got {core!r}."
-            )
-        return _SHORTCUTS[core]
-    if not callable(core):
-        raise TypeError(
-            "`core` must be 'complex', 'real' or a callable `make_core(d_model, d_state, *, "
-            f"key)` returning an eqx_lru.AbstractRecurrentCore; got {type(core).__name__}."
-        )
-    return core
+def _check_call(block: "LRUBlock", x, *args, **kwargs) -> None:
+    del args, kwargs
+    check_features(x, block.d_model, name="x", owner="LRUBlock")
 
 
-def _takes_dtype(make_core: CoreFactory) -> bool:
-    """Whether `make_core` accepts a `dtype=` keyword (`True` when its signature is
-    unknown)."""
-    try:
-        parameters = inspect.signature(make_core).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.name == "dtype" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+def _check_step(block: "LRUBlock", carry, x_t, *args, **kwargs) -> None:
+    del args, kwargs
+    block._causal_core("step")
+    check_features(x_t, block.d_model, name="x_t", owner="LRUBlock", position=True)
+    check_carry(carry, block.init_carry, "LRUBlock")
 
 
-def build_core(
-    core: Core, d_model: int, d_state: int, *, dtype=None, key: PRNGKeyArray
-) -> AbstractRecurrentCore:
-    """The core that `core=` builds: `make_core(d_model, d_state, key=key)`, with
-    `dtype=dtype` when `dtype` is not `None`; a `TypeError` unless it is an
-    `eqx_lru.AbstractRecurrentCore`."""
-    factory = core_factory(core)
-    options = {}
-    if dtype is not None:
-        if not _takes_dtype(factory):
-            raise TypeError(
-                f"`core` ({getattr(factory, '__name__', factory)!r}) takes no `dtype=`, but "
-                f"the block's `dtype` is {dtype!r}: the block passes its dtype to the core. "
-                "Accept `dtype=` in the factory, or leave the block's `dtype` as None."
-            )
-        options["dtype"] = dtype
-    built = factory(d_model, d_state, key=key, **options)
-    if not isinstance(built, AbstractRecurrentCore):
-        raise TypeError(
-            f"`core` must build an eqx_lru.AbstractRecurrentCore; got "
-            f"{type(built).__name__}. Subclass eqx_lru.AbstractRecurrentCore (implement "
-            "`init_state`, `step`, `run` and declare `recurrent_fields`) — see its docstring."
-        )
-    return built
+def _check_chunk(block: "LRUBlock", carry, x, *args, **kwargs) -> None:
+    del args, kwargs
+    block._causal_core("chunk")
+    check_features(x, block.d_model, name="x", owner="LRUBlock")
+    check_carry(carry, block.init_carry, "LRUBlock")
 
 
 class LRUBlock(AbstractStreamingBlock):
@@ -116,7 +77,8 @@ class LRUBlock(AbstractStreamingBlock):
     **Streaming.** A causal (unidirectional) block is also an RNN: `init_carry()`, then
     `step` position by position or `chunk` over chunks in parallel, carrying the core's
     state; inference mode only, equal to the call in inference mode. A bidirectional block
-    refuses (its output depends on later positions).
+    refuses (its output depends on later positions). A carry that differs from
+    `init_carry()` in structure, shapes or dtypes is refused, naming the first difference.
 
     **Recurrent cores.** `core=` is the one knob of the recurrence: `"complex"`,
     `"real"`, or a callable `make_core(d_model, d_state, *, key)` returning an
@@ -209,9 +171,15 @@ class LRUBlock(AbstractStreamingBlock):
         self.remat = remat
 
     @property
+    def d_model(self) -> int:
+        """The width of the residual stream."""
+        return self.glu.linear.in_features
+
+    @property
     def bidirectional(self) -> bool:
         return self.reverse_core is not None
 
+    @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
@@ -250,6 +218,7 @@ class LRUBlock(AbstractStreamingBlock):
             self, x, state, length, segment_ids, key, inference, checkpoint=remat, sequential=remat
         )
 
+    @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
     def scan_body(
         self,
@@ -308,6 +277,7 @@ class LRUBlock(AbstractStreamingBlock):
         """
         return self._causal_core("init_carry").init_state()
 
+    @checks_first(_check_step)
     @jaxtyped(typechecker=beartype)
     def step(
         self,
@@ -333,6 +303,7 @@ class LRUBlock(AbstractStreamingBlock):
         carry, h = core.step(carry, z)
         return carry, x_t + self.glu(jax.nn.gelu(h))
 
+    @checks_first(_check_chunk)
     @jaxtyped(typechecker=beartype)
     def chunk(
         self,

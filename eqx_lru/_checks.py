@@ -152,10 +152,22 @@ def check_sequence(u: Array, d_model: int, dtype=None, name: str = "u") -> None:
             f">= 1); got shape {u.shape}. Batch with `jax.vmap`: a core acts on "
             "one sequence."
         )
+    check_not_complex(u, name)
     if dtype is not None and u.dtype != dtype:
         raise ValueError(
             f"`{name}` must have the parameters' dtype {dtype}; got {u.dtype}. Cast the "
             "input (or build the core with `dtype=`)."
+        )
+
+
+def check_not_complex(u, name: str = "u") -> None:
+    """A `ValueError` naming `name` if the array `u` holds complex numbers (a core's input
+    is real)."""
+    if hasattr(u, "dtype") and jnp.issubdtype(u.dtype, jnp.complexfloating):
+        raise ValueError(
+            f"`{name}` must hold real numbers; got {u.dtype}. A core's input is real (the "
+            "complex LRU's states are internal): pass the real and imaginary parts as "
+            "separate features."
         )
 
 

@@ -41,10 +41,15 @@ class AbstractRecurrentCore(eqx.Module):
     - `causal`: `True` (default) when the output at position $k$ of a forward run depends on
         $u_0, \dots, u_k$ only (and of a reverse run on $u_k, \dots, u_{L-1}$), and zero
         input keeps a zero state. Blocks rely on it for padding and streaming.
+    - `takes_dt`: `True` when `run`, `__call__` and `step` accept `dt=`, the time step of
+        each position (irregular sampling; see the concepts page on time steps); default
+        `False`. Callers pass it through `dt_options(core, dt)`, which refuses `dt` for a
+        core without it.
     """
 
     recurrent_fields: eqx.AbstractClassVar[tuple[str, ...]]
     causal: ClassVar[bool] = True
+    takes_dt: ClassVar[bool] = False
 
     @abc.abstractmethod
     def init_state(self) -> PyTree[Array]:
@@ -106,12 +111,31 @@ class AbstractRecurrentCore(eqx.Module):
         initial_state: PyTree[ArrayLike] | None = None,
         reverse: bool = False,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
     ) -> Array:
-        """The outputs of `run` (`key` is ignored, as in other Equinox layers)."""
+        """The outputs of `run` (`key` is ignored, as in other Equinox layers; `dt` only
+        for a core that `takes_dt`)."""
         del key
-        y, _ = self.run(u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids)
+        options = dt_options(self, dt)
+        y, _ = self.run(
+            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids, **options
+        )
         return y
+
+
+def dt_options(core: AbstractRecurrentCore, dt: ArrayLike | None) -> dict:
+    """The keywords that pass `dt` to `core`'s `run`/`__call__`/`step`: `{}` for `None`,
+    `{"dt": dt}` for a core that `takes_dt`, a `TypeError` naming the core otherwise (a
+    time step it would ignore)."""
+    if dt is None:
+        return {}
+    if not core.takes_dt:
+        raise TypeError(
+            f"{type(core).__name__} takes no `dt` (time steps): it has no notion of elapsed "
+            "time. Cores that take it: ComplexLRU, RealLRU, RGLRU, baselines.S5; or drop `dt`."
+        )
+    return {"dt": dt}
 
 
 class AbstractStatesCore(AbstractRecurrentCore):
@@ -136,13 +160,14 @@ class AbstractStatesCore(AbstractRecurrentCore):
         """One stored state (of `_states`' result) in `init_state()`'s layout."""
         return state
 
-    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
+    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None, dt=None):
         """See `AbstractRecurrentCore.run`: `(y, final_state)`; feed `final_state` back as
         `initial_state=` to continue the sequence in the next chunk (chunked runs equal one
-        run, and `step` token by token)."""
+        run, and `step` token by token). `dt`: for a core that `takes_dt`, passed to
+        `_states` as a keyword."""
         u = jnp.asarray(u)
         segment_ids = check_segment_ids(segment_ids, u.shape[0] if u.ndim else 0)
-        states = self._states(u, initial_state, reverse, segment_ids)
+        states = self._states(u, initial_state, reverse, segment_ids, **dt_options(self, dt))
         y = self._outputs(states, u, initial_state, reverse, segment_ids)
         return y, self._final(final_state(states, reverse=reverse, length=length))
 

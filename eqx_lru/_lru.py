@@ -29,9 +29,11 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, PRNGKeyArray, j
 from . import _projection as projection
 from ._algebra import AbstractAlgebra, Diagonal, RotationScaling
 from ._checks import (
+    Dim,
     Size,
     check_form,
     check_key,
+    check_not_complex,
     check_segment_ids,
     check_sequence,
     check_size,
@@ -41,12 +43,14 @@ from ._checks import (
     complex_float_dtype,
     float_dtype,
 )
-from ._core import AbstractStatesCore, rebuild
+from ._core import AbstractStatesCore, dt_options, rebuild
+from ._dt import check_dt, scaled_polar
 from ._init import lru_init
 from ._methods import AbstractScanMethod, scan_method
 from ._projection import Precision, check_precision
 from ._scan import ScanMethod, recurrence
 from ._storage import AbstractStorage, Cast, ComplexPairs, Identity
+from ._surface import checks_first
 
 
 class AbstractModalCore(AbstractStatesCore):
@@ -91,6 +95,12 @@ class AbstractModalCore(AbstractStatesCore):
     def _transition(self) -> Inexact[Array, "..."]:
         r"""$\lambda$ as one transition of the algebra (shared by every step)."""
 
+    def _transition_over(self, dt: Float[Array, "*length"]) -> Inexact[Array, "..."]:
+        r"""$\lambda^{\Delta t}$ for checked steps `dt` (see `eqx_lru._dt`): one transition per
+        step for `dt` of shape `(length,)`, one shared for a scalar. Cores that
+        `takes_dt` implement it."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     def _gamma(self) -> Float[Array, " d_state"]:
         r"""The input normalisation $\gamma$ (ones for cores without it)."""
@@ -125,6 +135,7 @@ class AbstractModalCore(AbstractStatesCore):
         initial_state: ArrayLike | None,
         reverse: bool,
         segment_ids: ArrayLike | None = None,
+        dt: ArrayLike | None = None,
     ) -> Float[Array, "length 2 d_state"]:
         r"""All states as planar real pairs $[\operatorname{Re} x; \operatorname{Im} x]$."""
         check_sequence(u, self.d_model)
@@ -136,7 +147,7 @@ class AbstractModalCore(AbstractStatesCore):
             u, self.B_re, self.B_im, self._gamma(), **self._projection_options()
         )
         return recurrence(
-            self._transition(),
+            self._transition_at(dt, u.shape[0]),
             drive,
             algebra=self.algebra,
             storage=self._storage(),
@@ -153,17 +164,28 @@ class AbstractModalCore(AbstractStatesCore):
         *,
         initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
         reverse: bool = False,
+        dt: ArrayLike | None = None,
     ) -> Inexact[Array, "length d_state ..."]:
         """All hidden states $x_0, \\dots, x_{L-1}$, in the form's state layout.
 
         Same arguments as `__call__`; for analysis and plots. With a `compute_dtype`, the
         states as stored (rounded to it), in the parameters' dtype.
         """
-        pairs = self._state_pairs(jnp.asarray(u), initial_state, reverse)
+        dt_options(self, dt)
+        pairs = self._state_pairs(jnp.asarray(u), initial_state, reverse, dt=dt)
         return self._from_algebra(self._storage().load(pairs))
 
-    def _states(self, u, initial_state, reverse, segment_ids) -> Float[Array, "length 2 d_state"]:
-        return self._state_pairs(u, initial_state, reverse, segment_ids)
+    def _states(
+        self, u, initial_state, reverse, segment_ids, dt=None
+    ) -> Float[Array, "length 2 d_state"]:
+        return self._state_pairs(u, initial_state, reverse, segment_ids, dt)
+
+    def _transition_at(self, dt: ArrayLike | None, length: Dim | None) -> Inexact[Array, "..."]:
+        r"""$\lambda$ (`dt` `None`), else $\lambda^{\Delta t}$ for `dt` checked against
+        `length` positions (`None`: one step)."""
+        if dt is None:
+            return self._transition()
+        return self._transition_over(check_dt(dt, length, self.B_re.dtype))
 
     def _outputs(self, states, u, initial_state, reverse, segment_ids) -> Array:
         del initial_state, reverse, segment_ids
@@ -174,6 +196,7 @@ class AbstractModalCore(AbstractStatesCore):
         final = self._from_algebra(self._storage().load(state[None])[0])
         return final.astype(self.init_state().dtype)
 
+    @checks_first(lambda layer, u, **options: check_not_complex(u))  # before the type check
     def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
         r"""Run the layer over one sequence.
 
@@ -188,6 +211,11 @@ class AbstractModalCore(AbstractStatesCore):
             ($x_k = \lambda x_{k+1} + \gamma B u_k$), for bidirectional models.
         - `segment_ids`: packed sequences: integers of shape `(length,)`, a new segment
             where the value changes; no state crosses a segment boundary.
+        - `dt`: irregular time steps (`ComplexLRU`, `RealLRU`): positive floats of shape
+            `(length,)`, the time since the position processed before (with `reverse`, the
+            gap to the next position), or one scalar for every position. Position $k$ then computes
+            $x_k = \lambda^{\Delta t_k} x_{k-1} + \gamma B u_k$; `None` (default) is
+            $\Delta t \equiv 1$.
         - `key`: ignored; accepted for compatibility with other Equinox layers.
 
         **Returns:** $y$, shape `(length, d_model)`.
@@ -196,12 +224,18 @@ class AbstractModalCore(AbstractStatesCore):
 
     @jaxtyped(typechecker=beartype)
     def step(
-        self, state: Inexact[ArrayLike, "d_state ..."], u_t: Float[ArrayLike, " d_model"]
+        self,
+        state: Inexact[ArrayLike, "d_state ..."],
+        u_t: Float[ArrayLike, " d_model"],
+        *,
+        dt: ArrayLike | None = None,
     ) -> tuple[Inexact[Array, "d_state ..."], Float[Array, " d_model"]]:
         r"""One token in RNN mode: $x_t = \lambda x_{t-1} + \gamma B u_t$,
         $y_t = \operatorname{Re}(C x_t) + D u_t$.
 
         `state`: as `init_state()` (`RealLRU`: `(d_state, 2)`, `[Re x, Im x]` per mode).
+        `dt`: this position's time step, a positive scalar ($\lambda^{\Delta t}$ replaces
+        $\lambda$; cores that `takes_dt`); `None` is $\Delta t = 1$.
 
         **Returns:** `(new_state, y_t)`. Repeating `step` over a sequence from
         `init_state()` equals the parallel `__call__`.
@@ -209,10 +243,12 @@ class AbstractModalCore(AbstractStatesCore):
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)
         check_token(u_t, self.d_model)
         self._check_state(state)
+        dt_options(self, dt)
+        transition = self._transition_at(dt, None)
         storage, options = self._storage(), self._projection_options()
         pair = projection.project_in(u_t, self.B_re, self.B_im, self._gamma(), **options)
         drive = storage.load(pair[None])[0]
-        h = self.algebra.apply(self._transition(), self._to_algebra(state)) + drive
+        h = self.algebra.apply(transition, self._to_algebra(state)) + drive
         pair = storage.store(h[None])[0]
         y_t = projection.project_out(pair, self.C_re, self.C_im, **options)
         return self._from_algebra(h), y_t + self.D * u_t
@@ -267,6 +303,7 @@ class AbstractLRU(AbstractModalCore):
         "B_im",
     )
     algebra: eqx.AbstractClassVar[AbstractAlgebra]
+    takes_dt: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -343,6 +380,20 @@ class AbstractLRU(AbstractModalCore):
         return jax.lax.complex(
             self.modulus() * jnp.cos(self.phase()), self.modulus() * jnp.sin(self.phase())
         )
+
+    def _transition(self) -> Inexact[Array, "..."]:
+        return self._pack(self.modulus(), self.phase())
+
+    def _transition_over(self, dt: Float[Array, "*length"]) -> Inexact[Array, "..."]:
+        r"""$\lambda^{\Delta t} = |\lambda|^{\Delta t} e^{i\theta\Delta t}$, with
+        $|\lambda|^{\Delta t} = \exp(-e^{\nu_{\log}} \Delta t)$ (equal to `modulus()`,
+        bit for bit, at $\Delta t = 1$)."""
+        return self._pack(*scaled_polar(-jnp.exp(self.nu_log), self.phase(), dt))
+
+    @abc.abstractmethod
+    def _pack(self, modulus: Float[Array, "..."], phase: Float[Array, "..."]) -> Array:
+        r"""The transitions of modulus and phase (`(..., d_state)` each) in the form's
+        algebra: complex $m e^{i\phi}$, or the planar pairs $(m\cos\phi, m\sin\phi)$."""
 
     @classmethod
     def _check_compute_dtype(cls, compute_dtype, param_dtype) -> str | None:
@@ -428,8 +479,8 @@ class ComplexLRU(AbstractLRU):
     def init_state(self) -> Complex[Array, " d_state"]:
         return jnp.zeros(self.d_state, complex_dtype(self.nu_log.dtype))
 
-    def _transition(self) -> Complex[Array, " d_state"]:
-        return self.eigenvalues()
+    def _pack(self, modulus, phase) -> Complex[Array, "*length d_state"]:
+        return jax.lax.complex(modulus * jnp.cos(phase), modulus * jnp.sin(phase))
 
     @classmethod
     def from_real(cls, layer: "RealLRU") -> "ComplexLRU":
@@ -478,11 +529,10 @@ class RealLRU(AbstractLRU):
     def init_state(self) -> Float[Array, "d_state 2"]:
         return jnp.zeros((self.d_state, 2), self.nu_log.dtype)
 
-    def _transition(self) -> Float[Array, "2 d_state"]:
-        r"""$(|\lambda| \cos\theta, |\lambda| \sin\theta)$, planar: the rotation-scaling
-        block $\begin{pmatrix}a & -b\\ b & a\end{pmatrix}$ of each mode as its pair $(a, b)$."""
-        modulus, phase = self.modulus(), self.phase()
-        return jnp.stack([modulus * jnp.cos(phase), modulus * jnp.sin(phase)])
+    def _pack(self, modulus, phase) -> Float[Array, "*length 2 d_state"]:
+        r"""$(m \cos\phi, m \sin\phi)$, planar: the rotation-scaling block
+        $\begin{pmatrix}a & -b\\ b & a\end{pmatrix}$ of each mode as its pair $(a, b)$."""
+        return jnp.stack([modulus * jnp.cos(phase), modulus * jnp.sin(phase)], axis=-2)
 
     def _to_algebra(self, state: Float[Array, "*batch d_state 2"]) -> Array:
         return jnp.swapaxes(state, -1, -2)

@@ -15,14 +15,13 @@ from ._abstract_block import AbstractBlock, AbstractStreamingBlock, call_block
 from ._block import LRUBlock
 from ._block_scan import scan_blocks, stack_blocks
 from ._checks import Size, check_key, check_segment_ids, check_size
-from ._norm import MaskedBatchNorm
 from ._padding import check_length, segment_index, valid_mask, where_valid
 from ._runtime_check import runtime_check
+from ._surface import check_carry, checks_first
 
 Pooling = Literal["mean", "last"] | None
 #: `block(d_model, d_state, *, dtype, key)` returning an `eqx_lru.AbstractBlock`.
 BlockFactory = Callable[..., AbstractBlock]
-_PAIR_AXIS = "eqx_lru_pair"
 
 
 def _check_block(block: object, index: int, factory: BlockFactory) -> AbstractBlock:
@@ -42,6 +41,29 @@ def _check_block(block: object, index: int, factory: BlockFactory) -> AbstractBl
 
 def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
     return [None] * num if key is None else list(jax.random.split(key, num))
+
+
+# The checks that run before the type checker of the model's public methods (one line per
+# mistake; see `_surface`).
+
+
+def _check_call(model: "LRUModel", x, *args, **kwargs) -> None:
+    del args, kwargs
+    model._check_input(x)
+
+
+def _check_step(model: "LRUModel", carry, x_t, *args, **kwargs) -> None:
+    del args, kwargs
+    model._streaming_blocks("step")
+    model._check_input(x_t, position=True)
+    check_carry(carry, model.init_carry, "LRUModel")
+
+
+def _check_chunk(model: "LRUModel", carry, x, *args, **kwargs) -> None:
+    del args, kwargs
+    model._streaming_blocks("chunk")
+    model._check_input(x)
+    check_carry(carry, model.init_carry, "LRUModel")
 
 
 class LRUModel(eqx.Module):
@@ -80,7 +102,9 @@ class LRUModel(eqx.Module):
     **Streaming.** A model of causal blocks runs as an RNN in inference mode:
     `init_carry()`, then `step` per token (generation loops under `jax.lax.scan`) or
     `chunk` per chunk (prefill), each returning the output for the stream so far — with
-    `pooling="mean"` a running mean, whose sum and count travel in the carry.
+    `pooling="mean"` a running mean, whose sum and count travel in the carry. A carry that
+    differs from `init_carry()` (another model's, one block short, `None`) is refused,
+    naming the first path that differs.
 
     One example per call: batch with `jax.vmap(model, axis_name="batch", in_axes=(0, None),
     out_axes=(0, None))` (the axis name is needed by batch norm in training mode).
@@ -199,9 +223,10 @@ class LRUModel(eqx.Module):
         ndim, rest = (len(shape), x.shape) if position else (len(shape) + 1, x.shape[1:])
         if x.ndim != ndim or rest != shape or not jnp.issubdtype(x.dtype, dtype):
             name, expected, what = ("x_t", one, "streams ") if position else ("x", many, "")
+            batched = f" Batch {what}with `jax.vmap`." if x.ndim > ndim else ""
             raise ValueError(
                 f"This model {encodes}: `{name}` must be {expected}; got {x.dtype} of shape "
-                f"{x.shape}. Batch {what}with `jax.vmap`."
+                f"{x.shape}.{batched}"
             )
         if not position:
             check_length(x, "x")
@@ -229,6 +254,7 @@ class LRUModel(eqx.Module):
             h, state = call(block, h, state, length, block_key, inference, segment_ids)
         return h, state, mask
 
+    @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
     def features(
         self,
@@ -249,6 +275,7 @@ class LRUModel(eqx.Module):
         h, state, _ = self._features(x, state, length, key, inference, segment_ids)
         return h, state
 
+    @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
@@ -380,6 +407,7 @@ class LRUModel(eqx.Module):
             pooled = h[last]
         return carry, pooled if self.head is None else self.head(pooled)
 
+    @checks_first(_check_step)
     @jaxtyped(typechecker=beartype)
     def step(
         self,
@@ -417,6 +445,7 @@ class LRUModel(eqx.Module):
         carry, out = self._readout(dict(carry, blocks=tuple(blocks)), h[None], None)
         return carry, out[0] if self.pooling is None else out
 
+    @checks_first(_check_chunk)
     @jaxtyped(typechecker=beartype)
     def chunk(
         self,
@@ -524,119 +553,3 @@ def _check_token_ids(x: Array, vocab_size: int) -> Array:
             raise ValueError(message.format(f"id {ids[0]} (at {np.argmax(np.asarray(bad))})"))
         return x
     return runtime_check(x, bad, message.format("an id out of that range"), check="token_ids")
-
-
-class LRURetrievalModel(eqx.Module):
-    r"""Two-tower LRU for document matching (LRA Retrieval / AAN; LRA.md §7).
-
-    Both documents are pooled by the same `LRUModel` encoder (no head) to $u, v \in
-    \mathbb R^H$, then
-
-    $$\text{logits} = W_2\, \operatorname{GELU}\big(W_1 [u, v, u - v, u \odot v] + b_1\big)
-    + b_2 .$$
-
-    The two documents are encoded in one `jax.vmap` over the pair, and batch norm takes
-    its statistics over both documents of every pair in the batch (as S5 does by
-    concatenating them along the batch axis): every `MaskedBatchNorm` of the encoder
-    reduces over its own axis names and the pair axis.
-
-    **Streaming.** With causal blocks, each document is a stream of the encoder
-    (`model.encoder.init_carry()`, then `model.encoder.step` or `chunk`), whose output is
-    the pooled features of the document so far; `classify(u, v)` gives the pair's logits
-    from the two, equal to the call in inference mode once both documents have been read.
-    """
-
-    encoder: LRUModel
-    mlp_in: eqx.nn.Linear
-    mlp_out: eqx.nn.Linear
-
-    def __init__(
-        self,
-        encoder: LRUModel,
-        out_size: Size,
-        *,
-        mlp_size: Size | None = None,
-        dtype=None,
-        key: PRNGKeyArray,
-    ):
-        """**Arguments:**
-
-        - `encoder`: an `LRUModel` with `out_size=None` (no head) and `pooling="mean"` or
-            `"last"`, e.g. `eqx_lru.LRUModel(vocab, None, d_model, d_state, depth,
-            encoder="embedding", key=k)`.
-        - `out_size`: classes (2 for AAN).
-        - `mlp_size`: the hidden width of the head (default: the encoder's `d_model`).
-        - `dtype`: of the head's weights.
-        - `key`: a `jax.random.PRNGKey`.
-
-        The head has no state: build with `eqx.nn.make_with_state(LRURetrievalModel)(encoder,
-        ...)` from a plain encoder, or, from an encoder made with `make_with_state`, build
-        this model directly and keep that encoder's state.
-        """
-        if not isinstance(encoder, LRUModel) or encoder.head is not None or encoder.pooling is None:
-            raise ValueError(
-                "`encoder` must be an `LRUModel` with `out_size=None` (no head) and "
-                f"`pooling='mean'` or `'last'`; got {type(encoder).__name__}."
-            )
-        out_size = check_size("out_size", out_size)
-        mlp_size = check_size("mlp_size", encoder.d_model if mlp_size is None else mlp_size)
-        check_key(key)
-        in_key, out_key = jax.random.split(key)
-        self.encoder = _with_pair_axis(encoder)
-        self.mlp_in = eqx.nn.Linear(4 * encoder.d_model, mlp_size, dtype=dtype, key=in_key)
-        self.mlp_out = eqx.nn.Linear(mlp_size, out_size, dtype=dtype, key=out_key)
-
-    @jaxtyped(typechecker=beartype)
-    def __call__(
-        self,
-        x: Integer[ArrayLike, "2 length"] | Float[ArrayLike, "2 length in_size"],
-        state: eqx.nn.State,
-        *,
-        length: Integer[ArrayLike, " 2"] | None = None,
-        key: PRNGKeyArray | None = None,
-        inference: bool | None = None,
-    ) -> tuple[Float[Array, " out_size"], eqx.nn.State]:
-        """Classify one pair of documents.
-
-        **Arguments:**
-
-        - `x`: the two documents stacked, `(2, length)` tokens or `(2, length, in_size)`
-            features (pad both to a common length).
-        - `state`, `key`, `inference`: as `LRUModel.__call__`.
-        - `length`: valid lengths of the two documents, shape `(2,)`; `None`: all valid.
-
-        **Returns:** `(logits, new_state)`, logits of shape `(out_size,)`.
-        """
-        keys = None if key is None else jax.random.split(key, 2)
-
-        def encode(doc, doc_length, doc_key):
-            return self.encoder(doc, state, length=doc_length, key=doc_key, inference=inference)
-
-        (u, v), state = jax.vmap(encode, axis_name=_PAIR_AXIS, out_axes=(0, None))(
-            jnp.asarray(x), None if length is None else jnp.asarray(length), keys
-        )
-        return self.classify(u, v), state
-
-    @jaxtyped(typechecker=beartype)
-    def classify(
-        self, u: Float[ArrayLike, " d_model"], v: Float[ArrayLike, " d_model"]
-    ) -> Float[Array, " out_size"]:
-        r"""The logits of a pair from its two documents' pooled features $u, v$ (the
-        encoder's outputs): $W_2 \operatorname{GELU}(W_1 [u, v, u - v, u \odot v] + b_1) + b_2$.
-        """
-        u, v = jnp.asarray(u), jnp.asarray(v)
-        features = jnp.concatenate([u, v, u - v, u * v])
-        return self.mlp_out(jax.nn.gelu(self.mlp_in(features)))
-
-
-def _with_pair_axis(encoder: LRUModel) -> LRUModel:
-    """`encoder` with every `MaskedBatchNorm` also reducing over the pair axis."""
-
-    def add_pair_axis(node):
-        if not isinstance(node, MaskedBatchNorm):
-            return node
-        names = node.axis_name if isinstance(node.axis_name, tuple) else (node.axis_name,)
-        return node.with_axis_name((*names, _PAIR_AXIS))
-
-    is_norm = lambda node: isinstance(node, MaskedBatchNorm)  # noqa: E731
-    return jax.tree_util.tree_map(add_pair_axis, encoder, is_leaf=is_norm)

@@ -105,7 +105,9 @@ def _backward(a: Array, hs: Array, h0: Array, g: Array, cfg: _Config):
     first = slice(-1, None) if reverse else slice(0, 1)
     lam_first = cotangents.load(lam_stored[first])[0]
     ct_h0 = algebra.apply_transpose(_first(a, reverse) if not shared else a, lam_first)
-    ct_h0 = jnp.where(method.holds_start(reverse=reverse), ct_h0, jnp.zeros_like(ct_h0))
+    holds_start = method.holds_start(reverse=reverse)
+    if holds_start is not True:  # a chunk of a sequence split across devices
+        ct_h0 = jnp.where(holds_start, ct_h0, jnp.zeros_like(ct_h0))
     # ā_k = λ_k ⊗ h_{k-1}ᵀ, with h_{k-1} the state before step k in the forward order.
     if shared:
         if fused is None:
@@ -155,15 +157,17 @@ def _shifted_cotangent_sum(
 
     block = max(1, min(_REDUCE_BLOCK, count))
     n_blocks, tail = divmod(count, block)
+    # From zeros of the arrays' per-device type (`zeros_like`: inside `shard_map` a loop
+    # carry must keep its type), read by no one. Not from the first block's sum: computed
+    # outside the loop, it let XLA on CPU postpone the loop, so the states and their
+    # adjoint stayed live through the other direction's backward pass of a bidirectional
+    # block (two more state-sized buffers).
+    shape = jax.eval_shape(lambda: block_sum(0, 1))
+    total = jnp.zeros_like(hs, shape=shape.shape, dtype=shape.dtype)
     if n_blocks:
-        # Started from the first block's sum, not from zeros: inside `shard_map` the sum
-        # then has the per-device type of the arrays (a loop carry must keep its type).
         total = jax.lax.fori_loop(
-            1, n_blocks, lambda i, total: total + block_sum(i * block, block), block_sum(0, block)
+            0, n_blocks, lambda i, total: total + block_sum(i * block, block), total
         )
-    else:
-        shape = jax.eval_shape(lambda: block_sum(0, 1))
-        total = jnp.zeros(shape.shape, shape.dtype)
     if tail:
         total = total + block_sum(n_blocks * block, tail)
     return total

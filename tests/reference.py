@@ -42,3 +42,85 @@ def recurrence_loop(a, b, *, block, shared, reverse=False, h0=None):
         h = (np.einsum("...ij,...j->...i", a_k, h) if block else a_k * h) + b[k]
         out[k] = h
     return out
+
+
+def lru_dt_loop(p, u, dt, *, reverse=False, x0=None):
+    """The LRU with time steps: x_k = λ^{dt_k} x_{k-1} + γ (B u_k), λ^{dt} = exp(dt log λ)
+    with log λ = -exp(ν_log) + i exp(θ_log); dt in the order of processing. Returns
+    (y, states complex (L, N))."""
+    u, dt = np.asarray(u, np.float64), np.broadcast_to(np.asarray(dt, np.float64), u.shape[:1])
+    log_lam = -np.exp(p["nu_log"]) + 1j * np.exp(p["theta_log"])
+    B = (p["B_re"] + 1j * p["B_im"]) * np.exp(p["gamma_log"])[:, None]
+    C = p["C_re"] + 1j * p["C_im"]
+    x = np.zeros(log_lam.shape, np.complex128) if x0 is None else np.asarray(x0, np.complex128)
+    states = np.zeros((u.shape[0], log_lam.shape[0]), np.complex128)
+    y = np.zeros_like(u)
+    for k in range(u.shape[0] - 1, -1, -1) if reverse else range(u.shape[0]):
+        x = np.exp(log_lam * dt[k]) * x + B @ u[k]
+        states[k] = x
+        y[k] = (C @ x).real + p["D"] * u[k]
+    return y, states
+
+
+def lru_kernel_sum(p, u, times, *, reverse=False):
+    """The same LRU from zero as a sum over past inputs at their true time lags:
+    y_k = Σ_{j ≤ k} Re(C diag(γ λ^{t_k - t_j}) B u_j) + D u_k (j ≥ k and t_j - t_k in
+    reverse), for sample times `times`."""
+    u, t = np.asarray(u, np.float64), np.asarray(times, np.float64)
+    log_lam = -np.exp(p["nu_log"]) + 1j * np.exp(p["theta_log"])
+    B = (p["B_re"] + 1j * p["B_im"]) * np.exp(p["gamma_log"])[:, None]
+    C = p["C_re"] + 1j * p["C_im"]
+    y = np.zeros_like(u)
+    for k in range(u.shape[0]):
+        for j in range(k, u.shape[0]) if reverse else range(k + 1):
+            lag = t[j] - t[k] if reverse else t[k] - t[j]
+            y[k] += (C @ (np.exp(log_lam * lag) * (B @ u[j]))).real
+        y[k] += p["D"] * u[k]
+    return y
+
+
+def rglru_loop(p, x, *, c=8.0, dt=None, h0=None, reverse=False, segment_ids=None):
+    """The RG-LRU (real, or complex with `p["theta"]`): r = σ(W_a x + b_a), i = σ(W_x x +
+    b_x) with block-diagonal W, a = σ(Λ)^{c r dt} (· e^{iθ r dt}), h = a h + √(1-|a|²) i x
+    (x the complex pairs of the input's halves), y = h (or [Re h, Im h]); a = 0 where a
+    segment starts. Returns (y, states)."""
+    x = np.asarray(x, np.float64)
+    length = x.shape[0]
+    dt = np.ones(length) if dt is None else np.broadcast_to(np.asarray(dt, np.float64), length)
+    phase = p.get("theta") is not None
+    modes = p["Lambda"].shape[0]
+    sigma = 1 / (1 + np.exp(-p["Lambda"]))
+
+    def gate(w, b, xt):
+        z = np.einsum("hi,hio->ho", xt.reshape(w.shape[0], -1), w) + b
+        return 1 / (1 + np.exp(-z.reshape(-1)))
+
+    h = np.zeros(modes, np.complex128 if phase else np.float64) if h0 is None else np.array(h0)
+    states, y = np.zeros((length,) + h.shape, h.dtype), np.zeros_like(x)
+    order = list(range(length - 1, -1, -1) if reverse else range(length))
+    for n, k in enumerate(order):
+        r, i = gate(p["W_a"], p["b_a"], x[k]), gate(p["W_x"], p["b_x"], x[k])
+        a = sigma ** (c * r * dt[k])
+        if phase:
+            a = a * np.exp(1j * p["theta"] * r * dt[k])
+        start = n > 0 and segment_ids is not None and segment_ids[k] != segment_ids[order[n - 1]]
+        xk = x[k, :modes] + 1j * x[k, modes:] if phase else x[k]
+        h = (0 if start else a) * h + np.sqrt(1 - np.abs(a) ** 2) * (i * xk)
+        states[k] = h
+        y[k] = np.concatenate([h.real, h.imag]) if phase else h
+    return y, states
+
+
+def s5_dt_loop(p, u, dt, *, reverse=False):
+    """S5 with a time step per position: the zero-order hold over Δ_j dt_k,
+    x_k = exp(Λ Δ dt_k) x_{k-1} + (exp(Λ Δ dt_k) - 1) / Λ · (B u_k), y_k = 2 Re(C x_k) + D u_k."""
+    u, dt = np.asarray(u, np.float64), np.broadcast_to(np.asarray(dt, np.float64), u.shape[:1])
+    lam = p["Lambda_re"] + 1j * p["Lambda_im"]
+    B, C = p["B_re"] + 1j * p["B_im"], p["C_re"] + 1j * p["C_im"]
+    x = np.zeros(lam.shape, np.complex128)
+    y = np.zeros_like(u)
+    for k in range(u.shape[0] - 1, -1, -1) if reverse else range(u.shape[0]):
+        bar = np.exp(lam * np.exp(p["log_step"]) * dt[k])
+        x = bar * x + (bar - 1) / lam * (B @ u[k])
+        y[k] = 2 * (C @ x).real + p["D"] * u[k]
+    return y

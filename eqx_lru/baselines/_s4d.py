@@ -165,7 +165,7 @@ class S4D(AbstractDiagonalSSM):
         r"""As `eqx_lru.AbstractRecurrentCore.__call__`; by FFT convolution with
         `mode="convolution"` when it starts from zero without `segment_ids`."""
         if self.mode == "convolution" and options.get("initial_state") is None:
-            if options.get("segment_ids") is None:
+            if options.get("segment_ids") is None and options.get("dt") is None:
                 return self._convolve(jnp.asarray(u), options.get("reverse", False))
         return super().__call__(u, **options)
 

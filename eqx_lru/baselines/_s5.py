@@ -80,6 +80,12 @@ class S5(AbstractDiagonalSSM):
     is trained freely (no clipping). `recurrent_fields`: $\Lambda$, $\tilde B$, $\Delta$
     (paper §D.2).
 
+    **Time steps** (`dt=`, as `eqx_lru.ComplexLRU`'s: one per position, or a scalar): the
+    zero-order hold over $\Delta_j \Delta t_k$ at position $k$, as in S5's irregular-sampling
+    experiments: $\bar\Lambda_k = e^{\Lambda\Delta\Delta t_k}$,
+    $\bar B_k = (\bar\Lambda_k - 1)\Lambda^{-1}\tilde B$ (the input is held over the
+    step). `None` is $\Delta t \equiv 1$.
+
     **Bidirectional.** `LRUBlock(bidirectional=True)` adds a second S5 core run in
     reverse and sums the outputs; S5's own bidirectional variant shares $\Lambda, \tilde B$
     between directions, here each direction has its own parameters.
@@ -113,6 +119,7 @@ class S5(AbstractDiagonalSSM):
         "B_re",
         "B_im",
     )
+    takes_dt: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -170,6 +177,14 @@ class S5(AbstractDiagonalSSM):
     def continuous(self) -> Complex[Array, " modes"]:
         r"""The continuous-time eigenvalues $\Lambda$."""
         return jax.lax.complex(self.Lambda_re, self.Lambda_im)
+
+    def _discrete_over(self, u: Array, dt: Array) -> tuple[Pair, Pair]:
+        r"""The zero-order hold over each position's own step $\Delta_j \Delta t_k$:
+        $\bar\Lambda_k = e^{\Lambda \Delta \Delta t_k}$ and
+        $\bar B_k u_k = (\bar\Lambda_k - 1)\Lambda^{-1} \tilde B u_k$."""
+        step = jnp.exp(self.log_step) * dt[..., None]
+        lam, factor = zoh_pairs(self.Lambda_re, self.Lambda_im, step)
+        return lam, cmul(factor, self._drive(u, (self.B_re, self.B_im)))
 
     def _pairs(self) -> tuple[Pair, Pair]:
         lam, (f_re, f_im) = zoh_pairs(self.Lambda_re, self.Lambda_im, jnp.exp(self.log_step))

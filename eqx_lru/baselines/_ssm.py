@@ -19,7 +19,8 @@ from .._checks import (
     check_token,
     complex_dtype,
 )
-from .._core import AbstractStatesCore, rebuild
+from .._core import AbstractStatesCore, dt_options, rebuild
+from .._dt import check_dt
 from .._scan import recurrence
 from ._common import Pair
 
@@ -134,14 +135,29 @@ class AbstractDiagonalSSM(AbstractStatesCore):
         """All states $x_0, \\dots, x_{L-1}$ in the form's layout (see `init_state`)."""
         return self._states(jnp.asarray(u), initial_state, reverse, None)
 
-    def _states(self, u, initial_state, reverse, segment_ids) -> Inexact[Array, "length ..."]:
+    def _discrete(self, u: Array, dt: Array | None) -> tuple[Pair, Pair]:
+        r"""$(\bar\Lambda, \bar B u)$ as pairs, for a sequence or one token; with checked
+        time steps `dt`, the zero-order hold over $\Delta \cdot \Delta t$ per step (cores
+        that `takes_dt` implement `_discrete_over`)."""
+        if dt is not None:
+            return self._discrete_over(u, dt)
+        lam, b = self._pairs()
+        return lam, self._drive(u, b)
+
+    def _discrete_over(self, u: Array, dt: Array) -> tuple[Pair, Pair]:
+        raise NotImplementedError
+
+    def _states(
+        self, u, initial_state, reverse, segment_ids, dt=None
+    ) -> Inexact[Array, "length ..."]:
         check_sequence(u, self.d_model, self.D.dtype)
         if initial_state is not None:
             initial_state = jnp.asarray(initial_state)
             self._check_state(initial_state)
-        lam, b = self._pairs()
+        dt = None if dt is None else check_dt(dt, u.shape[0], self.D.dtype)
+        lam, drive = self._discrete(u, dt)
         return recurrence(
-            self._join(*lam), self._join(*self._drive(u, b)), algebra=self._algebra(),
+            self._join(*lam), self._join(*drive), algebra=self._algebra(),
             initial_state=initial_state, reverse=reverse, method=self.method,
             segment_ids=segment_ids,
         )  # fmt: skip
@@ -152,13 +168,19 @@ class AbstractDiagonalSSM(AbstractStatesCore):
 
     @jaxtyped(typechecker=beartype)
     def step(
-        self, state: Inexact[ArrayLike, "..."], u_t: Float[ArrayLike, " d_model"]
+        self,
+        state: Inexact[ArrayLike, "..."],
+        u_t: Float[ArrayLike, " d_model"],
+        *,
+        dt: ArrayLike | None = None,
     ) -> tuple[Inexact[Array, "..."], Float[Array, " d_model"]]:
         r"""One token in RNN mode: $x_t = \bar\Lambda x_{t-1} + \bar B u_t$; returns
-        `(x_t, y_t)`. Repeated from `init_state()` it equals the parallel call."""
+        `(x_t, y_t)`. Repeated from `init_state()` it equals the parallel call. `dt`: this
+        position's time step (a positive scalar, cores that `takes_dt`)."""
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)
         check_token(u_t, self.d_model, self.D.dtype)
         self._check_state(state)
-        lam, b = self._pairs()
-        state = self._algebra().apply(self._join(*lam), state) + self._join(*self._drive(u_t, b))
+        dt_options(self, dt)
+        lam, drive = self._discrete(u_t, None if dt is None else check_dt(dt, None, self.D.dtype))
+        state = self._algebra().apply(self._join(*lam), state) + self._join(*drive)
         return state, self._output(state, u_t)

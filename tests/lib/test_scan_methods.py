@@ -474,18 +474,6 @@ def test_low_precision_projection_gradient_rounds_like_the_forward():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    jax.__version_info__ < (0, 11),
-    strict=True,
-    reason=(
-        "JAX 0.10 only (passes on 0.12). Not a bfloat16 regression: since 1f02d29 XLA "
-        "shares the float32 case's 192 KB f32[2048,24] input-cotangent buffer with others "
-        "(float32 1.18 -> 1.01 MB), while bfloat16 gained two 16 KB f32[2,64,2,16] buffers "
-        "(1.10 -> 1.12 MB); no float32 copy of the stored states appears (memory-usage "
-        "report). The margin was thin: over other sizes bfloat16 saves 0-7% of the CPU temp "
-        "in either version, the rest being the matmuls' float32 results before rounding"
-    ),
-)
 def test_bfloat16_gradient_takes_less_memory_than_float32():
     """`RealLRU(compute_dtype=bfloat16)` under `vmap`, forward and backward, needs less XLA
     scratch memory than float32 (compile-only memory analysis). Guards against float32

@@ -1,0 +1,80 @@
+r"""Irregular time steps: the `dt=` argument of the cores that take it.
+
+A core with `takes_dt = True` (`ComplexLRU`, `RealLRU`, `RGLRU`, `baselines.S5`) accepts
+`dt=` in `run`, `__call__` and `step`: the time $\Delta t_k > 0$ elapsed between the
+position processed just before position $k$ and position $k$. A mode whose one-step
+transition is $\lambda = e^{\mu}$ ($\mu = \log|\lambda| + i\theta$) moves by
+$\lambda^{\Delta t} = e^{\mu \Delta t} = |\lambda|^{\Delta t} e^{i\theta\Delta t}$ over
+$\Delta t$: a scaling by $|\lambda|^{\Delta t}$ and a rotation by $\theta\Delta t$.
+$\Delta t \equiv 1$ is the core without `dt`.
+
+**Direction.** `dt[k]` is the gap in the order of processing: forward,
+$t_k - t_{k-1}$; reverse (`reverse=True`), $t_{k+1} - t_k$. `dt` at the first position
+processed is the gap since `initial_state` (it has no effect from the zero state). A
+bidirectional block gives its reverse core `reverse_steps(dt)`.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from ._checks import Dim
+
+
+def check_dt(dt: ArrayLike, length: Dim | None, dtype) -> Float[Array, "*length"]:
+    """`dt` as an array of the parameters' real floating `dtype`: shape `(length,)` (one
+    step per position) or `()` (one step for every position); `length=None` (for `step`)
+    accepts `()` only. Shape and dtype errors are `ValueError`s naming `dt`; a step that is
+    not positive and finite is a `ValueError` when `dt` is concrete, an `eqx.error_if`
+    under `jit`/`vmap` (which `jax.export` lowers with a symbolic length too)."""
+    dt = jnp.asarray(dt)
+    shapes = "()" if length is None else f"({length},) (one per position) or ()"
+    if dt.shape not in ((), (length,)) or (length is None and dt.shape != ()):
+        raise ValueError(
+            f"`dt` must have shape {shapes}: the time step of each position; got shape "
+            f"{dt.shape}."
+            + (" `step` takes one position: pass that position's step." if length is None else "")
+        )
+    if not jnp.issubdtype(dt.dtype, jnp.floating):
+        raise ValueError(
+            f"`dt` must be real floating time steps (e.g. float32), got dtype {dt.dtype}. "
+            "Cast it with `.astype(jnp.float32)`."
+        )
+    dt = dt.astype(dtype)
+    bad = ~(jnp.isfinite(dt) & (dt > 0))
+    message = "`dt` must be positive and finite (a time step); got {}."
+    if not isinstance(dt, jax.core.Tracer):
+        values = np.asarray(dt).reshape(-1)[np.asarray(bad).reshape(-1)]
+        if values.size:
+            raise ValueError(message.format(values[0]))
+        return dt
+    # The check on one scalar, added back to `dt` (+0): `jax.export` with a symbolic length
+    # cannot lower `eqx.error_if` on a length-long array.
+    zero = eqx.error_if(
+        jnp.zeros((), dt.dtype), jnp.any(bad), message.format("a value that is not")
+    )
+    return dt + zero
+
+
+def reverse_steps(dt: Float[ArrayLike, " length"]) -> Float[Array, " length"]:
+    r"""The steps a reverse run takes for the forward steps `dt` (`dt[k]` $= t_k -
+    t_{k-1}$): $t_{k+1} - t_k$ = `dt[k + 1]` at position $k$, and `dt[-1]` at the last
+    position (its gap since the reverse run's initial state, which a zero state ignores).
+    A bidirectional layer passes `dt` to its forward core and `reverse_steps(dt)` to its
+    reverse core, so both read the same times."""
+    dt = jnp.asarray(dt)
+    if dt.ndim != 1:
+        raise ValueError(f"`dt` must have shape (length,) to reverse; got {dt.shape}.")
+    return jnp.concatenate([dt[1:], dt[-1:]])
+
+
+def scaled_polar(
+    log_modulus: Float[Array, " n"], phase: Float[Array, " n"], dt: Float[Array, "*length"]
+) -> tuple[Float[Array, "*length n"], Float[Array, "*length n"]]:
+    r"""$(|\lambda|^{\Delta t}, \theta \Delta t) = (e^{\log|\lambda| \Delta t},
+    \theta\Delta t)$ for every step: shape `(length, n)` for `dt` of shape `(length,)`,
+    `(n,)` for a scalar `dt`."""
+    dt = dt[..., None]
+    return jnp.exp(log_modulus * dt), phase * dt

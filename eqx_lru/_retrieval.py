@@ -1,0 +1,130 @@
+r"""The two-tower model for document matching (LRA Retrieval): one `LRUModel` encoder
+pools both documents, an MLP classifies the pair."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from beartype import beartype
+from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, jaxtyped
+
+from ._checks import Size, check_key, check_size
+from ._model import LRUModel
+from ._norm import MaskedBatchNorm
+
+_PAIR_AXIS = "eqx_lru_pair"
+
+
+class LRURetrievalModel(eqx.Module):
+    r"""Two-tower LRU for document matching (LRA Retrieval / AAN; LRA.md §7).
+
+    Both documents are pooled by the same `LRUModel` encoder (no head) to $u, v \in
+    \mathbb R^H$, then
+
+    $$\text{logits} = W_2\, \operatorname{GELU}\big(W_1 [u, v, u - v, u \odot v] + b_1\big)
+    + b_2 .$$
+
+    The two documents are encoded in one `jax.vmap` over the pair, and batch norm takes
+    its statistics over both documents of every pair in the batch (as S5 does by
+    concatenating them along the batch axis): every `MaskedBatchNorm` of the encoder
+    reduces over its own axis names and the pair axis.
+
+    **Streaming.** With causal blocks, each document is a stream of the encoder
+    (`model.encoder.init_carry()`, then `model.encoder.step` or `chunk`), whose output is
+    the pooled features of the document so far; `classify(u, v)` gives the pair's logits
+    from the two, equal to the call in inference mode once both documents have been read.
+    """
+
+    encoder: LRUModel
+    mlp_in: eqx.nn.Linear
+    mlp_out: eqx.nn.Linear
+
+    def __init__(
+        self,
+        encoder: LRUModel,
+        out_size: Size,
+        *,
+        mlp_size: Size | None = None,
+        dtype=None,
+        key: PRNGKeyArray,
+    ):
+        """**Arguments:**
+
+        - `encoder`: an `LRUModel` with `out_size=None` (no head) and `pooling="mean"` or
+            `"last"`, e.g. `eqx_lru.LRUModel(vocab, None, d_model, d_state, depth,
+            encoder="embedding", key=k)`.
+        - `out_size`: classes (2 for AAN).
+        - `mlp_size`: the hidden width of the head (default: the encoder's `d_model`).
+        - `dtype`: of the head's weights.
+        - `key`: a `jax.random.PRNGKey`.
+
+        The head has no state: build with `eqx.nn.make_with_state(LRURetrievalModel)(encoder,
+        ...)` from a plain encoder, or, from an encoder made with `make_with_state`, build
+        this model directly and keep that encoder's state.
+        """
+        if not isinstance(encoder, LRUModel) or encoder.head is not None or encoder.pooling is None:
+            raise ValueError(
+                "`encoder` must be an `LRUModel` with `out_size=None` (no head) and "
+                f"`pooling='mean'` or `'last'`; got {type(encoder).__name__}."
+            )
+        out_size = check_size("out_size", out_size)
+        mlp_size = check_size("mlp_size", encoder.d_model if mlp_size is None else mlp_size)
+        check_key(key)
+        in_key, out_key = jax.random.split(key)
+        self.encoder = _with_pair_axis(encoder)
+        self.mlp_in = eqx.nn.Linear(4 * encoder.d_model, mlp_size, dtype=dtype, key=in_key)
+        self.mlp_out = eqx.nn.Linear(mlp_size, out_size, dtype=dtype, key=out_key)
+
+    @jaxtyped(typechecker=beartype)
+    def __call__(
+        self,
+        x: Integer[ArrayLike, "2 length"] | Float[ArrayLike, "2 length in_size"],
+        state: eqx.nn.State,
+        *,
+        length: Integer[ArrayLike, " 2"] | None = None,
+        key: PRNGKeyArray | None = None,
+        inference: bool | None = None,
+    ) -> tuple[Float[Array, " out_size"], eqx.nn.State]:
+        """Classify one pair of documents.
+
+        **Arguments:**
+
+        - `x`: the two documents stacked, `(2, length)` tokens or `(2, length, in_size)`
+            features (pad both to a common length).
+        - `state`, `key`, `inference`: as `LRUModel.__call__`.
+        - `length`: valid lengths of the two documents, shape `(2,)`; `None`: all valid.
+
+        **Returns:** `(logits, new_state)`, logits of shape `(out_size,)`.
+        """
+        keys = None if key is None else jax.random.split(key, 2)
+
+        def encode(doc, doc_length, doc_key):
+            return self.encoder(doc, state, length=doc_length, key=doc_key, inference=inference)
+
+        (u, v), state = jax.vmap(encode, axis_name=_PAIR_AXIS, out_axes=(0, None))(
+            jnp.asarray(x), None if length is None else jnp.asarray(length), keys
+        )
+        return self.classify(u, v), state
+
+    @jaxtyped(typechecker=beartype)
+    def classify(
+        self, u: Float[ArrayLike, " d_model"], v: Float[ArrayLike, " d_model"]
+    ) -> Float[Array, " out_size"]:
+        r"""The logits of a pair from its two documents' pooled features $u, v$ (the
+        encoder's outputs): $W_2 \operatorname{GELU}(W_1 [u, v, u - v, u \odot v] + b_1) + b_2$.
+        """
+        u, v = jnp.asarray(u), jnp.asarray(v)
+        features = jnp.concatenate([u, v, u - v, u * v])
+        return self.mlp_out(jax.nn.gelu(self.mlp_in(features)))
+
+
+def _with_pair_axis(encoder: LRUModel) -> LRUModel:
+    """`encoder` with every `MaskedBatchNorm` also reducing over the pair axis."""
+
+    def add_pair_axis(node):
+        if not isinstance(node, MaskedBatchNorm):
+            return node
+        names = node.axis_name if isinstance(node.axis_name, tuple) else (node.axis_name,)
+        return node.with_axis_name((*names, _PAIR_AXIS))
+
+    is_norm = lambda node: isinstance(node, MaskedBatchNorm)  # noqa: E731
+    return jax.tree_util.tree_map(add_pair_axis, encoder, is_leaf=is_norm)
