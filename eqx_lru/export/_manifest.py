@@ -14,7 +14,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._model import LRUModel, LRURetrievalModel
+from .._model import LRUModel
+from .._retrieval import LRURetrievalModel
 from .._runtime_check import skipped_checks
 from ._format import Format
 from ._prepare import cores, is_complex

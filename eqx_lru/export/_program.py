@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._block import LRUBlock
-from .._model import LRUModel, LRURetrievalModel
+from .._model import LRUModel
+from .._retrieval import LRURetrievalModel
 
 
 class ExportError(ValueError):

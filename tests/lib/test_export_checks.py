@@ -131,3 +131,24 @@ def test_symbolic_export_with_the_gpu_default_method(monkeypatch, block):
     with jax.default_matmul_precision("highest"):
         expected = np.asarray(jax.jit(fn)(*args))  # concrete: the associative scan
     np.testing.assert_allclose(exported.call(*args), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("symbolic", [True, False], ids=["symbolic", "concrete"])
+def test_plain_jax_export_of_a_core_with_dt(symbolic):
+    """The check of `dt=` (positive, finite) is a `runtime_check` too: it used an
+    `eqx.error_if`, which `jax.export` cannot serialise."""
+    layer = eqx_lru.ComplexLRU(D_MODEL, D_STATE, key=jax.random.key(5))
+    fn = jax.vmap(lambda u, dt: layer(u, dt=dt))
+    batch, size = jax.export.symbolic_shape("batch, length") if symbolic else (2, 8)
+    specs = (
+        jax.ShapeDtypeStruct((batch, size, D_MODEL), jnp.float32),
+        jax.ShapeDtypeStruct((batch, size), jnp.float32),
+    )
+    restored = jax.export.deserialize(jax.export.export(jax.jit(fn))(*specs).serialize())
+    rng = np.random.default_rng(0)
+    u = rng.normal(size=(2, 8, D_MODEL)).astype(np.float32)
+    dt = rng.uniform(0.5, 2.0, (2, 8)).astype(np.float32)
+    with jax.default_matmul_precision("highest"):
+        np.testing.assert_allclose(restored.call(u, dt), jax.jit(fn)(u, dt), rtol=1e-5, atol=1e-6)
+    with pytest.raises(Exception, match="`dt` must be positive and finite"):
+        jax.block_until_ready(jax.jit(fn)(u, -dt))
