@@ -9,7 +9,7 @@
 #   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository
 #   ./dev.sh release-check  build the sdist and wheel, check them (twine, their files, one
 #                   version everywhere), install the wheel into a fresh virtual environment
-#                   and run the README example there (tools/release_check.py)
+#                   and run the README example there (.ci/release_check.py)
 #   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
 #   ./dev.sh docs   the documentation site (MkDocs, strict) into site/; `docs serve` to preview
 #   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
@@ -101,7 +101,7 @@ case "$job" in
         # `ruff check --fix .` repair most of what these report.
         .venv/bin/python -m ruff check .
         exec .venv/bin/python -m ruff format --check . ;;
-    release-check) exec .venv/bin/python tools/release_check.py "$@" ;;
+    release-check) exec .venv/bin/python .ci/release_check.py "$@" ;;
     bench) exec .venv/bin/python -m experiments.bench "$@" ;;
     gpu-check) exec .venv/bin/python -m experiments.gpu_check "$@" ;;
     docs)
