@@ -1,5 +1,6 @@
-"""`python -m experiments.lm train --out OUT [...]` and
-`python -m experiments.lm sample --run OUT [...]`."""
+"""`python -m experiments.lm train --out OUT [...]`,
+`python -m experiments.lm sample --run OUT [...]` and
+`python -m experiments.lm export --run OUT --format stablehlo|onnx [--step]`."""
 
 import time
 

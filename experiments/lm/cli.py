@@ -1,4 +1,4 @@
-"""The command line of `python -m experiments.lm`: `train` and `sample`.
+"""The command line of `python -m experiments.lm`: `train`, `sample` and `export`.
 
 `train`'s settings flags are generated from `LMConfig`'s fields (help line, check, choices,
 and the default of each preset); the flags of the invocation (`--out`, `--resume`,
@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from .._flags import POSITIVE_INT, number
+from .._flags import POSITIVE_INT, number, output_folder
 from ..lra.config import flag
 from .config import PRESETS, LMConfig
 
@@ -86,15 +86,27 @@ def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=POSITIVE_INT, default=1, help="how many samples [1]")
 
 
+def _export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, help="a run folder written by `train`")
+    p.add_argument("--format", required=True, choices=("stablehlo", "onnx"), help="the format")
+    p.add_argument(
+        "--step",
+        action="store_true",
+        help="export one streaming step (carry in, carry out) instead of the whole sequence",
+    )
+    p.add_argument("--dest", type=output_folder, help="output folder [RUN/export]")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m experiments.lm",
         description="A byte-level LRU language model of the Python standard library's "
-        "source: train it (truncated BPTT over long streams), then sample from it.",
+        "source: train it (truncated BPTT over long streams), sample from it, export it.",
     )
-    commands = p.add_subparsers(dest="command", required=True, metavar="{train,sample}")
+    commands = p.add_subparsers(dest="command", required=True, metavar="{train,sample,export}")
     _train(commands.add_parser("train", help="train (or --resume) a run"))
     _sample(commands.add_parser("sample", help="write text from a run's weights"))
+    _export(commands.add_parser("export", help="export a run's model (eqx_lru.export)"))
     return p
 
 

@@ -79,7 +79,8 @@ def sample_main(args: Any) -> int:
     """`python -m experiments.lm sample ...` (parsed `args`): the samples on stdout."""
     from .weights import load_model
 
-    model, state, cfg, step = load_model(args.run)
+    loaded = load_model(args.run)
+    model, state, cfg, step = loaded.model, loaded.state, loaded.cfg, loaded.step
     form = args.form or cfg.form
     if form != cfg.form:
         model = eqx_lru.to_real(model) if form == "real" else eqx_lru.to_complex(model)

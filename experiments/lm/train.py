@@ -110,7 +110,7 @@ def main(
     started: float | None = None,
     hard_abort: bool = False,
 ) -> int:
-    """`python -m experiments.lm train|sample ...`: user errors as one `error:` line
+    """`python -m experiments.lm train|sample|export ...`: user errors as one `error:` line
     (status 2), a failed run status 1, an interrupt 130."""
     try:
         args = parse_args(argv)
@@ -118,6 +118,10 @@ def main(
             from .sample import sample_main
 
             return sample_main(args)
+        if args.command == "export":
+            from .export import export_main
+
+            return export_main(args)
         results = run(args, started=started, hard_abort=hard_abort)
     except SystemExit as e:  # argparse printed "error: argument --flag: ..."
         return e.code if isinstance(e.code, int) else 2

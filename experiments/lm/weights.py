@@ -1,7 +1,8 @@
 """The trained model of a run folder (`load_model`): its settings from `config.json`, its
 weights from the newest complete `last` checkpoint, verified as `--resume` verifies them
-(checksum, finite values, this run's)."""
+(checksum, finite values, this run's). Sampling and export read it."""
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -17,11 +18,24 @@ from . import config as _config
 from .config import LMConfig
 from .model import build_model, make_optimizer, stream_carry
 
-__all__ = ["load_model"]
+__all__ = ["Loaded", "load_model"]
 
 
-def load_model(run: str | os.PathLike) -> tuple[eqx_lru.LRUModel, eqx.nn.State, LMConfig, int]:
-    """`(model, state, settings, step)` of the run in folder `run`.
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """A run's trained model: `model`, its `state`, the run's settings `cfg`, the `step`
+    of the weights, and the `checkpoint` file they come from with its `sha256`."""
+
+    model: eqx_lru.LRUModel
+    state: eqx.nn.State
+    cfg: LMConfig
+    step: int
+    checkpoint: Path
+    sha256: str | None
+
+
+def load_model(run: str | os.PathLike) -> Loaded:
+    """The trained model of the run in folder `run`.
 
     **Raises:** `UsageError` naming the file if the folder holds no run, no complete
     checkpoint, or a damaged or foreign one.
@@ -65,4 +79,5 @@ def load_model(run: str | os.PathLike) -> tuple[eqx_lru.LRUModel, eqx.nn.State, 
     except ckpt.CheckpointError as e:
         raise UsageError(str(e)) from None
     params = jax.tree_util.tree_map(jax.numpy.asarray, params)
-    return eqx.combine(params, static), state, cfg, int(step)
+    model = eqx.combine(params, static)
+    return Loaded(model, state, cfg, int(step), pair.eqx_path, pair.meta.get("sha256"))

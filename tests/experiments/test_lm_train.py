@@ -12,10 +12,13 @@ import os
 import shutil
 import signal
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from lm_corpus import lm_argv, write_corpus
 
-from experiments.lm import cli, config, train
+from experiments.lm import cli, config, train, weights
 from experiments.lra._errors import UsageError
 from experiments.lra._metrics import read_records
 
@@ -178,3 +181,32 @@ def test_presets_are_valid_settings():
     assert (gpu.depth, gpu.d_model, gpu.form) == (6, 512, "real")
     with pytest.raises(config.ConfigError, match="not a language-model run's settings"):
         config.resumed_run({"task": "listops"}, {}, out="OUT")
+
+
+@pytest.mark.parametrize("fmt", ["stablehlo", "onnx"])
+def test_export_step_follows_the_model(fmt, reference, tmp_path):
+    """`export --step` through `eqx_lru.export`: the exported step, fed its own carry byte
+    after byte, gives the logits of the model's parallel call at every position."""
+    if fmt == "onnx":
+        ort = pytest.importorskip("onnxruntime")
+    argv = ["export", "--run", str(reference), "--format", fmt, "--step", "--dest", str(tmp_path)]
+    assert train.main(argv) == 0
+    manifest = json.loads((tmp_path / f"step.{fmt}.json").read_text())
+    assert manifest["vocab_size"] == 256 and manifest["source"]["step"] == STEPS
+    loaded = weights.load_model(reference)
+    text = np.frombuffer(b"# the quick brown fox", np.uint8).astype(np.int32)
+    want, _ = loaded.model(jnp.asarray(text), loaded.state, inference=True)
+    carry = [
+        np.zeros([2 if d == "batch" else d for d in c["shape"]], c["dtype"])
+        for c in manifest["carry"]
+    ]
+    if fmt == "onnx":
+        session = ort.InferenceSession(str(tmp_path / "step.onnx"))
+        names = [i.name for i in session.get_inputs()]
+        run = lambda *xs: session.run(None, dict(zip(names, xs, strict=True)))  # noqa: E731
+    else:
+        program = jax.export.deserialize(bytearray((tmp_path / "step.stablehlo").read_bytes()))
+        run = lambda *xs: [np.asarray(y) for y in program.call(*xs)]  # noqa: E731
+    for t, byte in enumerate(text):
+        y_t, *carry = run(np.full(2, byte, np.int32), *carry)
+        np.testing.assert_allclose(y_t[1], want[t], rtol=1e-4, atol=1e-4)
