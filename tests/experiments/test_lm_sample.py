@@ -43,8 +43,6 @@ def test_greedy_sampling_follows_the_parallel_call(model):
     logits, _ = model(jnp.asarray(text[:-1]), state, inference=True)
     want = np.asarray(jnp.argmax(logits[len(prompt) - 1 :], axis=-1))
     np.testing.assert_array_equal(want, text[len(prompt) :])
-    top1 = generate(model, state, prompt, 24, key=jax.random.PRNGKey(5), temperature=2.0, top_k=1)
-    assert top1 == out
 
 
 def test_top_k_and_temperature_draw_from_their_distribution():
@@ -54,6 +52,8 @@ def test_top_k_and_temperature_draw_from_their_distribution():
     draws = np.asarray(jax.vmap(lambda key: pick(logits, key, temperature, k))(keys))
     top = np.argsort(-np.asarray(logits))[:k]
     assert set(np.unique(draws)) <= set(top.tolist())
+    top1 = jax.vmap(lambda key: pick(logits, key, 2.0, 1))(keys[:50])
+    assert np.all(np.asarray(top1) == int(jnp.argmax(logits)))  # top-1 is greedy at any T
     p = np.exp(np.asarray(logits)[top] / temperature)
     p /= p.sum()
     freq = np.array([(draws == t).mean() for t in top])
