@@ -4,7 +4,8 @@
 # then runs the job:
 #   ./dev.sh demo   the main job: a short offline demo (no download)
 #   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change)
-#   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository
+#   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository, pyright
+#                   over eqx_lru/
 #   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
 #   ./dev.sh docs   the documentation site (MkDocs, strict) into site/; `docs serve` to preview
 #   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
@@ -87,10 +88,14 @@ case "$job" in
         # share a namespace) stay on one worker.
         exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@" ;;
     lint)
-        # The settings are in pyproject.toml ([tool.ruff]); `ruff format .` and
-        # `ruff check --fix .` repair most of what these report.
+        # The settings are in pyproject.toml ([tool.ruff], [tool.pyright]); `ruff format .`
+        # and `ruff check --fix .` repair most of what ruff reports. pyright (pinned, with
+        # the Node it brings from PyPI) checks eqx_lru/ against this environment's
+        # packages; no look-up of newer pyright versions (the network).
         .venv/bin/python -m ruff check .
-        exec .venv/bin/python -m ruff format --check . ;;
+        .venv/bin/python -m ruff format --check .
+        PYRIGHT_PYTHON_IGNORE_WARNINGS=1 exec .venv/bin/python -m pyright \
+            --pythonpath .venv/bin/python ;;
     bench) exec .venv/bin/python -m experiments.bench "$@" ;;
     gpu-check) exec .venv/bin/python -m experiments.gpu_check "$@" ;;
     docs)

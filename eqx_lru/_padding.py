@@ -21,22 +21,20 @@ def valid_mask(length: Integer[ArrayLike, ""] | None, size: Dim) -> Bool[Array, 
     """
     if length is None:
         return None
-    length = jnp.asarray(length)
-    if not jnp.issubdtype(length.dtype, jnp.integer) or length.shape != ():
+    given = jnp.asarray(length)
+    if not jnp.issubdtype(given.dtype, jnp.integer) or given.shape != ():
         raise ValueError(
             "`length` must be a scalar integer (the number of valid leading positions of "
-            f"one sequence; batch it with `jax.vmap`); got dtype {length.dtype}, shape "
-            f"{length.shape}."
+            f"one sequence; batch it with `jax.vmap`); got dtype {given.dtype}, shape "
+            f"{given.shape}."
         )
     # A signed type wide enough for `size`: compare without unsigned wrap-around (an
     # out-of-range unsigned value turns negative here and is refused below).
-    length = length.astype(jnp.int32)
-    length = eqx.error_if(
-        length,
-        (length < 1) | (length > size),
-        f"`length` must be between 1 and the padded length {size}.",
+    n = given.astype(jnp.int32)
+    n = eqx.error_if(
+        n, (n < 1) | (n > size), f"`length` must be between 1 and the padded length {size}."
     )
-    return jnp.arange(size, dtype=jnp.int32) < length
+    return jnp.arange(size, dtype=jnp.int32) < n
 
 
 def where_valid(mask: Bool[Array, " length"] | None, x: Array) -> Array:
