@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
