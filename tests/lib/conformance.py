@@ -7,7 +7,8 @@ A new scan method, algebra or core is one entry here, and every conformance test
   algebra's `oracle`;
 - `test_scan_methods.py`: every grid method × algebra, forward and gradients, against
   autodiff of a plain loop (and the `oracle`'s NumPy loop);
-- `test_lru.py`: the LRU's two forms with every grid method against the paper's equations;
+- `test_lru.py`, `test_dt.py`: the LRU's two forms with every grid method against the
+  paper's equations (and with time steps `dt`);
 - `test_core.py`: every core's contract (`run`, `step`, chunks, segments, `length`) and its
   float64 `reference`; `to_real`/`to_complex` convert the cores with two forms and refuse
   the others;
@@ -39,12 +40,12 @@ from eqx_lru import ablation, baselines
 class Method:
     """A scan method (`method=` of `linear_recurrence` and of the cores).
 
-    - `grid`: whether the algebra grids (`test_scan.py`, `test_scan_methods.py`,
-      `test_lru.py`) run it. The Pallas kernel off GPUs runs in interpret mode, exact but
-      slow to compile, and supports two algebras: `test_pallas.py` checks it against the
-      loop at its default sizes; the model tests (streaming, packing) run it here, in
-      chunks of 2 steps (several chunks and a tail over their 13 positions, and a quarter
-      less to compile than the default 8).
+    - `grid`: whether the algebra grids (`test_scan.py`, `test_scan_methods.py`) and the
+      LRU's oracle tests (`test_lru.py`, `test_dt.py`) run it. The Pallas kernel off GPUs
+      runs in interpret mode, exact but slow to compile, and supports two algebras:
+      `test_pallas.py` checks it against the loop at its default sizes; the model tests
+      (streaming, packing) run it here, in chunks of 2 steps (several chunks and a tail
+      over their 13 positions, and a quarter less to compile than the default 8).
     """
 
     method: Any

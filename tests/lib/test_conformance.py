@@ -11,6 +11,7 @@ MODULES = (
     "test_scan",
     "test_scan_methods",
     "test_lru",
+    "test_dt",
     "test_core",
     "test_streaming",
     "test_packing",
@@ -58,6 +59,7 @@ def _coverage() -> dict[str, dict[str, set]]:
         "lru": dict(
             methods=values(lru.test_matches_oracle_float64, "method")
             & values(lru.test_gradients_equal_across_forms, "method")
+            & values(tests["test_dt"].test_dt_matches_oracle_float64, "method")
         ),
         "core": dict(
             cores=values(core.test_every_core_follows_the_contract, "name"),
