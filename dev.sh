@@ -6,7 +6,8 @@
 #   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change):
 #                   about 30 minutes on two CPU cores. `test --quick`: the library's fast
 #                   tests only (tests/lib, not marked slow), a few minutes
-#   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository
+#   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository, pyright
+#                   over eqx_lru/
 #   ./dev.sh release-check  build the sdist and wheel, check them (twine, their files, one
 #                   version everywhere), install the wheel into a fresh virtual environment
 #                   and run the README example there (.ci/release_check.py)
@@ -97,10 +98,14 @@ case "$job" in
         # share a namespace) stay on one worker.
         exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@" ;;
     lint)
-        # The settings are in pyproject.toml ([tool.ruff]); `ruff format .` and
-        # `ruff check --fix .` repair most of what these report.
+        # The settings are in pyproject.toml ([tool.ruff], [tool.pyright]); `ruff format .`
+        # and `ruff check --fix .` repair most of what ruff reports. pyright (pinned, with
+        # the Node it brings from PyPI) checks eqx_lru/ against this environment's
+        # packages; no look-up of newer pyright versions (the network).
         .venv/bin/python -m ruff check .
-        exec .venv/bin/python -m ruff format --check . ;;
+        .venv/bin/python -m ruff format --check .
+        PYRIGHT_PYTHON_IGNORE_WARNINGS=1 exec .venv/bin/python -m pyright \
+            --pythonpath .venv/bin/python ;;
     release-check) exec .venv/bin/python .ci/release_check.py "$@" ;;
     bench) exec .venv/bin/python -m experiments.bench "$@" ;;
     gpu-check) exec .venv/bin/python -m experiments.gpu_check "$@" ;;

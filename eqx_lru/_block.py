@@ -182,7 +182,7 @@ class LRUBlock(AbstractStreamingBlock):
     @property
     def d_model(self) -> int:
         """The width of the residual stream."""
-        return self.glu.linear.in_features
+        return int(self.glu.linear.in_features)  # an int here, never Linear's "scalar"
 
     @property
     def bidirectional(self) -> bool:

@@ -4,8 +4,10 @@ argument, and says how to fix it."""
 
 import math
 import os
+from typing import TYPE_CHECKING, Any, Literal
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
@@ -18,11 +20,16 @@ Size = int | np.integer
 #: A dimension read off a traced array's shape: an `int`, or, under `jax.export` with
 #: symbolic shapes, a symbolic dimension. JAX does not export that class (it is the private
 #: `jax._src.export.shape_poly._DimExpr` in JAX 0.10 and 0.12), so its type is taken once
-#: from the public `jax.export.symbolic_shape`.
-Dim = int | type(jax.export.symbolic_shape("d")[0])
+#: from the public `jax.export.symbolic_shape`. For the type checker, which cannot evaluate
+#: a call in a type, a dimension is an `int`, as JAX's own `Array.shape` types it.
+if TYPE_CHECKING:
+    Dim = int
+else:
+    Dim = int | type(jax.export.symbolic_shape("d")[0])
 
 #: The forms a core may have: complex states, or the same recurrence in real arithmetic.
-FORMS = ("complex", "real")
+Form = Literal["complex", "real"]
+FORMS: tuple[Form, ...] = ("complex", "real")
 
 
 def check_size(name: str, value: object) -> int:
@@ -67,7 +74,7 @@ def check_fits(owner: str, dtype, elements: int) -> None:
 def check_key(key) -> None:
     """A `TypeError` naming `key` unless it is a JAX PRNG key (typed, or raw `uint32`)."""
     if isinstance(key, jax.Array):
-        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
             return
         if key.dtype == jnp.uint32 and key.ndim >= 1 and key.shape[-1] in (2, 4):
             return
@@ -77,7 +84,7 @@ def check_key(key) -> None:
     )
 
 
-def _check_number(name: str, value: object) -> float:
+def _check_number(name: str, value: Any) -> float:
     """`value` as a `float`; a `TypeError` naming `name` unless it is a real number."""
     if isinstance(value, (bool, np.bool_, str, complex)):
         raise TypeError(f"`{name}` must be a real number, got {value!r}.")
@@ -182,7 +189,7 @@ def complex_dtype(real_dtype) -> jnp.dtype:
     return jnp.dtype(jnp.complex128 if real_dtype == jnp.float64 else jnp.complex64)
 
 
-def check_form(form: object) -> str:
+def check_form(form: object) -> Form:
     """`form` if it is `"complex"` or `"real"`, else a `ValueError` naming `form`."""
     if form not in FORMS:
         raise ValueError(

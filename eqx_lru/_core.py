@@ -14,7 +14,7 @@ with no other change anywhere.
 
 import abc
 import dataclasses
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 import equinox as eqx
 import jax
@@ -196,7 +196,10 @@ def final_state(
     return jax.tree_util.tree_map(pick, states)
 
 
-def rebuild(cls: type, module: eqx.Module, **changes) -> eqx.Module:
+_Module = TypeVar("_Module", bound=eqx.Module)
+
+
+def rebuild(cls: type[_Module], module: eqx.Module, **changes) -> _Module:
     """A `cls` holding `module`'s fields (shared, not copied), with `changes` replacing
     some: a conversion between forms, or a change of a static field, without re-running
     `__init__`."""

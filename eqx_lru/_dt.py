@@ -15,6 +15,7 @@ bidirectional block gives its reverse core `reverse_steps(dt)`.
 """
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float

@@ -18,7 +18,7 @@ $\operatorname{Re}(C x) = C_\text{re} \operatorname{Re} x - C_\text{im} \operato
 
 import abc
 import math
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 import equinox as eqx
 import jax
@@ -255,6 +255,15 @@ class AbstractModalCore(AbstractStatesCore):
         return self._from_algebra(h), y_t + self.D * u_t
 
 
+def polar(modulus: Float[Array, " n"], phase: Float[Array, " n"]) -> Complex[Array, " n"]:
+    r"""$\lambda = |\lambda| (\cos\arg\lambda + i \sin\arg\lambda)$ from its modulus and
+    phase: `AbstractLRU.eigenvalues`."""
+    return jax.lax.complex(modulus * jnp.cos(phase), modulus * jnp.sin(phase))
+
+
+_LRU = TypeVar("_LRU", bound="AbstractLRU")
+
+
 class AbstractLRU(AbstractModalCore):
     r"""A Linear Recurrent Unit layer (Orvieto et al. 2023); see `ComplexLRU`, `RealLRU`.
 
@@ -378,9 +387,7 @@ class AbstractLRU(AbstractModalCore):
 
     def eigenvalues(self) -> Complex[Array, " d_state"]:
         r"""The complex diagonal $\lambda$ (for analysis; `RealLRU` never computes it)."""
-        return jax.lax.complex(
-            self.modulus() * jnp.cos(self.phase()), self.modulus() * jnp.sin(self.phase())
-        )
+        return polar(self.modulus(), self.phase())
 
     def _transition(self) -> Inexact[Array, "..."]:
         return self._pack(self.modulus(), self.phase())
@@ -419,7 +426,8 @@ class AbstractLRU(AbstractModalCore):
         `AbstractRecurrentCore.to_form`."""
         if check_form(form) == self.form:
             return self
-        return RealLRU.from_complex(self) if form == "real" else ComplexLRU.from_real(self)
+        target = RealLRU if form == "real" else ComplexLRU
+        return target._with_parameters_of(self)
 
     # --- what differs between the forms --------------------------------------------------
 
@@ -432,7 +440,7 @@ class AbstractLRU(AbstractModalCore):
         """The parameters' dtype for `dtype` (a clear error for one the form cannot use)."""
 
     @classmethod
-    def _with_parameters_of(cls, layer: "AbstractLRU") -> "AbstractLRU":
+    def _with_parameters_of(cls: type[_LRU], layer: "AbstractLRU") -> _LRU:
         """A `cls` holding `layer`'s fields (every dataclass field, shared not copied)."""
         if not isinstance(layer, AbstractLRU):
             raise TypeError(f"expected an LRU layer, got {type(layer).__name__}.")

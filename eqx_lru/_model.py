@@ -5,6 +5,7 @@ from typing import Literal
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
@@ -216,7 +217,7 @@ class LRUModel(eqx.Module):
         """The width of the residual stream (the encoder's output size)."""
         if isinstance(self.encoder, eqx.nn.Embedding):
             return self.encoder.weight.shape[-1]
-        return self.encoder.out_features
+        return int(self.encoder.out_features)  # an int here, never Linear's "scalar"
 
     def _check_input(self, x: ArrayLike, *, position: bool = False) -> Array:
         """`x` as an array, or a `ValueError` saying what the encoder takes: a sequence
@@ -338,7 +339,7 @@ class LRUModel(eqx.Module):
         if self.pooling is None:
             out = h if self.head is None else jax.vmap(self.head)(h)
             return where_valid(mask, out), state
-        if segment_ids is not None:
+        if segment_ids is not None and num_segments is not None:  # both or neither, here
             pooled, present = _pool_segments(self.pooling, h, mask, segment_ids, num_segments)
             out = pooled if self.head is None else jax.vmap(self.head)(pooled)
             return jnp.where(present[:, None], out, 0), state

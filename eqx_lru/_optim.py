@@ -16,6 +16,7 @@ optax is imported lazily, so `import eqx_lru` does not need it.
 """
 
 import dataclasses
+import functools
 
 import equinox as eqx
 import jax
@@ -177,22 +178,25 @@ def lru_optimizer(
         raise ValueError(f"`lr_factor` must be > 0, got {lr_factor}.")
     if weight_decay < 0:
         raise ValueError(f"`weight_decay` must be >= 0, got {weight_decay}.")
-    schedule = dict(
+    schedule = functools.partial(
+        lru_schedule,
         total_steps=total_steps,
         warmup_fraction=warmup_fraction,
         init_value=init_value,
         end_value=end_value,
     )
-    base = lru_schedule(learning_rate, **schedule)
-    slow = lru_schedule(learning_rate * lr_factor, **schedule)
-    adam = dict(b1=b1, b2=b2, eps=eps)
-    transforms = {
-        RECURRENT: optax.adam(slow, **adam),
-        DECAY: optax.adamw(base, weight_decay=weight_decay, **adam),
-        NO_DECAY: optax.adam(base, **adam),
-    }
+    base = schedule(learning_rate)
+    slow = schedule(learning_rate * lr_factor)
+    adam = functools.partial(optax.adam, b1=b1, b2=b2, eps=eps)
 
     def labels(params):
         return lru_param_labels(params, decay_norm_and_bias=decay_norm_and_bias)
 
-    return optax.multi_transform(transforms, labels)
+    return optax.multi_transform(
+        {
+            RECURRENT: adam(slow),
+            DECAY: optax.adamw(base, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay),
+            NO_DECAY: adam(base),
+        },
+        labels,
+    )

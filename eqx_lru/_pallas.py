@@ -58,6 +58,7 @@ offsets in int32: one call's arrays (batch included) must hold fewer than 2**31 
 import contextlib
 import dataclasses
 import functools
+import operator
 import warnings
 from typing import Any, NamedTuple
 
@@ -113,6 +114,9 @@ def pallas_backend_error() -> str | None:
 
 
 if pallas_backend_error() is None:
+    # For the type checker: the private modules were imported (the check above).
+    assert _pallas_core and _triton_core and _triton_registration
+    _triton_lowering = _triton_registration.pallas_call_lowering
 
     @dataclasses.dataclass(frozen=True)
     class _ScanCompilerParams(_triton_core.CompilerParams):
@@ -122,11 +126,11 @@ if pallas_backend_error() is None:
     def _lower_scan(ctx, *args, **params):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", _DEPRECATION, DeprecationWarning)
-            return _triton_registration.pallas_call_lowering(ctx, *args, **params)
+            return _triton_lowering(ctx, *args, **params)
 
     _pallas_core.register_lowering_rule(_ScanCompilerParams, _lower_scan, "gpu")
 else:  # pragma: no cover
-    _ScanCompilerParams = None
+    _ScanCompilerParams = None  # pyright: ignore[reportAssignmentType]  (no Triton backend)
 
 
 def _compiler_params(block: int) -> Any:
@@ -145,7 +149,9 @@ def cuda_target(device_kind: str = "NVIDIA H100"):
     ("cuda",))`.
     """
     try:
-        from jax._src.pallas.triton import gpu_info  # noqa: F401  (JAX >= 0.12)
+        from jax._src.pallas.triton import (  # noqa: F401  (JAX >= 0.12)
+            gpu_info,  # pyright: ignore[reportAttributeAccessIssue]
+        )
     except ImportError:
         yield
         return
@@ -173,13 +179,21 @@ def _interpretable(idx: tuple, size: int) -> tuple:
     return (*map(scalar, ints), pl.ds(jnp.int32(0), size))
 
 
+def _masked_ops():
+    """Pallas' masked `load` and `store` (`jax.experimental.pallas.triton`, JAX >= 0.10)."""
+    if _pltriton is None:  # pragma: no cover
+        raise RuntimeError(
+            f"this JAX ({jax.__version__}) has no `jax.experimental.pallas.triton`, whose "
+            "masked loads and stores PallasScan needs; use method='associative'."
+        )
+    return _pltriton
+
+
 def _load(ref, idx: tuple, mask: Array | None, interpret: bool) -> Array:
     if mask is None:
         return ref[idx]
     idx = _interpretable(idx, mask.shape[0]) if interpret else idx
-    if hasattr(_pltriton, "load"):
-        return _pltriton.load(ref.at[idx], mask=mask, other=0)
-    return pl.load(ref, idx, mask=mask, other=0)  # pragma: no cover  (older JAX)
+    return _masked_ops().load(ref.at[idx], mask=mask, other=0)
 
 
 def _store(ref, idx: tuple, value: Array, mask: Array | None, interpret: bool) -> None:
@@ -187,10 +201,7 @@ def _store(ref, idx: tuple, value: Array, mask: Array | None, interpret: bool) -
         ref[idx] = value
         return
     idx = _interpretable(idx, mask.shape[0]) if interpret else idx
-    if hasattr(_pltriton, "store"):
-        _pltriton.store(ref.at[idx], value, mask=mask)
-    else:  # pragma: no cover  (older JAX)
-        pl.store(ref, idx, value, mask=mask)
+    _masked_ops().store(ref.at[idx], value, mask=mask)
 
 
 def _mul(a: tuple, h: tuple) -> tuple:
@@ -259,7 +270,8 @@ def _kernel(*refs, mode: str, plan: _Plan):
     `mode`: `"states"` writes every state (refs a, x, h0 → out); `"sum"` also accumulates
     `Σ_q h_q ⊗ p_{q+1}ᵀ` over the part pairs, with `p` the rows of a further length-long
     input (refs a, x, h0, p → out, acc); `"ends"` writes only the segment's end state from
-    zero and the product of its transitions (refs a, x → end, product).
+    zero and the product of its transitions (refs a, x → end, product). Only `mode`'s refs
+    are bound, which the type checker cannot see: its possibly-unbound reports are silenced.
     """
     if mode == "ends":
         a_ref, x_ref, end_ref, prod_ref = refs
@@ -289,10 +301,14 @@ def _kernel(*refs, mode: str, plan: _Plan):
         """The inputs of positions q0..q0+size-1, loaded (all in flight at once)."""
         xs = [load(x_ref, row(q0 + t)) for t in range(size)]
         as_ = None if shared else [load(a_ref, row(q0 + t)) for t in range(size)]
-        ps = [load(p_ref, row(q0 + t + 1)) for t in range(size)] if mode == "sum" else None
+        ps = (
+            [load(p_ref, row(q0 + t + 1)) for t in range(size)]  # pyright: ignore[reportPossiblyUnboundVariable]
+            if mode == "sum"
+            else None
+        )
         return xs, as_, ps
 
-    a_shared = load(a_ref) if shared else None
+    a_shared = load(a_ref) if shared else ()  # () when unused
 
     def run(q0, size, loaded, carry, valid=None):
         """The steps of positions q0..q0+size-1; `valid` (a traced bool) gates the tail."""
@@ -309,10 +325,10 @@ def _kernel(*refs, mode: str, plan: _Plan):
             if valid is not None:
                 full = jnp.broadcast_to(valid, (block,))
                 store_mask = full if mask is None else mask & full
+            out_ref = o_ref  # pyright: ignore[reportPossiblyUnboundVariable]
             for p in range(parts):
-                _store(
-                    o_ref, (row(q), p, slice(None)), h[p].astype(o_ref.dtype), store_mask, interpret
-                )
+                value = h[p].astype(out_ref.dtype)
+                _store(out_ref, (row(q), p, slice(None)), value, store_mask, interpret)
             if mode == "sum":
                 use = q + 1 < length  # the last position has no successor
                 if valid is not None:
@@ -332,7 +348,7 @@ def _kernel(*refs, mode: str, plan: _Plan):
         h = (zeros,) * parts
         prod = (zeros + 1,) + (zeros,) * (parts - 1)
     else:
-        h = load(h0_ref)
+        h = load(h0_ref)  # pyright: ignore[reportPossiblyUnboundVariable]
         prod = ()
     acc = (zeros,) * (parts * parts) if mode == "sum" else ()
 
@@ -355,10 +371,10 @@ def _kernel(*refs, mode: str, plan: _Plan):
             _store(ref, (i, slice(None)), v.astype(ref.dtype), mask, interpret)
 
     if mode == "ends":
-        put(end_ref, h)
-        put(prod_ref, prod)
+        put(end_ref, h)  # pyright: ignore[reportPossiblyUnboundVariable]
+        put(prod_ref, prod)  # pyright: ignore[reportPossiblyUnboundVariable]
     elif mode == "sum":
-        put(acc_ref, acc)
+        put(acc_ref, acc)  # pyright: ignore[reportPossiblyUnboundVariable]
 
 
 def _pallas_call(mode: str, plan: _Plan, ins: tuple, out_shape, aliases: dict):
@@ -393,14 +409,14 @@ def _pallas_call(mode: str, plan: _Plan, ins: tuple, out_shape, aliases: dict):
     )(*ins)
 
 
-def _pallas_scan(a, x, h0, *, partner=None, **settings):
+def _pallas_scan(a, x, h0, *, partner=None, **settings) -> tuple[Array, Array | None]:
     """The kernel on `x[L, K, P, M]` (P = 1 real part or 2 planar pair parts), transitions
     `a[K, P, M]` (shared) or `a[L, K, P, M]`, `h0[K, P, M]` in the compute dtype;
     `settings` are `_plan`'s keywords.
 
-    Returns the states (shape and dtype of `x`); with `partner` (`[L, K, P, M]`), also
+    Returns the states (shape and dtype of `x`) and, with `partner` (`[L, K, P, M]`),
     `Σ_q h_q ⊗ partner_{q+1}ᵀ` over processing positions, `[K, P, P, M]` in the compute
-    dtype."""
+    dtype (`None` without)."""
     plan = _plan(x.shape, **settings)
     _, lead, parts, width = x.shape
     compute = h0.dtype
@@ -427,25 +443,25 @@ def _pallas_scan(a, x, h0, *, partner=None, **settings):
     # before it is written, by the one program that owns its channels. XLA copies the
     # drive first where it is still needed.
     if partner is None:
-        return _pallas_call("states", plan, (a, x, inits), out, aliases={1: 0})
+        return _pallas_call("states", plan, (a, x, inits), out, aliases={1: 0}), None
     acc = jax.ShapeDtypeStruct((lead, plan.n_segments, parts * parts, width), compute)
     hs, sums = _pallas_call("sum", plan, (a, x, inits, partner), [out, acc], aliases={1: 0})
     return hs, jnp.sum(sums, axis=1).reshape(lead, parts, parts, width)
 
 
-def _scan_as(state: tuple[int, int, int], a, x, h0, *, shared: bool, partner=None, **kw):
+def _scan_as(
+    state: tuple[int, int, int], a, x, h0, *, shared: bool, partner=None, **kw
+) -> tuple[Array, Array | None]:
     """`_pallas_scan` with each step's state viewed as `state` = (K, P, M); the states
     have the shape of `x`."""
     length = x.shape[0]
     a = a.reshape(state if shared else (length,) + state)
     if partner is not None:
         partner = partner.reshape((length,) + state)
-    out = _pallas_scan(
+    hs, sums = _pallas_scan(
         a, x.reshape((length,) + state), h0.reshape(state), shared=shared, partner=partner, **kw
     )
-    if partner is None:
-        return out.reshape(x.shape)
-    return out[0].reshape(x.shape), out[1]
+    return hs.reshape(x.shape), sums
 
 
 def _check_sizes(name: str, chunk, block, segment) -> None:
@@ -556,13 +572,16 @@ class PallasScan(AbstractScanMethod):
             "method='sequential' or 'associative' for it."
         )
 
-    def _run(self, layout, a, b, h_init, shared, reverse, partner=None):
+    def _run(
+        self, layout, a, b, h_init, shared, reverse, partner=None
+    ) -> tuple[Array, Array | None]:
+        """The states of the shape of `b`, and `_pallas_scan`'s sums with `partner`."""
         kind, state, conjugate = layout
         length = b.shape[0]
-        kw = dict(self._kw(reverse), shared=shared, partner=partner)
+        kw = self._kw(reverse)
         if kind in ("real", "rotation"):
             a = a.astype(h_init.dtype)
-            return _scan_as(state, a, b, h_init, **kw)
+            return _scan_as(state, a, b, h_init, shared=shared, partner=partner, **kw)
         # Complex numbers as planar pairs: the stored pairs (Re h, ±Im h) obey the pair
         # recurrence with the transition (Re a, ±Im a), since conj(h_k) = conj(a)
         # conj(h_{k-1}) + conj(x_k).
@@ -570,19 +589,17 @@ class PallasScan(AbstractScanMethod):
         h0 = _pairs(h_init, 0, conjugate)
         x = b if kind == "pairs" else ComplexPairs().store(b)
         if partner is not None and kind == "complex":
-            kw["partner"] = ComplexPairs().store(partner)
-        out = _scan_as(state, a_pairs, x, h0, **kw)
-        hs, sums = (out, None) if partner is None else out
+            partner = ComplexPairs().store(partner)
+        hs, sums = _scan_as(state, a_pairs, x, h0, shared=shared, partner=partner, **kw)
         if kind == "complex":
             hs = ComplexPairs().load(hs.reshape((length, 2) + b.shape[1:]))
-        hs = hs.reshape(b.shape)
-        return hs if partner is None else (hs, sums)
+        return hs.reshape(b.shape), sums
 
     def scan(self, algebra, storage, a, b, h_init, *, shared, reverse):
         layout = self._layout(algebra, storage, b)
         if layout is None:
             raise self._unsupported(algebra, storage, b)
-        return self._run(layout, a, b, h_init, shared, reverse)
+        return self._run(layout, a, b, h_init, shared, reverse)[0]
 
     def adjoint_scan_shared(
         self, algebra, storage, algebra_t, a_t, g, hs, *, reverse
@@ -596,6 +613,7 @@ class PallasScan(AbstractScanMethod):
         kind, state, _ = layout
         h_init = jnp.zeros(g.shape[2:] if kind == "pairs" else g.shape[1:], a_t.dtype)
         lam, sums = self._run(layout, a_t, g, h_init, True, reverse, partner=hs)
+        assert sums is not None  # for the type checker: a `partner` was given
         # `sums[k, i, j, m]` = Σ λ_i h_j over the pairs (λ_k, h_{k-1}) in the kernel's parts.
         # The transition's cotangent is bilinear in (λ, h) and acts channel by channel, so
         # it is Σ_ij of the cotangent of (S_ij e_i, e_j): exact, for every layout.
@@ -608,15 +626,14 @@ class PallasScan(AbstractScanMethod):
         parts = state[1]
         stored_state = (2,) + g.shape[1:] if kind == "complex" else g.shape[1:]
         sums = sums.reshape(state[0], parts, parts, state[2])
-        total = None
+        terms = []
         for i in range(parts):
             for j in range(parts):
                 unit = jnp.zeros(state, sums.dtype)
                 lam_ij = unit.at[:, i].set(sums[:, i, j]).reshape((1,) + stored_state)
                 h_j = unit.at[:, j].set(1).reshape((1,) + stored_state)
-                term = algebra.transition_cotangent_sum(load_lam(lam_ij), load_h(h_j))
-                total = term if total is None else total + term
-        return lam, total
+                terms.append(algebra.transition_cotangent_sum(load_lam(lam_ij), load_h(h_j)))
+        return lam, functools.reduce(operator.add, terms)
 
 
 register_shortcut("pallas", PallasScan)

@@ -17,7 +17,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Integer, PyTree
 
+from ._abstract_block import AbstractStreamingBlock
 from ._checks import Size, check_size
+from ._model import LRUModel
 
 
 def _check_streaming(model) -> None:
@@ -63,7 +65,7 @@ class StreamPool(eqx.Module):
     active: Bool[Array, " slots"]
     fresh: Bool[Array, " slots"]
 
-    def __init__(self, model: eqx.Module, slots: Size):
+    def __init__(self, model: LRUModel | AbstractStreamingBlock, slots: Size):
         """**Arguments:**
 
         - `model`: the streaming model (its `init_carry()` gives each slot's carry).
@@ -119,7 +121,7 @@ class StreamPool(eqx.Module):
         return jnp.where(jnp.any(free), jnp.argmax(free), -1).astype(jnp.int32)
 
     def step(
-        self, model: eqx.Module, x: ArrayLike, state: eqx.nn.State
+        self, model: LRUModel | AbstractStreamingBlock, x: ArrayLike, state: eqx.nn.State
     ) -> tuple["StreamPool", Array]:
         """One position of every slot: `model.step` over the slots, `reset` where a slot
         was just admitted.
@@ -145,7 +147,7 @@ class StreamPool(eqx.Module):
 
     def chunk(
         self,
-        model: eqx.Module,
+        model: LRUModel | AbstractStreamingBlock,
         x: ArrayLike,
         state: eqx.nn.State,
         *,

@@ -262,9 +262,9 @@ class RGLRU(AbstractStatesCore):
         r, i = self.gates(x)
         scale = self.c * r if dt is None else self.c * r * dt[..., None]
         log_modulus = scale * jax.nn.log_sigmoid(self.Lambda)
-        norm = bounded_sqrt(-jnp.expm1(2 * log_modulus), SQRT_MAX_GRADIENT)
+        norm: Array = bounded_sqrt(-jnp.expm1(2 * log_modulus), SQRT_MAX_GRADIENT)
         modulus = jnp.exp(log_modulus)
-        if not self.phase:
+        if self.theta is None:  # no phase
             return modulus, norm * (i * x)
         angle = self.theta * (r if dt is None else r * dt[..., None])
         half = self.Lambda.shape[0]

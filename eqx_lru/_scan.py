@@ -100,6 +100,7 @@ def _backward(a: Array, hs: Array, h0: Array, g: Array, cfg: _Config):
         lam_stored = method.scan(
             algebra_t, cotangents, a_t, g, jnp.zeros_like(h0), shared=shared, reverse=not reverse
         )
+        ct_fused = None
     else:
         lam_stored, ct_fused = fused
     first = slice(-1, None) if reverse else slice(0, 1)
@@ -110,7 +111,7 @@ def _backward(a: Array, hs: Array, h0: Array, g: Array, cfg: _Config):
         ct_h0 = jnp.where(holds_start, ct_h0, jnp.zeros_like(ct_h0))
     # ā_k = λ_k ⊗ h_{k-1}ᵀ, with h_{k-1} the state before step k in the forward order.
     if shared:
-        if fused is None:
+        if ct_fused is None:
             ct_a = _shifted_cotangent_sum(algebra, storage, lam_stored, hs, reverse)
         else:
             ct_a = ct_fused

@@ -182,6 +182,7 @@ def _power(algebra: AbstractAlgebra, a: Array, count: int) -> Array:
         count >>= 1
         if count:
             base = algebra.compose(base, base)
+    assert result is not None, "`count` must be at least 1"
     return result
 
 

@@ -67,22 +67,22 @@ def chunk_mask(
     time (`runtime_check`, as `eqx.error_if`; skipped in an exported program)."""
     if length is None:
         return None, None
-    length = jnp.asarray(length)
-    if length.shape != () or not jnp.issubdtype(length.dtype, jnp.integer):
+    given = jnp.asarray(length)
+    if given.shape != () or not jnp.issubdtype(given.dtype, jnp.integer):
         raise ValueError(
             "`length` must be a scalar integer (the number of new leading positions of this "
-            f"stream's chunk; batch it with `jax.vmap`); got {length.dtype} of shape "
-            f"{length.shape}."
+            f"stream's chunk; batch it with `jax.vmap`); got {given.dtype} of shape "
+            f"{given.shape}."
         )
-    length = length.astype(jnp.int32)
-    length = runtime_check(
-        length,
-        (length < 0) | (length > size),
+    n = given.astype(jnp.int32)
+    n = runtime_check(
+        n,
+        (n < 0) | (n > size),
         f"`length` must be between 0 (nothing new for this stream) and the chunk's padded "
         f"length {size}.",
         check="length",
     )
-    return jnp.arange(size, dtype=jnp.int32) < length, length
+    return jnp.arange(size, dtype=jnp.int32) < n, n
 
 
 def keep_when_empty(

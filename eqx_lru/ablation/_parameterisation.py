@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Complex, Float
 
-from .._lru import AbstractLRU
+from .._lru import AbstractLRU, polar
 
 ParameterisationName = Literal["real_imag", "exp", "stable_exp"]
 
@@ -76,8 +76,9 @@ class Exp(AbstractParameterisation):
     def phase(self) -> Float[Array, " d_state"]:
         return self.theta
 
-    #: $\lambda = |\lambda| (\cos\arg\lambda + i \sin\arg\lambda)$: the LRU's formula.
-    eigenvalues = AbstractLRU.eigenvalues
+    def eigenvalues(self) -> Complex[Array, " d_state"]:
+        r"""$\lambda = |\lambda| (\cos\arg\lambda + i \sin\arg\lambda)$: the LRU's formula."""
+        return polar(self.modulus(), self.phase())
 
 
 class StableExp(AbstractParameterisation):
@@ -101,7 +102,10 @@ class StableExp(AbstractParameterisation):
 
     modulus = AbstractLRU.modulus
     phase = AbstractLRU.phase
-    eigenvalues = AbstractLRU.eigenvalues
+
+    def eigenvalues(self) -> Complex[Array, " d_state"]:
+        r"""The LRU's $\lambda$ (`eqx_lru.AbstractLRU.eigenvalues`)."""
+        return polar(self.modulus(), self.phase())
 
 
 PARAMETERISATIONS: dict[str, type[AbstractParameterisation]] = {

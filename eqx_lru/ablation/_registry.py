@@ -11,6 +11,7 @@ from .._lru import ComplexLRU
 from ._core import AbstractAblationCore
 from ._dense import DenseRNN, LinearDenseRNN
 from ._diagonal import DiagonalRNN
+from ._parameterisation import ParameterisationName
 
 AblationCore = AbstractAblationCore | ComplexLRU
 Factory = Callable[..., AblationCore]
@@ -71,7 +72,7 @@ def _ring_rung(build: Factory, ring: dict, doc: str) -> Factory:
     return make_core
 
 
-def _diagonal(parameterisation: str) -> Callable[..., DiagonalRNN]:
+def _diagonal(parameterisation: ParameterisationName) -> Callable[..., DiagonalRNN]:
     return functools.partial(DiagonalRNN, parameterisation=parameterisation)
 
 

@@ -49,7 +49,7 @@ def to_diagonal(core: AbstractDenseRNN) -> DiagonalRNN:
         dtype=dtype,
         key=jax.random.key(0),
     )
-    real = (eigenvalues.real, eigenvalues.imag, B_bar.real, B_bar.imag, C_bar.real, C_bar.imag)
+    real = [part(m) for m in (eigenvalues, B_bar, C_bar) for part in (np.real, np.imag)]
     lam_re, lam_im, B_re, B_im, C_re, C_im = (jnp.asarray(v, dtype) for v in real)
     return eqx.tree_at(
         lambda c: (c.lambda_, c.B_re, c.B_im, c.C_re, c.C_im, c.D),

@@ -104,16 +104,16 @@ class AbstractSIMOLDS(AbstractStatesCore):
     def _readout(self, s: Array, x: Array) -> Array:
         return s.real @ self.C_re.T - s.imag @ self.C_im.T + x[..., None] * self.D + self.D0
 
-    def _states(self, x, initial_state, reverse, segment_ids) -> Complex[Array, "length n"]:
+    def _states(self, u, initial_state, reverse, segment_ids) -> Complex[Array, "length n"]:
         """The states after each input, $s'_{t+1}$ (forward)."""
-        self._check_input(x, "u", x.shape[:1])
-        if x.shape[0] == 0:
+        self._check_input(u, "u", u.shape[:1])
+        if u.shape[0] == 0:
             raise ValueError("`u` has length 0; a sequence needs at least one position.")
         if initial_state is not None:
             initial_state = jnp.asarray(initial_state)
             check_state(initial_state, self.init_state(), type(self).__name__)
         lam = self.eigenvalues()
-        drive = jax.lax.complex(x, jnp.zeros_like(x))[:, None] * jnp.ones_like(lam)
+        drive = jax.lax.complex(u, jnp.zeros_like(u))[:, None] * jnp.ones_like(lam)
         return recurrence(
             lam, drive, algebra=Diagonal(), initial_state=initial_state, reverse=reverse,
             method=self.method, segment_ids=segment_ids,
@@ -141,9 +141,9 @@ class AbstractSIMOLDS(AbstractStatesCore):
             before = jnp.where(starts, jnp.zeros((), before.dtype), before)
         return before
 
-    def _outputs(self, states, x, initial_state, reverse, segment_ids) -> Array:
-        r"""$y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0$."""
-        return self._readout(self._before(states, initial_state, reverse, segment_ids), x)
+    def _outputs(self, states, u, initial_state, reverse, segment_ids) -> Array:
+        r"""$y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0$, the inputs $x_t$ in `u`."""
+        return self._readout(self._before(states, initial_state, reverse, segment_ids), u)
 
     @jaxtyped(typechecker=beartype)
     def step(

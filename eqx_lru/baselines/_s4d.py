@@ -39,7 +39,7 @@ def s4d_eigenvalues(d_state: int, init: str) -> tuple[list[float], list[float]]:
     modes = range(d_state // 2)
     if init == "legs":
         lam, _ = hippo_n_modes(d_state)
-        return [float(x) for x in lam.real], [float(x) for x in lam.imag]
+        return [float(x) for x in np.real(lam)], [float(x) for x in np.imag(lam)]
     if init == "lin":
         imag = [math.pi * n for n in modes]
     else:
@@ -58,7 +58,7 @@ def s4d_input(d_state: int, init: str) -> tuple[list[float], list[float]]:
         return [1.0] * (d_state // 2), [0.0] * (d_state // 2)
     _, vectors = hippo_n_modes(d_state)
     b = vectors.conj().T @ np.sqrt(2 * np.arange(d_state) + 1.0)
-    return [float(x) for x in b.real], [float(x) for x in np.clip(b.imag, -2.0, 2.0)]
+    return [float(x) for x in np.real(b)], [float(x) for x in np.clip(np.imag(b), -2.0, 2.0)]
 
 
 class S4D(AbstractDiagonalSSM):

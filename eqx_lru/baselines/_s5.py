@@ -182,8 +182,8 @@ class S5(AbstractDiagonalSSM):
         highest = jax.lax.Precision.HIGHEST
         b_tilde = jnp.matmul(v.conj().T, b.astype(v.dtype), precision=highest)
         c_tilde = _init_c(C_init, c_key, d_model, v, wide)
-        self.Lambda_re = jnp.asarray(lam.real, dtype)
-        self.Lambda_im = jnp.asarray(lam.imag, dtype)
+        self.Lambda_re = jnp.asarray(np.real(lam), dtype)
+        self.Lambda_im = jnp.asarray(np.imag(lam), dtype)
         self.log_step = jax.random.uniform(
             dt_key, lam.shape, dtype, math.log(dt_min), math.log(dt_max)
         )

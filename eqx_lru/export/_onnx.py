@@ -60,7 +60,9 @@ class _Translator:
 
         def read(atom):
             if isinstance(atom, jex.core.Literal):
-                return np.asarray(atom.val, dtype=atom.aval.dtype)
+                # JAX types `aval` as the abstract base; a literal's has a dtype.
+                dtype = atom.aval.dtype  # pyright: ignore[reportAttributeAccessIssue]
+                return np.asarray(atom.val, dtype=dtype)
             return env[atom]
 
         needed = _needed(jaxpr)

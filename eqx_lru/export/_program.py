@@ -225,9 +225,10 @@ def loop_program(model, state, reads: Reads) -> Program:
         y0 = jax.eval_shape(step.fn, x[:, 0], *carry)[0]
         start = (jnp.zeros((), jnp.int32), jnp.zeros(y0.shape, y0.dtype), list(carry))
         (_, last, carry), ys = jax.lax.scan(body, start, jnp.swapaxes(x, 0, 1))
-        return (jnp.swapaxes(ys, 0, 1) if each else last, *carry)
+        return (last if ys is None else jnp.swapaxes(ys, 0, 1), *carry)  # ys: None unless each
 
     x_shape, x_dtype = _x_input(reads, "batch", "length")
     inputs = [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32), *step.inputs[1:]]
+    assert step.carry is not None  # for the type checker: a step program has its carry
     n = len(step.carry)
     return Program("sequence", fn, inputs, ["out", *step.outputs[1 : 1 + n]], step.carry)

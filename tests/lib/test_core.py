@@ -2,10 +2,11 @@
 
 For each core, in float64: `run` equals a NumPy float64 loop over its parameters and the
 `step` loop; two chunks chained through `initial_state` (either direction) equal one run;
-`segment_ids` equal separate runs per segment; `length` picks the final state. Then a brand-
-new core, defined here, plugs into `LRUBlock`, `LRUModel` and the optimiser with no other
-change (issue 16), and `to_real`/`to_complex` convert every core with two forms and refuse
-the others. Sizes are distinct: d_model=3, d_state=4 (S5: 8), length=7, LDS n=6, d_out=2.
+`segment_ids` equal separate runs per segment; `length` picks the final state. The cores,
+their sizes and their float64 loops are `conformance.CORES`. Then a brand-new core, defined
+here, plugs into `LRUBlock`, `LRUModel` and the optimiser with no other change (issue 16),
+and `to_real`/`to_complex` convert every core with two forms and refuse the others. Sizes
+are distinct: d_model=3, d_state=4 (S5: 8), length=7, LDS n=6, d_out=2, RGLRU 4.
 """
 
 import functools
@@ -16,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conformance import BOTH, CORES, build_core, select
 
 import eqx_lru
 from eqx_lru import ablation, baselines
@@ -23,76 +25,10 @@ from eqx_lru import ablation, baselines
 H, N, L = 3, 4, 7
 LDS_N, LDS_OUT = 6, 2
 
-CORES = {
-    "complex_lru": functools.partial(eqx_lru.ComplexLRU, r_min=0.5, r_max=0.95),
-    "real_lru": functools.partial(eqx_lru.RealLRU, r_min=0.5, r_max=0.95),
-    **{f"ablation_{name}": make for name, make in ablation.ABLATION_CORES.items()},
-    "s4d": baselines.S4D,
-    "s4d_real": functools.partial(baselines.S4D, form="real"),
-    "s4d_convolution": functools.partial(baselines.S4D, mode="convolution"),
-    "s5": functools.partial(baselines.S5, blocks=2),
-    "s5_real": functools.partial(baselines.S5, blocks=2, form="real"),
-    "lds_standard": baselines.StandardSIMOLDS,
-    "lds_unit": baselines.UnitSIMOLDS,
-}
-
 
 def _build(name: str):
-    """The core `name` in float64, and a float64 input sequence for it."""
-    key, input_key = jax.random.split(jax.random.PRNGKey(0))
-    if name.startswith("lds"):
-        core = CORES[name](LDS_N, LDS_OUT, dtype=jnp.float64, key=key)
-        return core, jax.random.normal(input_key, (L,), jnp.float64)
-    d_state = 2 * N if name.startswith("s5") else N
-    core = CORES[name](H, d_state, dtype=jnp.float64, key=key)
-    return core, jax.random.normal(input_key, (L, H), jnp.float64)
-
-
-def _np(x) -> np.ndarray:
-    return np.asarray(x, np.complex128)
-
-
-def _numpy_loop(core, u) -> np.ndarray:
-    """The outputs by a float64 NumPy loop over the core's parameters (forward)."""
-    u = np.asarray(u, np.float64)
-    ys = []
-    if isinstance(core, eqx_lru.AbstractLRU | ablation.DiagonalRNN):
-        lam = _np(core.eigenvalues())
-        gamma = np.exp(np.asarray(core.gamma_log)) if isinstance(core, eqx_lru.AbstractLRU) else 1
-        B, C = _np(core.B_re) + 1j * _np(core.B_im), _np(core.C_re) + 1j * _np(core.C_im)
-        x = np.zeros(lam.shape, complex)
-        for u_t in u:
-            x = lam * x + gamma * (B @ u_t)
-            ys.append((C @ x).real + np.asarray(core.D) * u_t)
-    elif isinstance(core, ablation.AbstractDenseRNN):
-        A, B, C, D = (np.asarray(m, np.float64) for m in (core.A, core.B, core.C, core.D))
-        sigma = {"tanh": np.tanh, "relu": lambda z: np.maximum(z, 0)}.get(
-            getattr(core, "nonlinearity", None), lambda z: z
-        )
-        x = np.zeros(A.shape[0])
-        for u_t in u:
-            x = sigma(A @ x + B @ u_t)
-            ys.append(C @ x + D * u_t)
-    elif isinstance(core, baselines.AbstractDiagonalSSM):
-        lam, b = (_np(m) for m in core.discretise())
-        C = _np(core.C_re) + 1j * _np(core.C_im)
-        x = np.zeros(lam.shape, complex)
-        for u_t in u:
-            if isinstance(core, baselines.S4D):
-                x = lam * x + b * u_t[:, None]
-                y = np.sum(C * x, axis=-1)
-            else:
-                x = lam * x + b @ u_t
-                y = C @ x
-            ys.append(2 * y.real + np.asarray(core.D) * u_t)
-    else:  # LDS: the output reads the state before the input
-        lam = _np(core.eigenvalues())
-        C = _np(core.C_re) + 1j * _np(core.C_im)
-        s = np.zeros(lam.shape, complex)
-        for x_t in u:
-            ys.append((C @ s).real + np.asarray(core.D) * x_t + np.asarray(core.D0))
-            s = lam * s + x_t
-    return np.stack(ys)
+    """The core `name` in float64 (at its `conformance.CORES` sizes), and an input for it."""
+    return build_core(name, length=L)
 
 
 def _close(a, b, tol=1e-10):
@@ -137,7 +73,7 @@ def test_every_core_follows_the_contract(name):
         assert isinstance(core, eqx_lru.AbstractRecurrentCore)
         assert set(core.recurrent_fields) <= {f for f in core.__dataclass_fields__}
         out = _contract_outputs(core, u)
-        _close(out["y"], _numpy_loop(core, u))
+        _close(out["y"], CORES[name].reference(core, np.asarray(u, np.float64)))
         pairs = [
             ("call", "y"),  # the call is `run` without the state
             ("step_y", "y"),  # step by step from init_state()
@@ -157,7 +93,7 @@ def test_every_core_follows_the_contract(name):
             _close(out[a], out[b])
 
 
-@pytest.mark.parametrize("name", ["complex_lru", "real_lru", "s4d", "s4d_real", "s5", "s5_real"])
+@pytest.mark.parametrize("name", select(CORES, forms=BOTH))
 def test_to_real_and_to_complex_convert_cores_with_two_forms(name):
     with jax.enable_x64(True):
         core, u = _build(name)
@@ -169,7 +105,7 @@ def test_to_real_and_to_complex_convert_cores_with_two_forms(name):
         _close(complex_(u), core(u))
 
 
-@pytest.mark.parametrize("name", ["ablation_rnn_tanh", "ablation_diag_exp", "lds_unit"])
+@pytest.mark.parametrize("name", select(CORES, forms=()))
 def test_conversion_refuses_cores_with_one_form(name):
     with jax.enable_x64(True):
         core, _ = _build(name)

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conformance import grid_methods
 from core_runs import packed_chunked_streamed
 from reference import lru_dt_loop, lru_kernel_sum, lru_params_np, s5_dt_loop
 
@@ -42,7 +43,7 @@ def _state(form, x):
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("method", ["sequential", "associative"])
+@pytest.mark.parametrize("method", grid_methods())
 @pytest.mark.parametrize("reverse", [False, True])
 def test_dt_matches_oracle_float64(form, method, reverse):
     with jax.enable_x64(True):

@@ -7,6 +7,7 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conformance import grid_methods
 from conftest import max_rel_err
 from reference import lru_loop, lru_params_np
 
@@ -14,7 +15,6 @@ import eqx_lru
 
 H, N, L = 5, 7, 11  # d_model ≠ d_state ≠ length
 FORMS = (eqx_lru.ComplexLRU, eqx_lru.RealLRU)
-METHODS = ("sequential", "associative")
 PARAMS = ("nu_log", "theta_log", "gamma_log", "B_re", "B_im", "C_re", "C_im", "D")
 
 
@@ -39,7 +39,7 @@ def _states_to_complex(states):
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", grid_methods())
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("with_x0", [False, True])
 def test_matches_oracle_float64(form, method, reverse, with_x0):
@@ -87,7 +87,7 @@ def _all_grads(layer, u, weights):
     return eqx.filter_grad(loss, has_aux=False)(layer, u), jax.grad(loss, argnums=1)(layer, u)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", grid_methods())
 def test_gradients_equal_across_forms(method):
     with jax.enable_x64(True):
         u = _input(jnp.float64)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conformance import METHODS
 
 import eqx_lru
 
@@ -24,11 +25,6 @@ VOCAB, OUT, H, N, L, DEPTH, ROWS = 7, 4, 5, 6, 13, 2, 2
 SEQUENCES = 8  # packed into the two rows of every layout
 NUM_SEGMENTS = 9  # pooled outputs per packed row (the rows hold at most 6 sequences)
 FORMS = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}
-METHODS = {
-    "sequential": "sequential",
-    "associative": "associative",
-    "pallas": eqx_lru.PallasScan(interpret=True),
-}
 
 
 def _layout(seed: int):
@@ -162,7 +158,7 @@ FAST_BLOCK_CASE = ("real", "sequential", True)  # the others are marked slow
      for case in BLOCK_CASES],
 )  # fmt: skip
 def test_block_packed_equals_separate(form, method, bidirectional):
-    core = functools.partial(FORMS[form], r_min=0.6, r_max=0.97, method=METHODS[method])
+    core = functools.partial(FORMS[form], r_min=0.6, r_max=0.97, method=METHODS[method].method)
     block, state = eqx.nn.make_with_state(eqx_lru.LRUBlock)(
         H, N, core=core, bidirectional=bidirectional, key=jax.random.PRNGKey(0)
     )

@@ -1,6 +1,7 @@
-"""`linear_recurrence`: every method × algebra × shared/per-step × reverse × initial state
-against a plain NumPy loop, the method objects, and input validation. (Gradients of every
-method against autodiff of a loop: tests/lib/test_scan_methods.py.)"""
+"""`linear_recurrence`: every grid method × algebra (`conformance.METHODS`, `.ALGEBRAS`) ×
+shared/per-step × reverse × initial state against a plain NumPy loop, the method objects,
+and input validation. (Gradients of every method against autodiff of a loop:
+tests/lib/test_scan_methods.py.)"""
 
 import itertools
 
@@ -8,73 +9,58 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conformance import ALGEBRAS, grid_methods, recurrence_oracle, recurrence_problem
 from reference import recurrence_loop
 
 import eqx_lru
 
-LENGTH, STATE = 9, (3, 4)  # distinct sizes: a swapped axis cannot hide
-METHODS = ("sequential", "associative")
+LENGTH = 9  # the state is conformance's (3, 4): distinct sizes, a swapped axis cannot hide
+VARIANTS = list(itertools.product([True, False], repeat=3))  # (shared, reverse, with_h0)
 
 
-def _problem(algebra_name, shared, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    if algebra_name == "block":
-        # Random general (non-commuting, non-rotation) 2x2 blocks, scaled to be stable.
-        state = STATE + (2,)
-        a_shape = state + (2,)
-        a = rng.normal(size=a_shape if shared else (LENGTH,) + a_shape) * 0.5
-        b = rng.normal(size=(LENGTH,) + state)
-        h0 = rng.normal(size=state)
-    else:
-        shape = STATE if shared else (LENGTH,) + STATE
-        if np.issubdtype(dtype, np.complexfloating):
-            a = (rng.normal(size=shape) + 1j * rng.normal(size=shape)) * 0.5
-            b = rng.normal(size=(LENGTH,) + STATE) + 1j * rng.normal(size=(LENGTH,) + STATE)
-            h0 = rng.normal(size=STATE) + 1j * rng.normal(size=STATE)
-        else:
-            a = rng.normal(size=shape) * 0.7
-            b = rng.normal(size=(LENGTH,) + STATE)
-            h0 = rng.normal(size=STATE)
-    return a.astype(dtype), b.astype(dtype), h0.astype(dtype)
-
-
-ALGEBRAS = {"diag": eqx_lru.Diagonal(), "block": eqx_lru.Block2x2()}
-CASES = [
-    (alg, dtype)
-    for alg, dtype in [("diag", np.float64), ("diag", np.complex128), ("block", np.float64)]
-]
-
-
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("alg,dtype", CASES)
-@pytest.mark.parametrize("shared,reverse,with_h0", list(itertools.product([True, False], repeat=3)))
-def test_matches_loop(method, alg, dtype, shared, reverse, with_h0):
+@pytest.mark.parametrize("algebra", list(ALGEBRAS))
+@pytest.mark.parametrize("method", grid_methods())
+def test_matches_loop(method, algebra):
+    """Every (shared, reverse, initial state) variant, in one compiled program."""
     with jax.enable_x64(True):
-        a, b, h0 = _problem(alg, shared, dtype)
-        h = eqx_lru.linear_recurrence(
-            jnp.asarray(a),
-            jnp.asarray(b),
-            algebra=ALGEBRAS[alg],
-            initial_state=jnp.asarray(h0) if with_h0 else None,
-            reverse=reverse,
-            method=method,
-        )
-        expected = recurrence_loop(
-            a, b, block=alg == "block", shared=shared, reverse=reverse, h0=h0 if with_h0 else None
-        )
-        assert h.shape == b.shape and h.dtype == b.dtype
-        np.testing.assert_allclose(np.asarray(h), expected, rtol=1e-12, atol=1e-12)
+        problems = {
+            shared: recurrence_problem(algebra, shared=shared, length=LENGTH)
+            for shared in (True, False)
+        }
+
+        @jax.jit
+        def run(problems):
+            return [
+                eqx_lru.linear_recurrence(
+                    problems[shared][0],
+                    problems[shared][1],
+                    algebra=ALGEBRAS[algebra].algebra,
+                    initial_state=problems[shared][2] if with_h0 else None,
+                    reverse=reverse,
+                    method=method,
+                )
+                for shared, reverse, with_h0 in VARIANTS
+            ]
+
+        for (shared, reverse, with_h0), h in zip(VARIANTS, run(problems), strict=True):
+            a, b, h0 = problems[shared]
+            expected = recurrence_oracle(
+                algebra, a, b, shared=shared, reverse=reverse, h0=h0 if with_h0 else None
+            )
+            assert h.shape == b.shape and h.dtype == b.dtype
+            msg = f"shared={shared}, reverse={reverse}, initial_state={with_h0}"
+            np.testing.assert_allclose(np.asarray(h), expected, rtol=1e-12, atol=1e-12, err_msg=msg)
 
 
 def test_block_order_matters():
     """Block2x2 composition is `later @ earlier`: the transposed order gives a different
     answer on non-commuting blocks, so this test would catch a swapped operator."""
     with jax.enable_x64(True):
-        a, b, _ = _problem("block", False, np.float64, seed=3)
+        a, b, _ = recurrence_problem("block", shared=False, length=LENGTH, seed=3)
         expected = recurrence_loop(a, b, block=True, shared=False)
         wrong = recurrence_loop(np.swapaxes(a, -1, -2), b, block=True, shared=False)
         assert np.abs(expected - wrong).max() > 1e-2
-        for method in METHODS:
+        for method in grid_methods():
             h = eqx_lru.linear_recurrence(
                 jnp.asarray(a), jnp.asarray(b), algebra=eqx_lru.Block2x2(), method=method
             )
@@ -90,7 +76,8 @@ AUTO_CHOICE = {
 
 
 def test_auto_method_and_vmap(monkeypatch):
-    a, b = (jnp.asarray(x) for x in _problem("diag", True, np.float32)[:2])
+    problem = recurrence_problem("diag-real", shared=True, length=LENGTH)
+    a, b = (jnp.asarray(x, jnp.float32) for x in problem[:2])
     batched = jax.vmap(lambda b: eqx_lru.linear_recurrence(a, b, algebra=eqx_lru.Diagonal()))
     out = batched(jnp.stack([b, 2 * b]))
     np.testing.assert_allclose(out[1], 2 * out[0], rtol=1e-5)
@@ -127,8 +114,9 @@ def test_scan_method_shortcuts_and_errors():
     ],
 )
 def test_bad_shapes_raise(a_shape, b_shape, algebra, match):
+    algebra = {"diag": eqx_lru.Diagonal(), "block": eqx_lru.Block2x2()}[algebra]
     with pytest.raises(ValueError, match=match):
-        eqx_lru.linear_recurrence(jnp.ones(a_shape), jnp.ones(b_shape), algebra=ALGEBRAS[algebra])
+        eqx_lru.linear_recurrence(jnp.ones(a_shape), jnp.ones(b_shape), algebra=algebra)
 
 
 def test_bad_arguments_raise():

@@ -14,49 +14,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from reference import recurrence_loop
+from conformance import ALGEBRAS, grid_methods, recurrence_oracle, recurrence_problem
 
 import eqx_lru
 from eqx_lru import _scan
 from eqx_lru._storage import ComplexPairs
 
-METHODS = ("sequential", "associative")
 # The default sequential loop (one step per iteration); `test_sequential_blocks_and_tails`
 # covers blocks of several steps.
-LENGTH, STATE = 6, (3, 4)
+LENGTH = 6  # the state is conformance's (3, 4)
 VARIANTS = list(itertools.product([False, True], repeat=2))  # (reverse, with_h0)
-
-
-class Dense(eqx_lru.AbstractAlgebra):
-    """A new algebra with no closed-form backward: the generic defaults are used (the
-    backward scans it through the generic transposed wrapper).
-
-    Products written as broadcast sums: a small float64 `@` inside `lax.associative_scan`
-    made XLA abort while compiling on CUDA (JAX 0.11.2, H100)."""
-
-    def transition_shape(self, state_shape):
-        return state_shape + state_shape[-1:]
-
-    def compose(self, later, earlier):
-        return jnp.sum(later[..., :, :, None] * earlier[..., None, :, :], axis=-2)
-
-    def apply(self, a, h):
-        return jnp.sum(a * h[..., None, :], axis=-1)
-
-
-ALGEBRAS = {
-    "diag-real": (eqx_lru.Diagonal(), np.float64),
-    "diag-complex": (eqx_lru.Diagonal(), np.complex128),
-    "block": (eqx_lru.Block2x2(), np.float64),
-    "block-planar": (eqx_lru.Block2x2(planar=True), np.float64),
-    "dense": (Dense(), np.float64),
-    "rotation": (eqx_lru.RotationScaling(), np.float64),
-    "dense-library": (eqx_lru.DenseAlgebra(), np.float64),
-}
-# The scan grid: "dense-library" differs from "dense" only in its closed-form backward
-# methods, checked directly in `test_closed_form_backward_equals_generic_default`.
-GRID = [name for name in ALGEBRAS if name != "dense-library"]
-PLANAR = STATE[:-1] + (2,) + STATE[-1:]  # (3, 2, 4): pairs before the last axis
 
 
 def _via_complex(a, h):
@@ -72,20 +39,9 @@ REFERENCE_APPLY = {"rotation": _via_complex}
 
 
 def _problem(name, shared, length=LENGTH, seed=0):
-    algebra, dtype = ALGEBRAS[name]
-    rng = np.random.default_rng(seed)
-    state = {"block": STATE + (2,), "block-planar": PLANAR, "rotation": PLANAR}.get(name, STATE)
-
-    def draw(shape, scale=1.0):
-        x = rng.normal(size=shape) * scale
-        if np.issubdtype(dtype, np.complexfloating):
-            x = x + 1j * rng.normal(size=shape) * scale
-        return jnp.asarray(x.astype(dtype))
-
-    transition = algebra.transition_shape(state)
-    scale = 0.4 if name == "dense" else 0.6  # stable, so long products stay O(1)
-    a = draw(transition if shared else (length,) + transition, scale)
-    return algebra, a, draw((length,) + state), draw(state)
+    """`conformance.recurrence_problem` as JAX arrays, with the algebra first."""
+    a, b, h0 = recurrence_problem(name, shared=shared, length=length, seed=seed)
+    return ALGEBRAS[name].algebra, jnp.asarray(a), jnp.asarray(b), jnp.asarray(h0)
 
 
 def _loop(algebra, a, b, h0, shared, reverse, apply=None):
@@ -126,56 +82,50 @@ def _all_variants(fn, algebra, a, b, h0, weights, shared):
     return results
 
 
-@pytest.mark.parametrize("shared", [True, False])
-@pytest.mark.parametrize("name", GRID)
-@pytest.mark.parametrize("method", METHODS)
-def test_forward_and_gradients_match_autodiff_of_loop(method, name, shared):
-    with jax.enable_x64(True):
-        algebra, a, b, h0 = _problem(name, shared)
-        weights = _weights(b)
+@pytest.mark.parametrize("name", list(ALGEBRAS))
+@pytest.mark.parametrize("method", grid_methods())
+def test_forward_and_gradients_match_autodiff_of_loop(method, name):
+    """Shared and per-step transitions, each in one compiled program; the states also
+    against the algebra's float64 NumPy loop (`conformance.recurrence_oracle`)."""
+    for shared in (True, False):
+        with jax.enable_x64(True):
+            algebra, a, b, h0 = _problem(name, shared)
+            weights = _weights(b)
 
-        def ours(algebra, a, b, h0, shared, reverse):
-            return eqx_lru.linear_recurrence(
-                a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method
-            )
-
-        def reference(algebra, a, b, h0, shared, reverse):
-            h0 = _zeros_if_none(h0, b)
-            return _loop(algebra, a, b, h0, shared, reverse, REFERENCE_APPLY.get(name))
-
-        got, want = (
-            jax.jit(lambda a, b, h0, fn=fn: _all_variants(fn, algebra, a, b, h0, weights, shared))(
-                a, b, h0
-            )
-            for fn in (ours, reference)
-        )
-        for (reverse, with_h0), (h, grads), (h_ref, grads_ref) in zip(
-            VARIANTS, got, want, strict=True
-        ):
-            msg = f"reverse={reverse}, initial_state={with_h0}"
-            assert h.shape == b.shape and h.dtype == b.dtype
-            np.testing.assert_allclose(h, h_ref, rtol=1e-12, atol=1e-12, err_msg=msg)
-            for arg, g, g_ref in zip("a b h0".split(), grads, grads_ref, strict=True):
-                assert g.dtype == g_ref.dtype, arg
-                np.testing.assert_allclose(
-                    g, g_ref, rtol=1e-10, atol=1e-12, err_msg=f"d{arg}, {msg}"
+            def ours(algebra, a, b, h0, shared, reverse):
+                return eqx_lru.linear_recurrence(
+                    a, b, algebra=algebra, initial_state=h0, reverse=reverse, method=method
                 )
-            if with_h0:
-                assert float(jnp.abs(grads[2]).max()) > 0
-            if name == "rotation":  # also against a float64 NumPy loop in complex numbers
-                expected = _numpy_rotation_loop(a, b, h0 if with_h0 else None, shared, reverse)
+
+            def reference(algebra, a, b, h0, shared, reverse):
+                h0 = _zeros_if_none(h0, b)
+                return _loop(algebra, a, b, h0, shared, reverse, REFERENCE_APPLY.get(name))
+
+            got, want = (
+                jax.jit(
+                    lambda a, b, h0, fn=fn, algebra=algebra, weights=weights, shared=shared: (
+                        _all_variants(fn, algebra, a, b, h0, weights, shared)
+                    )
+                )(a, b, h0)
+                for fn in (ours, reference)
+            )
+            for (reverse, with_h0), (h, grads), (h_ref, grads_ref) in zip(
+                VARIANTS, got, want, strict=True
+            ):
+                msg = f"shared={shared}, reverse={reverse}, initial_state={with_h0}"
+                assert h.shape == b.shape and h.dtype == b.dtype
+                np.testing.assert_allclose(h, h_ref, rtol=1e-12, atol=1e-12, err_msg=msg)
+                for arg, g, g_ref in zip("a b h0".split(), grads, grads_ref, strict=True):
+                    assert g.dtype == g_ref.dtype, arg
+                    np.testing.assert_allclose(
+                        g, g_ref, rtol=1e-10, atol=1e-12, err_msg=f"d{arg}, {msg}"
+                    )
+                if with_h0:
+                    assert float(jnp.abs(grads[2]).max()) > 0
+                expected = recurrence_oracle(
+                    name, a, b, shared=shared, reverse=reverse, h0=h0 if with_h0 else None
+                )
                 np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-12, err_msg=msg)
-
-
-def _numpy_rotation_loop(a, b, h0, shared, reverse):
-    def to_complex(x):
-        x = np.asarray(x)
-        return x[..., 0, :] + 1j * x[..., 1, :]
-
-    z0 = None if h0 is None else to_complex(h0)
-    a, b = to_complex(a), to_complex(b)
-    z = recurrence_loop(a, b, block=False, shared=shared, reverse=reverse, h0=z0)
-    return np.stack([z.real, z.imag], axis=-2)
 
 
 @pytest.mark.parametrize("unroll,length", [(3, 2), (3, 7), (4, 8)])
@@ -272,7 +222,7 @@ def test_complex_pairs_storage_matches_complex_states():
         @jax.jit
         def run(a, pairs, h0):
             out = {}
-            for method in METHODS:
+            for method in grid_methods():
                 out[method] = (
                     via_pairs(a, pairs, h0, method),
                     jax.grad(
@@ -286,7 +236,7 @@ def test_complex_pairs_storage_matches_complex_states():
             return out
 
         out = run(a, pairs, h0)
-        for method in METHODS:
+        for method in grid_methods():
             for x, y in zip(
                 jax.tree.leaves(out[method]), jax.tree.leaves(out["reference"]), strict=True
             ):
@@ -322,7 +272,7 @@ def _compiled_grad(method, batch=2, length=128, modes=16, reference=False):
 ASSOCIATIVE_TEMP_STATES = 5 if jax.__version_info__ >= (0, 11) else 4
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", ["sequential", "associative"])
 def test_backward_keeps_only_the_states(method):
     """XLA's temp memory for forward+backward: autodiff of `lax.associative_scan` keeps its
     tree of intermediates (about five copies of the states here); with the custom VJP the

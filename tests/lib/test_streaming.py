@@ -14,41 +14,29 @@ recurrence is a NumPy loop for the LRU cores; for the other cores it is the core
 float64 `step` (checked against NumPy loops in their own test files), so there the
 oracle checks everything around the core.
 
-Sizes are distinct: IN 8, VOCAB 7, OUT 4, H 5, N 6, L 13, depth 2, 3 streams.
+Sizes are distinct: IN 8, VOCAB 7, OUT 4, H 5, N 12 (S5 in 2 blocks: a multiple of 4),
+L 13, depth 2, 3 streams.
 """
 
 import functools
+import itertools
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conformance import CORES as ALL_CORES
+from conformance import METHODS, select
 from reference import lru_params_np
 
 import eqx_lru
-from eqx_lru import ablation, baselines
 
-IN, VOCAB, OUT, H, N, L, DEPTH, STREAMS = 8, 7, 4, 5, 6, 13, 2, 3
+IN, VOCAB, OUT, H, N, L, DEPTH, STREAMS = 8, 7, 4, 5, 12, 13, 2, 3
 CHUNKS = 6  # chunks per stream at random split points (one of them of length 1)
 
-CORES = {
-    "complex": functools.partial(eqx_lru.ComplexLRU, r_min=0.5, r_max=0.95),
-    "real": functools.partial(eqx_lru.RealLRU, r_min=0.5, r_max=0.95),
-    "s4d": baselines.S4D,
-    "s5": baselines.S5,
-    **{name: ablation.ABLATION_CORES[name] for name in (
-        "rnn_tanh", "rnn_relu", "linear_dense", "diag_realimag", "diag_exp",
-        "diag_stable_exp_ring",
-    )},
-}  # fmt: skip
-#: Cores without a scan-method option (their recurrence is their own loop).
-NO_METHOD = ("rnn_tanh", "rnn_relu")
-METHODS = {
-    "sequential": "sequential",
-    "associative": "associative",
-    "pallas": eqx_lru.PallasScan(interpret=True),
-}
+#: The cores of `conformance.CORES` that the model tests build.
+CORES = select(ALL_CORES, in_models=True)
 
 
 def _config(core, method, dtype, *, encoder="linear", norm="batch", glu="full", pooling=None):
@@ -64,26 +52,30 @@ def _config(core, method, dtype, *, encoder="linear", norm="batch", glu="full", 
 
 
 # Every core with the default scan method, both precisions; the LRU forms with every
-# method; both encoders, both norms, both GLUs and all poolings somewhere.
+# method in both precisions; both encoders, both norms, both GLUs and all poolings somewhere.
+LRU_FORMS = ("complex_lru", "real_lru")
+_OPTIONS = [
+    dict(encoder="embedding"),
+    dict(),
+    dict(norm="layer", glu="half"),
+    dict(encoder="embedding", pooling="mean"),
+    dict(pooling="last"),
+    dict(encoder="embedding", glu="half", pooling="last"),
+    dict(norm="layer"),
+]
 CONFIGS = [
-    _config("complex", "sequential", "float64", encoder="embedding"),
-    _config("complex", "associative", "float32"),
-    _config("complex", "pallas", "float32", norm="layer", glu="half"),
-    _config("complex", "pallas", "float64"),
-    _config("real", "sequential", "float32", encoder="embedding", glu="half"),
-    _config("real", "associative", "float64", norm="layer"),
-    _config("real", "pallas", "float32", encoder="embedding"),
-    _config("real", "pallas", "float64", encoder="embedding", pooling="mean"),
-    _config("complex", "associative", "float32", encoder="embedding", pooling="mean"),
-    _config("real", "sequential", "float64", pooling="last"),
-    _config("complex", "sequential", "float32", encoder="embedding", pooling="last"),
+    _config(form, method, dtype, **_OPTIONS[i % len(_OPTIONS)])
+    for i, (form, method, dtype) in enumerate(
+        itertools.product(LRU_FORMS, METHODS, ("float64", "float32"))
+    )
 ] + [
-    _config(name, "sequential" if name not in NO_METHOD else None, dtype,
+    _config(name, "sequential" if ALL_CORES[name].takes_method else None, dtype,
             encoder="embedding" if i % 2 else "linear", glu="half" if i % 3 else "full")
-    for i, name in enumerate(n for n in CORES if n not in ("complex", "real"))
+    for i, name in enumerate(n for n in CORES if n not in LRU_FORMS)
     for dtype in ("float32", "float64")
 ]  # fmt: skip
-FAST = {0, 4}  # the rest is marked slow
+#: The configurations not marked slow.
+FAST = {("complex_lru", "sequential", "float64"), ("real_lru", "sequential", "float32")}
 
 
 def _id(config):
@@ -93,8 +85,12 @@ def _id(config):
 
 
 PARAMS = [
-    pytest.param(c, id=_id(c), marks=() if i in FAST else pytest.mark.slow)
-    for i, c in enumerate(CONFIGS)
+    pytest.param(
+        c,
+        id=_id(c),
+        marks=() if (c["core"], c["method"], c["dtype"]) in FAST else pytest.mark.slow,
+    )
+    for c in CONFIGS
 ]
 
 
@@ -102,9 +98,9 @@ PARAMS = [
 
 
 def _make_core_factory(config):
-    factory = CORES[config["core"]]
+    factory = ALL_CORES[config["core"]].make
     if config["method"] is not None:
-        factory = functools.partial(factory, method=METHODS[config["method"]])
+        factory = functools.partial(factory, method=METHODS[config["method"]].method)
     return factory
 
 
@@ -281,6 +277,12 @@ def _glu_np(glu):
     return lambda y: y * _sigmoid(w @ y + b)
 
 
+@eqx.filter_jit
+def _core_step(core, x, u):
+    """`core.step`, compiled once for the blocks of a model (the core is an argument)."""
+    return core.step(x, u)
+
+
 def _core_np(core):
     """`(init, step, to_carry)`: the core's recurrence in float64, and its state in the
     core's layout."""
@@ -298,11 +300,10 @@ def _core_np(core):
             return x if isinstance(core, eqx_lru.ComplexLRU) else np.stack([x.real, x.imag], -1)
 
         return np.zeros(N, complex), step, to_carry
-    # Other cores: their own float64 `step` (their tests check it against NumPy loops).
-    jitted = eqx.filter_jit(core.step)
 
+    # Other cores: their own float64 `step` (their tests check it against NumPy loops).
     def other_step(x, u):
-        x, y = jitted(x, jnp.asarray(u))
+        x, y = _core_step(core, x, jnp.asarray(u))
         return x, _f64(y)
 
     return core.init_state(), other_step, lambda x: jax.tree_util.tree_map(np.asarray, x)
@@ -607,11 +608,12 @@ def packed_and_separate(model, state, prefix, x):
     return packed, (last_carry, outputs)
 
 
-@pytest.mark.parametrize("core", ["real", "s4d", "rnn_tanh"])
+@pytest.mark.parametrize("core", ["real_lru", "s4d", "ablation_rnn_tanh"])
 def test_chunk_packs_sequences(core):
     """`chunk(..., segment_ids=)`: the first sequence continues the stream, later ones
     start from zero, the carry is the last sequence's; pads give zeros and do not leak."""
-    model, state = _model(_config(core, None if core in NO_METHOD else "sequential", "float32"))
+    method = "sequential" if ALL_CORES[core].takes_method else None
+    model, state = _model(_config(core, method, "float32"))
     rng = np.random.default_rng(7)
     prefix = jnp.asarray(rng.normal(size=(5, IN)), jnp.float32)
     x = rng.normal(size=(L, IN))
@@ -623,11 +625,11 @@ def test_chunk_packs_sequences(core):
 
 
 def test_packed_chunk_errors():
-    pooled, state = _model(_config("real", "sequential", "float32", pooling="mean"))
+    pooled, state = _model(_config("real_lru", "sequential", "float32", pooling="mean"))
     x = jnp.zeros((L, IN))
     with pytest.raises(ValueError, match="only with `pooling=None`"):
         pooled.chunk(pooled.init_carry(), x, state, segment_ids=jnp.asarray(PACKED_IDS))
-    model, state = _model(_config("real", "sequential", "float32"))
+    model, state = _model(_config("real_lru", "sequential", "float32"))
     with pytest.raises((ValueError, TypeError), match="segment_ids"):
         model.chunk(model.init_carry(), x, state, segment_ids=jnp.zeros(L - 1, jnp.int32))
     block = model.blocks[0]
