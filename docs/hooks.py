@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PUBLISHED = (
     "experiments/bench/RESULTS-*.md",
     "experiments/bench/STREAMING-*.md",
+    "experiments/bench/STREAMS-*.md",
     "experiments/bench/HOPPER.md",
     "experiments/lra/MEMORY.md",
     "experiments/paper/README.md",
@@ -26,6 +27,7 @@ PUBLISHED = (
 REQUIRED = (
     "experiments/bench/RESULTS-cpu.md",
     "experiments/bench/STREAMING-cpu.md",
+    "experiments/bench/STREAMS-cpu.md",
     "experiments/lra/MEMORY.md",
     "experiments/paper/README.md",
     "experiments/ldstack/README.md",

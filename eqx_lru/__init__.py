@@ -24,6 +24,7 @@ from ._model import LRUModel as LRUModel
 from ._norm import MaskedBatchNorm as MaskedBatchNorm
 from ._padding import valid_mask as valid_mask
 from ._padding import where_valid as where_valid
+from ._pool import StreamPool as StreamPool
 from ._retrieval import LRURetrievalModel as LRURetrievalModel
 
 # isort: split
@@ -81,6 +82,7 @@ __all__ = [
     "RotationScaling",
     "SequenceParallel",
     "Sequential",
+    "StreamPool",
     "ablation",
     "baselines",
     "default_method",

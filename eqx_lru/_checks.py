@@ -3,6 +3,7 @@ wherever it is made: each raises at construction (or at the call, for inputs), n
 argument, and says how to fix it."""
 
 import math
+import os
 
 import equinox as eqx
 import jax
@@ -33,6 +34,35 @@ def check_size(name: str, value: object) -> int:
     return int(value)
 
 
+def device_memory() -> tuple[int, str]:
+    """`(bytes, where)`: the memory of JAX's default device (an accelerator's limit, the
+    host's physical memory for the CPU; 2**63 - 1 if neither is known)."""
+    device = jax.devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), f"the {device.platform} device"
+    if device.platform == "cpu" and hasattr(os, "sysconf"):
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host"
+        except (ValueError, OSError):
+            pass
+    return 2**63 - 1, "an int64 byte count"
+
+
+def check_fits(owner: str, dtype, elements: int) -> None:
+    """A `ValueError` naming `owner` if `elements` numbers of `dtype` (its parameters) need
+    more bytes than the default device has (`device_memory`): refused before anything is
+    allocated (XLA would abort the process, or fail at the first read)."""
+    dtype = jnp.dtype(dtype)
+    needed = elements * dtype.itemsize
+    limit, where = device_memory()
+    if needed > limit:
+        raise ValueError(
+            f"{owner} would hold {elements:.4g} {dtype.name} parameters ({needed / 2**30:.4g} "
+            f"GiB), more than the {limit / 2**30:.4g} GiB of {where}: choose smaller sizes."
+        )
+
+
 def check_key(key) -> None:
     """A `TypeError` naming `key` unless it is a JAX PRNG key (typed, or raw `uint32`)."""
     if isinstance(key, jax.Array):
@@ -56,10 +86,16 @@ def _check_number(name: str, value: object) -> float:
         raise TypeError(f"`{name}` must be a real number, got {value!r}.") from None
 
 
-def check_ring(r_min: float, r_max: float, max_phase: float) -> None:
-    """Raise a `ValueError` naming the argument if the ring hyperparameters are invalid."""
+def check_ring(r_min: float, r_max: float, max_phase: float, dtype=None) -> None:
+    """Raise a `ValueError` naming the argument unless the ring hyperparameters give a
+    finite initialisation in `dtype` (default JAX's float): `0 <= r_min <= r_max <= 1`,
+    `r_max**2` representable (not underflowing to zero), `0 < max_phase` finite in
+    `dtype` (and not underflowing to zero either)."""
+    r_min, r_max, max_phase = (
+        _check_number(name, value)
+        for name, value in (("r_min", r_min), ("r_max", r_max), ("max_phase", max_phase))
+    )
     for name, value in (("r_min", r_min), ("r_max", r_max), ("max_phase", max_phase)):
-        value = _check_number(name, value)
         if not math.isfinite(value):
             raise ValueError(f"`{name}` must be a finite number, got {value}.")
     if r_min < 0:
@@ -73,6 +109,21 @@ def check_ring(r_min: float, r_max: float, max_phase: float) -> None:
             f"`max_phase` must be > 0 (phases are sampled in [0, max_phase]), got "
             f"max_phase={max_phase}."
         )
+    info = jnp.finfo(float_dtype(dtype))
+    # |λ|² is sampled in [r_min², r_max²] and ν = -½ log |λ|²: a zero |λ|² is ν = +inf.
+    smallest = math.sqrt(float(info.tiny))
+    if r_max < smallest:
+        raise ValueError(
+            f"`r_max` must be at least {smallest:.3g}: the initialisation samples |λ|² in "
+            f"[r_min², r_max²], and r_max={r_max} squared underflows to zero in "
+            f"{info.dtype.name} (log|λ| = -inf). Use r_max >= {smallest:.3g} (λ = 0 has no "
+            "log-parameterisation)."
+        )
+    if not float(info.tiny) <= max_phase <= float(info.max):
+        raise ValueError(
+            f"`max_phase` must be between {float(info.tiny):.3g} and {float(info.max):.3g} "
+            f"to be a finite positive {info.dtype.name} (θ_log = log θ); got {max_phase}."
+        )
 
 
 def check_steps(dt_min: float, dt_max: float) -> None:
@@ -85,19 +136,28 @@ def check_steps(dt_min: float, dt_max: float) -> None:
         raise ValueError(f"`dt_min` must be <= `dt_max`, got {dt_min} > {dt_max}.")
 
 
-def _as_dtype(dtype, name: str) -> jnp.dtype:
+def as_dtype(dtype, name: str = "dtype") -> jnp.dtype:
+    """`dtype` (a dtype object, a scalar type such as `jnp.float32`, or a name such as
+    `"float32"`) as a `jnp.dtype`; a `TypeError` naming `name` otherwise."""
     try:
         return jnp.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"`{name}` must be a dtype such as jnp.float32, got {dtype!r}.") from None
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"`{name}` must be a dtype such as jnp.float32 or 'float32', got {dtype!r}."
+        ) from None
 
 
 def float_dtype(dtype, name: str = "dtype") -> jnp.dtype:
     """The floating dtype to initialise in: `dtype`, or JAX's default float if `None`."""
-    dtype = _as_dtype(dtype, name) if dtype is not None else jnp.zeros(()).dtype
+    dtype = as_dtype(dtype, name) if dtype is not None else jnp.zeros(()).dtype
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(
             f"`{name}` must be a real floating dtype (parameters are stored real), got {dtype}."
+        )
+    if dtype.itemsize == 8 and jnp.asarray(0.0).dtype.itemsize < 8:  # 64-bit mode is off
+        raise ValueError(
+            f"`{name}={dtype.name}` needs 64-bit mode, which is off (JAX would store "
+            "float32): call `jax.config.update('jax_enable_x64', True)` first, or use float32."
         )
     return dtype
 
@@ -151,10 +211,25 @@ def check_sequence(u: Array, d_model: int, dtype=None, name: str = "u") -> None:
             f">= 1); got shape {u.shape}. Batch with `jax.vmap`: a core acts on "
             "one sequence."
         )
-    check_not_complex(u, name)
-    if dtype is not None and u.dtype != dtype:
+    check_real_input(u.dtype, dtype, name)
+
+
+def check_real_input(dtype, expected, name: str) -> None:
+    """A `ValueError` naming `name` unless its `dtype` is real floating (and `expected`,
+    the parameters' dtype, if given): a core maps real inputs to real outputs."""
+    if not jnp.issubdtype(dtype, jnp.floating):
+        hint = (
+            f" Pass `{name}.real`, or the real and imaginary parts as separate features."
+            if jnp.issubdtype(dtype, jnp.complexfloating)
+            else " Cast it with `.astype(jnp.float32)`, or embed tokens first (LRUModel)."
+        )
         raise ValueError(
-            f"`{name}` must have the parameters' dtype {dtype}; got {u.dtype}. Cast the "
+            f"`{name}` must be a real floating array (a core maps real inputs to real "
+            f"outputs); got {jnp.dtype(dtype).name}.{hint}"
+        )
+    if expected is not None and dtype != expected:
+        raise ValueError(
+            f"`{name}` must have the parameters' dtype {expected}; got {dtype}. Cast the "
             "input (or build the core with `dtype=`)."
         )
 
@@ -177,11 +252,7 @@ def check_token(u_t: Array, d_model: int, dtype=None, name: str = "u_t") -> None
             f"`{name}` must have shape (d_model,) with d_model={d_model}; got shape "
             f"{u_t.shape}. Batch with `jax.vmap`: `step` takes one position of one sequence."
         )
-    if dtype is not None and u_t.dtype != dtype:
-        raise ValueError(
-            f"`{name}` must have the parameters' dtype {dtype}; got {u_t.dtype}. Cast the "
-            "input (or build the core with `dtype=`)."
-        )
+    check_real_input(u_t.dtype, dtype, name)
 
 
 def check_state(state, expected, core: str, hint: str = "") -> None:
@@ -208,17 +279,30 @@ def check_segment_ids(segment_ids, length: Dim):
     return segment_ids
 
 
-def check_length(length, size: Dim) -> Array:
+def check_length(length, size: Dim, what: str = "") -> Array:
     """`length` (the number of valid leading positions of a sequence of `size`) as an int32
-    scalar; a `ValueError` naming `length` unless it is a scalar integer, and inside `jit` an
-    `eqx.error_if` unless `1 <= length <= size`."""
+    scalar; a `ValueError` naming `length` unless it is a scalar integer with
+    `1 <= length <= size`: at once when `length` is concrete (a Python, NumPy or JAX value:
+    also inside `jax.shard_map` and `jit` when it is not an argument), else inside `jit`
+    an `eqx.error_if`. `what` describes `size` in the message ("the padded length")."""
+    bound = f"{what} {size}".strip()
+    if not isinstance(length, jax.core.Tracer):
+        value = np.asarray(length)
+        _check_length_type(value.dtype, value.shape)
+        if isinstance(size, int) and not 1 <= int(value) <= size:
+            raise ValueError(f"`length` must be between 1 and {bound}; got {int(value)}.")
     length = jnp.asarray(length)
-    if length.shape != () or not jnp.issubdtype(length.dtype, jnp.integer):
+    _check_length_type(length.dtype, length.shape)
+    # Compare in the caller's dtype when it is at least 32 bits wide (an int64 or uint32
+    # value beyond int32 would wrap into range on the cast), in int32 otherwise.
+    wide = length if length.dtype.itemsize >= 4 else length.astype(jnp.int32)
+    bad = (wide < 1) | (wide > size)
+    return eqx.error_if(length.astype(jnp.int32), bad, f"`length` must be between 1 and {bound}.")
+
+
+def _check_length_type(dtype, shape) -> None:
+    if shape != () or not jnp.issubdtype(dtype, jnp.integer):
         raise ValueError(
-            "`length` must be a scalar integer (the number of valid leading positions); got "
-            f"{length.dtype} of shape {length.shape}."
+            "`length` must be a scalar integer (the number of valid leading positions of "
+            f"one sequence; batch it with `jax.vmap`); got {dtype} of shape {shape}."
         )
-    length = length.astype(jnp.int32)
-    return eqx.error_if(
-        length, (length < 1) | (length > size), f"`length` must be between 1 and {size}."
-    )

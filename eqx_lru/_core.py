@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Integer, PRNGKeyArray, PyTree
 
+from . import _sharding as sharding
 from ._checks import check_length, check_segment_ids
 
 
@@ -169,7 +170,12 @@ class AbstractStatesCore(AbstractRecurrentCore):
         segment_ids = check_segment_ids(segment_ids, u.shape[0] if u.ndim else 0)
         states = self._states(u, initial_state, reverse, segment_ids, **dt_options(self, dt))
         y = self._outputs(states, u, initial_state, reverse, segment_ids)
-        return y, self._final(final_state(states, reverse=reverse, length=length))
+        axis = sharding.sequence_axis(self)
+        if axis is None:
+            final = final_state(states, reverse=reverse, length=length)
+        else:  # a sequence split across devices: the last state of the whole sequence
+            final = sharding.final_state(states, reverse=reverse, length=length, axis=axis)
+        return y, self._final(final)
 
 
 def final_state(

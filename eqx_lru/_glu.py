@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, jaxtyped
 
+from ._checks import check_fits, float_dtype
 from ._init import Size, check_key, check_size
 
 
@@ -38,6 +39,8 @@ class GLU(eqx.Module):
         if variant not in ("full", "half"):
             raise ValueError(f"`glu` must be 'full' or 'half', got {variant!r}.")
         out = 2 * d_model if variant == "full" else d_model
+        dtype = float_dtype(dtype)
+        check_fits(f"GLU(d_model={d_model})", dtype, (d_model + 1) * out)
         self.linear = eqx.nn.Linear(d_model, out, dtype=dtype, key=key)
         self.variant = variant
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._checks import Size, check_key, check_ring, check_size, float_dtype
+from ._checks import Size, check_fits, check_key, check_ring, check_size, float_dtype
 
 
 def ring_init(
@@ -33,8 +33,9 @@ def ring_init(
     """
     d_state = check_size("d_state", d_state)
     check_key(key)
-    check_ring(r_min, r_max, max_phase)
     dtype = float_dtype(dtype)
+    check_ring(r_min, r_max, max_phase, dtype)
+    check_fits(f"ring_init(d_state={d_state})", dtype, 4 * d_state)
     # Sample in (0, 1): u = 0 would put λ at the origin (nu_log = +inf) or the phase at
     # exactly zero (theta_log = -inf), where the log-parameters have no gradient.
     tiny = jnp.finfo(dtype).tiny
@@ -43,10 +44,11 @@ def ring_init(
     u2 = jax.random.uniform(u2_key, (d_state,), dtype, minval=tiny)
     modulus_sq = u1 * (r_max**2 - r_min**2) + r_min**2
     # A modulus of exactly one has nu = 0 and nu_log = -inf; clip to the largest
-    # modulus below one the dtype can hold.
-    modulus_sq = jnp.minimum(modulus_sq, 1 - jnp.finfo(dtype).eps)
+    # modulus below one the dtype can hold; one whose square underflows (`check_ring`
+    # keeps r_max² representable, but u1 r_max² may not be) is clipped to the smallest.
+    modulus_sq = jnp.clip(modulus_sq, tiny, 1 - jnp.finfo(dtype).eps)
     nu = -0.5 * jnp.log(modulus_sq)
-    return jnp.log(nu), jnp.log(max_phase * u2)
+    return jnp.log(nu), jnp.log(jnp.maximum(max_phase * u2, tiny))
 
 
 def gamma_log_init(nu_log: Float[Array, " d_state"]) -> Float[Array, " d_state"]:
@@ -70,6 +72,8 @@ def projection_init(
     d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
     check_key(key)
     dtype = float_dtype(dtype)
+    owner = f"projection_init(d_model={d_model}, d_state={d_state})"
+    check_fits(owner, dtype, 4 * d_model * d_state + d_model)
     b_re, b_im, c_re, c_im, d = jax.random.split(key, 5)
     b_scale = 1 / math.sqrt(2 * d_model)
     c_scale = 1 / math.sqrt(d_state)
@@ -91,6 +95,11 @@ def lru_init(
     left out), which samples `nu_log` and `theta_log`; `gamma_log` is `gamma_log_init`'s
     and the projections `projection_init`'s.
     """
+    d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+    check_key(key)
+    dtype = float_dtype(dtype)
+    owner = f"An LRU with d_model={d_model}, d_state={d_state}"
+    check_fits(owner, dtype, 4 * d_model * d_state + 3 * d_state + d_model)
     ring_key, proj_key = jax.random.split(key)
     nu_log, theta_log = ring_init(d_state, dtype=dtype, key=ring_key, **ring)
     return dict(

@@ -31,6 +31,7 @@ from ._algebra import AbstractAlgebra, Diagonal, RotationScaling
 from ._checks import (
     Dim,
     Size,
+    as_dtype,
     check_form,
     check_key,
     check_not_complex,
@@ -399,7 +400,7 @@ class AbstractLRU(AbstractModalCore):
     def _check_compute_dtype(cls, compute_dtype, param_dtype) -> str | None:
         if compute_dtype is None:
             return None
-        dtype = jnp.dtype(compute_dtype)
+        dtype = as_dtype(compute_dtype, "compute_dtype")
         if not jnp.issubdtype(dtype, jnp.floating):
             raise ValueError(
                 f"`compute_dtype` must be a real floating dtype such as jnp.bfloat16, got {dtype}."

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from ._algebra import AbstractAlgebra
+from ._checks import Size, check_size
 from ._storage import AbstractStorage
 
 
@@ -122,6 +123,9 @@ class Sequential(AbstractScanMethod):
     """
 
     unroll: int = eqx.field(default=1, static=True)
+
+    def __init__(self, unroll: Size = 1):
+        self.unroll = check_size("unroll", unroll)
 
     def __check_init__(self):
         if not isinstance(self.unroll, int) or self.unroll < 1:

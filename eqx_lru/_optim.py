@@ -21,6 +21,7 @@ import equinox as eqx
 import jax
 from jaxtyping import PyTree
 
+from ._checks import Size, check_size
 from ._core import AbstractRecurrentCore
 
 RECURRENT = "recurrent"
@@ -93,7 +94,7 @@ def _optax():
 
 def lru_schedule(
     learning_rate: float,
-    total_steps: int,
+    total_steps: Size,
     *,
     warmup_fraction: float = 0.1,
     init_value: float = 1e-7,
@@ -110,8 +111,7 @@ def lru_schedule(
     \big(1 + \cos\big(\pi \tfrac{s - w}{\text{total} - w}\big)\big) & s \ge w. \end{cases}$$
     """
     optax = _optax()
-    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-        raise ValueError(f"`total_steps` must be a positive integer, got {total_steps!r}.")
+    total_steps = check_size("total_steps", total_steps)
     if not 0 <= warmup_fraction < 1:
         raise ValueError(f"`warmup_fraction` must be in [0, 1), got {warmup_fraction}.")
     if learning_rate <= 0:

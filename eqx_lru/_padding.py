@@ -5,37 +5,23 @@ A sequence of shape `(size, ...)` with `length = â„“` has valid positions `t < â
 values at valid positions (see `LRUBlock`).
 """
 
-import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Integer
 
 from ._checks import Dim
+from ._checks import check_length as check_length_value
 
 
 def valid_mask(length: Integer[ArrayLike, ""] | None, size: Dim) -> Bool[Array, " size"] | None:
     """`arange(size) < length`, or `None` when `length` is `None` (every position valid).
 
     `length` is a scalar integer of any integer dtype (signed or unsigned, JAX, NumPy or
-    Python). Inside `jit` a `length` outside `[1, size]` raises at run time via
-    `eqx.error_if`.
+    Python). A `length` outside `[1, size]` raises a `ValueError` when it is concrete, and
+    at run time via `eqx.error_if` when it is traced (see `_checks.check_length`).
     """
     if length is None:
         return None
-    length = jnp.asarray(length)
-    if not jnp.issubdtype(length.dtype, jnp.integer) or length.shape != ():
-        raise ValueError(
-            "`length` must be a scalar integer (the number of valid leading positions of "
-            f"one sequence; batch it with `jax.vmap`); got dtype {length.dtype}, shape "
-            f"{length.shape}."
-        )
-    # A signed type wide enough for `size`: compare without unsigned wrap-around (an
-    # out-of-range unsigned value turns negative here and is refused below).
-    length = length.astype(jnp.int32)
-    length = eqx.error_if(
-        length,
-        (length < 1) | (length > size),
-        f"`length` must be between 1 and the padded length {size}.",
-    )
+    length = check_length_value(length, size, "the padded length")
     return jnp.arange(size, dtype=jnp.int32) < length
 
 

@@ -64,10 +64,12 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import pallas as pl
 from jaxtyping import Array
 
 from ._algebra import Diagonal, RotationScaling
+from ._checks import Size
 from ._methods import AbstractScanMethod, register_shortcut
 from ._storage import Cast, ComplexPairs, Identity
 
@@ -447,8 +449,8 @@ def _scan_as(state: tuple[int, int, int], a, x, h0, *, shared: bool, partner=Non
 
 
 def _check_sizes(name: str, chunk, block, segment) -> None:
-    def positive_int(v):
-        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+    def positive_int(v):  # Python or NumPy integers, as every size of the library
+        return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_) and v > 0
 
     if not positive_int(chunk):
         raise ValueError(f"{name}: `chunk` must be a positive integer; got {chunk!r}.")
@@ -500,6 +502,18 @@ class PallasScan(AbstractScanMethod):
     block: int = eqx.field(default=DEFAULT_BLOCK, static=True)
     segment: int | None = eqx.field(default=DEFAULT_SEGMENT, static=True)
     interpret: bool | None = eqx.field(default=None, static=True)
+
+    def __init__(
+        self,
+        chunk: Size = DEFAULT_CHUNK,
+        block: Size = DEFAULT_BLOCK,
+        segment: Size | None = DEFAULT_SEGMENT,
+        interpret: bool | None = None,
+    ):
+        _check_sizes("PallasScan", chunk, block, segment)
+        self.chunk, self.block = int(chunk), int(block)
+        self.segment = None if segment is None else int(segment)
+        self.interpret = interpret
 
     def __check_init__(self):
         _check_sizes("PallasScan", self.chunk, self.block, self.segment)

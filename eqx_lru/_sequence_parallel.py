@@ -63,10 +63,17 @@ class SequenceParallel(AbstractScanMethod):
     chunk of each sequence per device, inside `jax.shard_map` (the sequence axis in the
     `in_specs`, e.g. `P(None, axis_name)` for a batch of token sequences): padding masks
     use global positions, batch-norm statistics also sum over `axis_name`, mean/last
-    pooling combine the chunks, and dropout folds the chunk index into each example's
-    key (`eqx_lru._sharding`). Not yet across devices: pooling per packed sequence
-    (`segment_ids=` with pooling), the streaming `step`/`chunk` calls and a core's `run`
-    final state.
+    pooling combine the chunks, dropout folds the chunk index into each example's key,
+    and a core's `run` returns the final state of the whole sequence on every device
+    (`eqx_lru._sharding`). Refused at trace time with a `ValueError` (not across devices
+    yet): pooling per packed sequence (`segment_ids=` with pooling), `LRUBlock.chunk` and
+    `LRUModel.chunk` (`baselines.S4D(mode="convolution")` runs its recurrence instead of
+    the convolution, which would see one chunk only); `step` is per position and
+    runs as on one device. An axis name that no enclosing `jax.shard_map` binds is a
+    `NameError` naming it. A concrete `length` beyond the whole sequence is a `ValueError`
+    at trace time; a traced one (an argument of the `shard_map`) is checked at run time by
+    `eqx.error_if`, whose message reads best under `eqx.filter_jit` (under `jax.jit` it is
+    buried in an `INTERNAL` runtime error).
 
     **Arguments:**
 
@@ -104,15 +111,7 @@ class SequenceParallel(AbstractScanMethod):
         return SequenceParallel(self.axis_name, self.local.resolve())
 
     def _devices(self) -> int:
-        try:
-            return jax.lax.axis_size(self.axis_name)
-        except NameError as e:
-            raise NameError(
-                f"SequenceParallel({self.axis_name!r}) scans a length axis sharded over the "
-                f"mesh axis {self.axis_name!r}: call it inside `jax.shard_map` over a mesh "
-                "with that axis (see eqx_lru.SequenceParallel), or use a single-device "
-                "method such as eqx_lru.Sequential()."
-            ) from e
+        return axis_size(self.axis_name)
 
     def as_local(self, x: Array) -> Array:
         self._devices()
@@ -157,6 +156,21 @@ class SequenceParallel(AbstractScanMethod):
         h_in = jnp.stack(carried)[jax.lax.axis_index(self.axis_name)]
         # Pass 2: the chunk from the state carried in.
         return local.scan(algebra, storage, a, b, h_in, shared=shared, reverse=reverse)
+
+
+def axis_size(axis_name: Hashable) -> int:
+    """The number of devices of the mesh axis `axis_name`; a `NameError` in the library's
+    words if no enclosing `jax.shard_map` (or named `jax.vmap`) binds it."""
+    try:
+        return jax.lax.axis_size(axis_name)
+    except NameError as e:
+        raise NameError(
+            f"SequenceParallel({axis_name!r}) scans a length axis sharded over the mesh "
+            f"axis {axis_name!r}, and no enclosing `jax.shard_map` binds that name: call "
+            "the model inside `jax.shard_map` over a mesh with that axis (the mesh's "
+            "`axis_names`), name the axis the mesh has in `SequenceParallel(axis_name)`, "
+            "or use a single-device method such as eqx_lru.Sequential()."
+        ) from e
 
 
 def _power(algebra: AbstractAlgebra, a: Array, count: int) -> Array:

@@ -11,6 +11,8 @@ GLU, layer norm, head) is local; what looks along the sequence goes through this
     so a `MaskedBatchNorm` also reduces over the sequence axis;
 - `pool`: the mean over valid positions is a `psum` of the chunks' sums, the last valid
     position is read on the device holding it and broadcast with a `psum`;
+- `final_state`: a core's state after the last valid position of the whole sequence is
+    read on the device holding it and broadcast with a `psum`;
 - `chunk_key`: dropout draws each chunk's mask from the example's key folded with the
     chunk's index, so chunks get independent masks (not the masks of the same sequence
     on one device: a sequence-parallel run with dropout follows another random stream).
@@ -28,14 +30,25 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from . import _padding
-from ._checks import Dim
+from ._checks import Dim, check_length
 from ._norm import MaskedBatchNorm
-from ._sequence_parallel import SequenceParallel
+from ._sequence_parallel import SequenceParallel, axis_size
 
 
 def sequence_axis(tree) -> Hashable | None:
     """The mesh axis of the `SequenceParallel` scan methods in `tree` (e.g. a model's
-    cores), or `None` if it has none. Raises a `ValueError` if they name several axes."""
+    cores), or `None` if it has none. Raises a `ValueError` if they name several axes, and
+    a `NameError` if no enclosing `jax.shard_map` binds the axis (checked at trace time,
+    before any collective meets it)."""
+    axis = declared_axis(tree)
+    if axis is not None:
+        axis_size(axis)  # a `NameError` in our words if no `shard_map` binds it
+    return axis
+
+
+def declared_axis(tree) -> Hashable | None:
+    """The mesh axis the `SequenceParallel` methods in `tree` name, or `None`, without
+    checking that it is bound (`sequence_axis` checks)."""
     names: set = set()
     _collect(tree, names, set())
     if len(names) > 1:
@@ -44,6 +57,21 @@ def sequence_axis(tree) -> Hashable | None:
             f"their SequenceParallel methods name {sorted(map(str, names))}."
         )
     return next(iter(names), None)
+
+
+def refuse(tree, what: str) -> None:
+    """A `ValueError` naming `what` (a call that does not split over devices yet) if the
+    cores of `tree` scan with `SequenceParallel`."""
+    axis = declared_axis(tree)
+    if axis is None:
+        return
+    raise ValueError(
+        f"{what} does not run over a sequence split across devices: its cores scan with "
+        f"SequenceParallel({axis!r}). Use a copy of the model whose cores scan on one "
+        "device (built with method='auto', say), sharing the parameters: "
+        "`eqx.combine(eqx.filter(model, eqx.is_array), eqx.filter(local, eqx.is_array, "
+        "inverse=True))`."
+    )
 
 
 def _collect(x, names: set, seen: set) -> None:
@@ -73,16 +101,7 @@ def valid_mask(length, size: Dim, axis: Hashable | None) -> Array | None:
     if axis is None or length is None:
         return _padding.valid_mask(length, size)
     total = size * jax.lax.axis_size(axis)
-    # The checks of `_padding.valid_mask`, against the whole sequence.
-    length = jnp.asarray(length)
-    if not jnp.issubdtype(length.dtype, jnp.integer) or length.shape != ():
-        return _padding.valid_mask(length, size)  # raises the usual error
-    length = length.astype(jnp.int32)
-    length = eqx.error_if(
-        length,
-        (length < 1) | (length > total),
-        f"`length` must be between 1 and the padded length {total} of the whole sequence.",
-    )
+    length = check_length(length, total, "the padded length of the whole sequence")
     return _offset(axis, size) + jnp.arange(size, dtype=jnp.int32) < length
 
 
@@ -109,10 +128,32 @@ def pool(h: Array, mask: Array | None, length, pooling: str, axis: Hashable | No
         total = jax.lax.psum(jnp.sum(_padding.where_valid(mask, h), axis=0), axis)
         return total / jnp.asarray(total_size if length is None else length, h.dtype)
     last = total_size - 1 if length is None else jnp.asarray(length).astype(jnp.int32) - 1
-    index = last - _offset(axis, size)
-    here = (index >= 0) & (index < size)
-    value = jnp.where(here, h[jnp.clip(index, 0, size - 1)], jnp.zeros((), h.dtype))
+    return at_position(h, last, axis)
+
+
+def at_position(x: Array, index, axis: Hashable) -> Array:
+    """`x[index]` of the whole sequence (`x` is this device's chunk, `index` a global
+    position), on every device: read on the device holding it, broadcast with a `psum`."""
+    size = x.shape[0]
+    local = index - _offset(axis, size)
+    here = (local >= 0) & (local < size)
+    value = jnp.where(here, x[jnp.clip(local, 0, size - 1)], jnp.zeros((), x.dtype))
     return jax.lax.psum(value, axis)
+
+
+def final_state(states, *, reverse: bool, length, axis: Hashable | None):
+    """A core's state after its last valid position (forward: `length - 1`, the last
+    position if `None`; reverse: position 0) from `states`, a pytree of arrays whose leading
+    axis is this device's chunk of the sequence, on every device: one `psum` per leaf."""
+    size = jax.tree_util.tree_leaves(states)[0].shape[0]
+    total = size * jax.lax.axis_size(axis)
+    if reverse:
+        index = jnp.zeros((), jnp.int32)
+    elif length is None:
+        index = jnp.asarray(total - 1, jnp.int32)
+    else:
+        index = check_length(length, total, "the padded length of the whole sequence") - 1
+    return jax.tree_util.tree_map(lambda x: at_position(x, index, axis), states)
 
 
 def chunk_key(key, axis: Hashable | None):

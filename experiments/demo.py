@@ -88,11 +88,11 @@ def _majority(path: Path) -> float:
 
 def train_on_listops(out: Path, *, steps: int, seed: int) -> dict[str, dict]:
     """Generate ListOps into `out/data`, train both forms into `out/{complex,real}`."""
-    from experiments.lra import generate, train
+    from experiments.lra import synthetic, train
 
     t0 = time.perf_counter()
     sizes = LISTOPS["sizes"]
-    folder = generate.write_listops(
+    folder = synthetic.write_listops(
         out / "data",
         sizes,
         seed=seed,
@@ -111,35 +111,24 @@ def train_on_listops(out: Path, *, steps: int, seed: int) -> dict[str, dict]:
         run_dir = out / form
         shutil.rmtree(run_dir, ignore_errors=True)  # the demo's own folder: start afresh
         t0 = time.perf_counter()
-        results[form] = train.run(
-            [
-                "--task",
-                "listops",
-                "--data-root",
-                str(out / "data"),
-                "--out",
-                str(run_dir),
-                "--form",
-                form,
-                "--steps",
-                str(steps),
-                "--seed",
-                str(seed),
-                "--depth",
-                str(MODEL["depth"]),
-                "--d-model",
-                str(MODEL["d_model"]),
-                "--d-state",
-                str(MODEL["d_state"]),
-                "--batch-size",
-                str(MODEL["batch_size"]),
-                "--eval-every",
-                str(max(1, steps // 6)),
-                "--checkpoint-every",
-                str(max(1, steps // 2)),
-            ]
-        )
+        results[form] = train.run(_train_argv(out / "data", run_dir, form, steps=steps, seed=seed))
         results[form]["wall"] = time.perf_counter() - t0
+    _print_results(results, chance, out, steps=steps)
+    return results
+
+
+def _train_argv(data: Path, run_dir: Path, form: str, *, steps: int, seed: int) -> list[str]:
+    """The trainer's command line of one form's run."""
+    from experiments.lra import tasks
+
+    flags = dict(
+        task=tasks.LISTOPS, data_root=data, out=run_dir, form=form, steps=steps, seed=seed,
+        **MODEL, eval_every=max(1, steps // 6), checkpoint_every=max(1, steps // 2),
+    )  # fmt: skip
+    return [w for k, v in flags.items() for w in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def _print_results(results: dict[str, dict], chance: float, out: Path, *, steps: int) -> None:
     print(
         f"\nListOps, deep LRU (depth {MODEL['depth']}, H={MODEL['d_model']}, N={MODEL['d_state']}, "
         f"batch {MODEL['batch_size']}, {steps} steps, the same initial parameters in both forms):"
@@ -158,7 +147,6 @@ def train_on_listops(out: Path, *, steps: int, seed: int) -> dict[str, dict]:
         f"  Outputs: {out / 'complex'}/ and {out / 'real'}/ — metrics.jsonl, curves.png, "
         "results.json, best.eqx (best val), last.eqx (resumable with --resume)."
     )
-    return results
 
 
 def _parser() -> argparse.ArgumentParser:

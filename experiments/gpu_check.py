@@ -11,12 +11,13 @@ Three parts, run one after the other so each has the GPU to itself:
    with `XLA_PYTHON_CLIENT_PREALLOCATE=false` so the workers share the card.
 2. **bench**: `python -m experiments.bench` (its `--quick` grid unless `--full-bench`;
    `--gpu` too if the benchmark has such a mode), if the benchmark is present.
-3. **train**: a few steps of `experiments.lra.train` for each of the six LRA tasks at the
-   paper's Table 9 model and batch sizes, on data written here in the official formats
-   (ListOps and Pathfinder/PathX by `experiments.lra.generate`; Text, Retrieval and Image
-   as random documents and pixels at full length: a few hundred examples, since only a few
-   steps run). Each run reports steps/s (compilation excluded, from `results.json`) and
-   the peak GPU memory (`memory_stats()["peak_bytes_in_use"]`).
+3. **train**: a few steps of `experiments.lra.train` for each registered LRA task at the
+   paper's Table 9 model and batch sizes, on data written here in the official formats by
+   each task's writer (`Task.synthetic`, `experiments/lra/synthetic/`: ListOps and
+   Pathfinder/PathX by their generators, Text, Retrieval and Image as random documents and
+   pixels at full length; a few hundred examples, since only a few steps run). Each run
+   reports steps/s (compilation excluded, from `results.json`) and the peak GPU memory
+   (`memory_stats()["peak_bytes_in_use"]`).
 
 It writes one Markdown report (device, driver, JAX version, pass/fail per part, the test
 failures, steps/s, peak memory; logs of every command under `WORK/logs/`) and exits 0 if
@@ -24,25 +25,20 @@ every part passed, 1 otherwise. Without a CUDA GPU it says so in one line and ex
 """
 
 import argparse
-import dataclasses
-import datetime
 import importlib.util
 import json
 import os
-import pickle
 import shutil
 import subprocess
 import sys
 import time
 import traceback
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
+from ._gpu_report import PartResult, parse_junit, render_report, tail
 
 REPO = Path(__file__).resolve().parents[1]
-TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 PARTS = ("tests", "bench", "train")
 #: Modules each part needs (import names); checked before it runs.
 NEEDS = {
@@ -50,20 +46,6 @@ NEEDS = {
     "bench": ("equinox",),
     "train": ("equinox", "optax", "PIL", "tqdm", "matplotlib"),
 }
-#: Examples written per task: (train, val, test). Enough for a few steps at Table 9's
-#: batch sizes (32, 32, 64, 50, 64, 32); Pathfinder/PathX are cut 80/10/10 by the loader.
-DEFAULT_COUNTS: dict[str, tuple[int, int, int]] = {
-    "listops": (96, 16, 16),
-    "text": (96, 16, 16),
-    "retrieval": (160, 16, 16),
-    "image": (150, 0, 40),  # the loader takes val as 10% of the five train batches
-    "pathfinder": (200, 0, 0),  # the total; the loader splits it
-    "pathx": (80, 0, 0),
-}
-_CHARS = np.array(
-    list("abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ.,;:!?'\"()-0123456789éü")
-)
-
 _PROBE = """
 import json, jax
 devices = jax.devices()
@@ -75,17 +57,6 @@ print(json.dumps({
     "devices": [d.device_kind for d in devices],
 }))
 """
-
-
-@dataclasses.dataclass
-class PartResult:
-    """What one part found: `status` is "pass", "fail" or "skipped"."""
-
-    name: str
-    status: str
-    seconds: float
-    summary: str
-    details: str = ""
 
 
 # --------------------------------------------------------------------------- the machine
@@ -146,104 +117,36 @@ def no_cuda_reason(info: Mapping) -> str | None:
 # --------------------------------------------------------------------------- data
 
 
-def _random_text(rng: np.random.Generator, low: int, high: int) -> str:
-    return "".join(rng.choice(_CHARS, int(rng.integers(low, high))))
+def synthetic_tasks() -> tuple[str, ...]:
+    """The registered LRA tasks that can write synthetic data (`Task.synthetic`)."""
+    from experiments.lra import tasks
 
-
-def write_text_task(
-    root: Path,
-    counts: tuple[int, int, int],
-    *,
-    seed: int = 0,
-    length: tuple[int, int] = (3000, 6000),
-) -> Path:
-    """IMDB layout `aclImdb/{train,test}/{neg,pos}/<id>_<rating>.txt` (val is test)."""
-    rng = np.random.default_rng([seed, 1])
-    folder = root / "aclImdb"
-    for split, n in (("train", counts[0]), ("test", counts[2])):
-        for label, name in enumerate(("neg", "pos")):
-            (folder / split / name).mkdir(parents=True, exist_ok=True)
-            for i in range((n + 1 - label) // 2):
-                text = _random_text(rng, *length)
-                (folder / split / name / f"{i}_{7 * label + 2}.txt").write_text(text, "utf-8")
-    return folder
-
-
-def write_retrieval_task(
-    root: Path,
-    counts: tuple[int, int, int],
-    *,
-    seed: int = 0,
-    length: tuple[int, int] = (3000, 5000),
-) -> Path:
-    """AAN layout `tsv_data/new_aan_pairs.{train,eval,test}.tsv`: label id1 id2 text1 text2."""
-    rng = np.random.default_rng([seed, 2])
-    folder = root / "tsv_data"
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, n in zip(("train", "eval", "test"), counts, strict=True):
-        rows = [
-            f"{i % 2}.0\tdoc{2 * i}\tdoc{2 * i + 1}\t{_random_text(rng, *length)}\t"
-            f"{_random_text(rng, *length)}\n"
-            for i in range(n)
-        ]
-        (folder / f"new_aan_pairs.{split}.tsv").write_text("".join(rows), "utf-8")
-    return folder
-
-
-def write_image_task(root: Path, counts: tuple[int, int, int], *, seed: int = 0) -> Path:
-    """CIFAR-10 layout `cifar-10-batches-py/{data_batch_1..5,test_batch}` (pickles)."""
-    rng = np.random.default_rng([seed, 3])
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True, exist_ok=True)
-    per_batch = -(-counts[0] // 5)
-    sizes = {f"data_batch_{i}": per_batch for i in range(1, 6)} | {"test_batch": counts[2]}
-    for name, n in sizes.items():
-        batch = {
-            b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-            b"labels": rng.integers(0, 10, n).tolist(),
-        }
-        with open(folder / name, "wb") as f:
-            pickle.dump(batch, f)
-    return folder
+    return tuple(t for t in tasks.names() if tasks.get_task(t).synthetic is not None)
 
 
 def prepare_data(
     root: Path,
     counts: Mapping[str, tuple[int, int, int]] | None = None,
     *,
-    tasks: Sequence[str] = TASKS,
+    tasks: Sequence[str] | None = None,
     seed: int = 0,
     workers: int = 1,
 ) -> dict[str, Path]:
-    """Write official-format data for `tasks` under `root`; return each task's folder.
+    """Write official-format data for `tasks` (default: `synthetic_tasks()`) under `root`
+    with each task's writer (`Task.synthetic`; `counts` overrides its `synthetic_counts`);
+    return each task's folder.
 
     ListOps uses the official generator settings (500 < length < 2000), Text and Retrieval
     documents are long enough to fill l_max (4096, 4000), images are 32x32 (128x128 PathX).
     """
-    from experiments.lra import generate as gen
+    from experiments.lra.tasks import get_task
 
-    counts = {**DEFAULT_COUNTS, **(counts or {})}
+    counts = dict(counts or {})
     folders = {}
-    for task in tasks:
-        n = counts[task]
-        if task == "listops":
-            folders[task] = gen.write_listops(root, n, seed=seed)
-        elif task == "text":
-            folders[task] = write_text_task(root, n, seed=seed)
-        elif task == "retrieval":
-            folders[task] = write_retrieval_task(root, n, seed=seed)
-        elif task == "image":
-            folders[task] = write_image_task(root, n, seed=seed)
-        else:
-            folders[task] = gen.write_pathfinder(
-                root,
-                sum(n),
-                seed=seed,
-                resolution=128 if task == "pathx" else 32,
-                images_per_batch=100,
-                workers=workers,
-                overwrite=True,
-            )
+    for task in synthetic_tasks() if tasks is None else tasks:
+        entry = get_task(task)
+        n = counts.get(task, entry.synthetic_counts)
+        folders[task] = entry.synthetic(root, n, seed=seed, workers=workers)
     return folders
 
 
@@ -347,33 +250,6 @@ def _run_logged(
     return rc, time.perf_counter() - began
 
 
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(text[-lines:])
-
-
-def parse_junit(path: Path) -> dict:
-    """Counts and failed test ids from a pytest JUnit XML file."""
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    keys = ("tests", "failures", "errors", "skipped")
-    counts = {k: sum(int(s.get(k, 0)) for s in suites) for k in keys}
-    failed, skipped = [], {}
-    for case in root.iter("testcase"):
-        name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        if case.find("failure") is not None or case.find("error") is not None:
-            failed.append(name)
-        skip = case.find("skipped")
-        if skip is not None:
-            reason = skip.get("message", "")
-            skipped[reason] = skipped.get(reason, 0) + 1
-    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return {**counts, "failed": failed, "skip_reasons": skipped}
-
-
 def run_tests(work: Path, workers: int, timeout: float, targets: Sequence[str] = ()) -> PartResult:
     junit, log = work / "tests.xml", work / "logs" / "tests.log"
     junit.unlink(missing_ok=True)
@@ -384,7 +260,7 @@ def run_tests(work: Path, workers: int, timeout: float, targets: Sequence[str] =
             "fail",
             seconds,
             f"pytest exited with {rc} and wrote no results (crash or timeout)",
-            f"```\n{_tail(log)}\n```",
+            f"```\n{tail(log)}\n```",
         )
     r = parse_junit(junit)
     summary = (
@@ -395,7 +271,7 @@ def run_tests(work: Path, workers: int, timeout: float, targets: Sequence[str] =
     details += "".join(f"- skipped {n}: {reason}\n" for reason, n in r["skip_reasons"].items())
     ok = rc == 0 and not r["failed"]
     if not ok:
-        details += f"\n```\n{_tail(log)}\n```\n"
+        details += f"\n```\n{tail(log)}\n```\n"
     return PartResult("tests", "pass" if ok else "fail", seconds, summary, details)
 
 
@@ -406,7 +282,7 @@ def run_bench(work: Path, full: bool, timeout: float) -> PartResult:
     log = work / "logs" / "bench.log"
     rc, seconds = _run_logged(cmd, log, timeout)
     report = work / "bench.md"
-    shown = report.read_text(encoding="utf-8") if report.is_file() else _tail(log, 80)
+    shown = report.read_text(encoding="utf-8") if report.is_file() else tail(log, 80)
     status = "pass" if rc == 0 else "fail"
     return PartResult(
         "bench",
@@ -461,7 +337,7 @@ def run_train(
         rc, _ = _run_logged(cmd, log, timeout)
         rows.append(_train_row(task, out, stats, rc))
         if not rows[-1]["ok"]:
-            logs.append(f"**{task}** (exit status {rc}):\n\n```\n{_tail(log, 25)}\n```\n")
+            logs.append(f"**{task}** (exit status {rc}):\n\n```\n{tail(log, 25)}\n```\n")
     table = [
         "| task | depth/H/N | batch | steps | steps/s | peak GPU memory | result |",
         "|---|---|---|---|---|---|---|",
@@ -486,37 +362,6 @@ def run_train(
     )
 
 
-# --------------------------------------------------------------------------- report
-
-
-def render_report(info: Mapping, parts: Sequence[PartResult], *, when: str | None = None) -> str:
-    """The Markdown report: the machine, then one line per part, then each part's details."""
-    ok = all(p.status != "fail" for p in parts)
-    when = when or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    devices = info.get("devices") or []
-    device = f"{len(devices)} x {devices[0]}" if devices else "-"
-    smi = info.get("nvidia_smi") or []
-    driver = smi[0].split(",")[1].strip() if smi and len(smi[0].split(",")) > 1 else "-"
-    lines = [
-        f"# GPU check: {'PASS' if ok else 'FAIL'}",
-        "",
-        f"- when: {when}",
-        f"- device: {device}" + (f" (nvidia-smi: {'; '.join(smi)})" if smi else ""),
-        f"- driver: {driver}; platform: {info.get('platform_version', '-')}",
-        f"- JAX {info.get('jax', '-')}, jaxlib {info.get('jaxlib', '-')}, "
-        f"Python {info.get('python', '-')}, backend {info.get('backend', '-')}",
-        "- matmul precision: JAX's default (TF32 on NVIDIA) except where the tests ask for more",
-        "",
-        "| part | result | time | summary |",
-        "|---|---|---|---|",
-    ]
-    lines += [f"| {p.name} | {p.status.upper()} | {p.seconds:.0f} s | {p.summary} |" for p in parts]
-    for p in parts:
-        if p.details:
-            lines += ["", f"## {p.name}", "", p.details.rstrip()]
-    return "\n".join(lines) + "\n"
-
-
 # --------------------------------------------------------------------------- CLI
 
 
@@ -534,7 +379,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--report", type=Path, help="the Markdown report [WORK/report.md]")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {PARTS}")
-    p.add_argument("--tasks", default=",".join(TASKS), help="LRA tasks for the train part")
+    p.add_argument(
+        "--tasks",
+        default=",".join(synthetic_tasks()),
+        help="LRA tasks for the train part [every registered task that writes synthetic data]",
+    )
     p.add_argument("--steps", type=POSITIVE_INT, default=20, help="trainer steps per task")
     p.add_argument("--workers", type=NATURAL, default=4, help="pytest-xdist workers (0: none)")
     p.add_argument("--full-bench", action="store_true", help="the full benchmark grid, not --quick")
@@ -557,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tasks = [t for t in args.tasks.split(",") if t]
     for bad, allowed, flag in (
         (set(parts) - set(PARTS), PARTS, "--parts"),
-        (set(tasks) - set(TASKS), TASKS, "--tasks"),
+        (set(tasks) - set(synthetic_tasks()), synthetic_tasks(), "--tasks"),
     ):
         if bad:
             parser.error(f"argument {flag}: unknown {sorted(bad)}; expected some of {allowed}")

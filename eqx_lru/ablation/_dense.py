@@ -16,6 +16,7 @@ from .._algebra import DenseAlgebra
 from .._checks import (
     Size,
     check_choice,
+    check_fits,
     check_key,
     check_sequence,
     check_size,
@@ -41,6 +42,8 @@ def _dense_init(d_model: Size, d_state: Size, dtype, key: PRNGKeyArray) -> tuple
     d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
     check_key(key)
     dtype = float_dtype(dtype)
+    owner = f"A dense RNN with d_model={d_model}, d_state={d_state}"
+    check_fits(owner, dtype, d_state * d_state + 2 * d_model * d_state + d_model)
     a_key, b_key, c_key, d_key = jax.random.split(key, 4)
     return (
         _glorot(a_key, (d_state, d_state), dtype),

@@ -15,6 +15,8 @@ from ._lds import companion_form as companion_form
 from ._lds import vandermonde as vandermonde
 from ._s4d import S4D as S4D
 from ._s4d import s4d_eigenvalues as s4d_eigenvalues
+from ._s4d import s4d_input as s4d_input
+from ._s5 import C_INITS as C_INITS
 from ._s5 import S5 as S5
 from ._s5 import hippo_n as hippo_n
 from ._s5 import hippo_n_modes as hippo_n_modes
@@ -22,6 +24,7 @@ from ._s5 import s5_eigenbasis as s5_eigenbasis
 from ._ssm import AbstractDiagonalSSM as AbstractDiagonalSSM
 
 __all__ = [
+    "C_INITS",
     "S4D",
     "S5",
     "AbstractDiagonalSSM",
@@ -32,6 +35,7 @@ __all__ = [
     "hippo_n",
     "hippo_n_modes",
     "s4d_eigenvalues",
+    "s4d_input",
     "s5_eigenbasis",
     "vandermonde",
 ]

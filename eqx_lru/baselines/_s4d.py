@@ -7,10 +7,12 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, PRNGKeyArray
 
 from .._checks import (
     check_choice,
+    check_fits,
     check_form,
     check_sequence,
     check_size,
@@ -18,24 +20,45 @@ from .._checks import (
     float_dtype,
 )
 from .._methods import scan_method
+from .._sequence_parallel import SequenceParallel
 from ._common import Pair, check_even_state, cmul, zoh_pairs
+from ._s5 import hippo_n_modes
 from ._ssm import AbstractDiagonalSSM
 
-_INITS = ("lin", "inv")
+_INITS = ("lin", "inv", "legs")
 _MODES = ("recurrence", "convolution")
 
 
 def s4d_eigenvalues(d_state: int, init: str) -> tuple[list[float], list[float]]:
     r"""The continuous-time $A_n$, $n = 0, \dots, N/2 - 1$, as (real, imaginary) lists:
     S4D-Lin $A_n = -\tfrac12 + i\pi n$; S4D-Inv
-    $A_n = -\tfrac12 + i \tfrac{N}{\pi}\left(\tfrac{N}{2n + 1} - 1\right)$."""
+    $A_n = -\tfrac12 + i \tfrac{N}{\pi}\left(\tfrac{N}{2n + 1} - 1\right)$; S4D-LegS the
+    eigenvalues $-\tfrac12 + i\omega_n$, $\omega_n > 0$ ascending, of the normal part of
+    HiPPO-LegS (`hippo_n_modes`)."""
     check_choice("init", init, _INITS)
     modes = range(d_state // 2)
+    if init == "legs":
+        lam, _ = hippo_n_modes(d_state)
+        return [float(x) for x in lam.real], [float(x) for x in lam.imag]
     if init == "lin":
         imag = [math.pi * n for n in modes]
     else:
         imag = [d_state / math.pi * (d_state / (2 * n + 1) - 1) for n in modes]
     return [-0.5] * len(imag), imag
+
+
+def s4d_input(d_state: int, init: str) -> tuple[list[float], list[float]]:
+    r"""The initial $B_n$ of every channel, as (real, imaginary) lists: 1 for S4D-Lin and
+    S4D-Inv; for S4D-LegS, HiPPO-LegS's $b_k = \sqrt{2k + 1}$ in the eigenbasis,
+    $B = V^* b$ (`hippo_n_modes`), imaginary parts clipped to $[-2, 2]$ as S4's code does
+    (`B_clip=2`). $V$'s columns are NumPy's eigenvectors; S4's come from PyTorch's, and
+    their phases (hence which parts the clip touches) may differ."""
+    check_choice("init", init, _INITS)
+    if init != "legs":
+        return [1.0] * (d_state // 2), [0.0] * (d_state // 2)
+    _, vectors = hippo_n_modes(d_state)
+    b = vectors.conj().T @ np.sqrt(2 * np.arange(d_state) + 1.0)
+    return [float(x) for x in b.real], [float(x) for x in np.clip(b.imag, -2.0, 2.0)]
 
 
 class S4D(AbstractDiagonalSSM):
@@ -56,10 +79,11 @@ class S4D(AbstractDiagonalSSM):
     state in all). It must be even.
 
     **Fields** (all real): `log_dt` `(H,)` $\sim U[\log\Delta_\min, \log\Delta_\max]$;
-    `A_re_log`, `A_im` `(H, N/2)` (S4D-Lin or S4D-Inv, see `s4d_eigenvalues`;
-    $\operatorname{Re} A = -e^{a_{\log}} < 0$ always); `B_re`, `B_im` `(H, N/2)` $= 1, 0$
-    (S4D's $B = 1$, trainable); `C_re`, `C_im` `(H, N/2)` $\sim \mathcal N(0, \tfrac12)$
-    (unit-variance complex normal); `D` `(H,)` $\sim \mathcal N(0, 1)$.
+    `A_re_log`, `A_im` `(H, N/2)` (S4D-Lin, S4D-Inv or S4D-LegS, see `s4d_eigenvalues`;
+    $\operatorname{Re} A = -e^{a_{\log}} < 0$ always); `B_re`, `B_im` `(H, N/2)`
+    (`s4d_input`: S4D's $B = 1$, or LegS's projected $b$; trainable); `C_re`, `C_im`
+    `(H, N/2)` $\sim \mathcal N(0, \tfrac12)$ (unit-variance complex normal); `D` `(H,)`
+    $\sim \mathcal N(0, 1)$.
     `recurrent_fields`: $\Delta$, $A$ and $B$ get the smaller learning rate and no weight
     decay in `eqx_lru.lru_optimizer` (paper §D.2).
 
@@ -68,7 +92,8 @@ class S4D(AbstractDiagonalSSM):
     same $H$. `mode="convolution"` computes the same outputs as S4D's own code does, as a
     causal convolution with the kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n
     \bar A_n^l)$ (`kernel`, once per layer, shared by the batch) by FFT: $O(HL)$ memory per
-    example. The call uses it when it starts from zero without `segment_ids`; `run` (which
+    example. The call uses it when it starts from zero without `segment_ids` and scans on one
+    device (a `SequenceParallel` method runs the recurrence); `run` (which
     returns the final state), a call with `initial_state` or `segment_ids`, and `step` run
     the recurrence, the same function.
 
@@ -113,7 +138,7 @@ class S4D(AbstractDiagonalSSM):
         key: PRNGKeyArray,
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($N$, even: $N/2$ complex modes per
-        channel), `init` (`"lin"` or `"inv"`), `form` (`"complex"` or `"real"`),
+        channel), `init` (`"lin"`, `"inv"` or `"legs"`), `form` (`"complex"` or `"real"`),
         `mode` (`"recurrence"` or `"convolution"`, see above),
         `dt_min`/`dt_max` (range of the log-uniform initial step), `method` (scan method of
         `eqx_lru.linear_recurrence`, string or object), `dtype` (real floating; default JAX's
@@ -126,6 +151,7 @@ class S4D(AbstractDiagonalSSM):
         dtype = float_dtype(dtype)
         if check_form(form) == "complex":
             self._check_complex_dtype(dtype)
+        check_fits(f"S4D(d_model={d_model}, d_state={d_state})", dtype, 3 * d_model * d_state)
         re, im = s4d_eigenvalues(d_state, init)
         dt_key, c_key = jax.random.split(key)
         shape = (d_model, d_state // 2)
@@ -134,7 +160,9 @@ class S4D(AbstractDiagonalSSM):
         )
         self.A_re_log = jnp.broadcast_to(jnp.log(-jnp.asarray(re, dtype)), shape)
         self.A_im = jnp.broadcast_to(jnp.asarray(im, dtype), shape)
-        self.B_re, self.B_im = jnp.ones(shape, dtype), jnp.zeros(shape, dtype)
+        b_re, b_im = s4d_input(d_state, init)
+        self.B_re = jnp.broadcast_to(jnp.asarray(b_re, dtype), shape)
+        self.B_im = jnp.broadcast_to(jnp.asarray(b_im, dtype), shape)
         c = jax.random.normal(c_key, (2,) + shape, dtype) * math.sqrt(0.5)
         self.C_re, self.C_im = c[0], c[1]
         self.D = jax.random.normal(jax.random.fold_in(c_key, 1), (d_model,), dtype)
@@ -163,8 +191,11 @@ class S4D(AbstractDiagonalSSM):
 
     def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
         r"""As `eqx_lru.AbstractRecurrentCore.__call__`; by FFT convolution with
-        `mode="convolution"` when it starts from zero without `segment_ids`."""
-        if self.mode == "convolution" and options.get("initial_state") is None:
+        `mode="convolution"` when it starts from zero without `segment_ids` or `dt` (and
+        the sequence is not split across devices by a `SequenceParallel` method)."""
+        # The convolution sees one chunk only of a sequence split across devices.
+        local = not isinstance(self.method, SequenceParallel)
+        if self.mode == "convolution" and local and options.get("initial_state") is None:
             if options.get("segment_ids") is None and options.get("dt") is None:
                 return self._convolve(jnp.asarray(u), options.get("reverse", False))
         return super().__call__(u, **options)

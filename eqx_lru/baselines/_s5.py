@@ -10,7 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
-from .._checks import check_form, check_size, check_steps, complex_dtype, float_dtype
+from .._checks import (
+    check_choice,
+    check_fits,
+    check_form,
+    check_size,
+    check_steps,
+    complex_dtype,
+    float_dtype,
+)
 from .._methods import scan_method
 from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._ssm import AbstractDiagonalSSM
@@ -36,6 +44,10 @@ def hippo_n_modes(size: int) -> tuple[np.ndarray, np.ndarray]:
     omega, vectors = np.linalg.eigh(-1j * skew)  # K v = i ω v; ascending ω, pairs ±ω
     keep = np.argsort(omega)[size // 2 :]
     return -0.5 + 1j * omega[keep], vectors[:, keep]
+
+
+#: The initialisations of $C$ of S5's code (its `--C_init`); see `S5`.
+C_INITS = ("trunc_standard_normal", "lecun_normal", "complex_normal")
 
 
 def s5_eigenbasis(d_state: int, blocks: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,12 +79,19 @@ class S5(AbstractDiagonalSSM):
     the block-diagonal matrix with $J$ copies of the $P/J$-sized normal part of HiPPO-LegS
     (`hippo_n`, `s5_eigenbasis`); $\operatorname{Re}\Lambda = -\tfrac12$.
     As the official code: $B$ real `(P, H)` by `lecun_normal` (truncated normal of
-    variance $1/P$, the fan-in of a `(P, H)` matrix) and $C$ complex `(H, P)`, real and
-    imaginary parts truncated normal of variance $1/P$ each (its default `C_init`,
-    `trunc_standard_normal`; its run scripts override it per task, ListOps' with a variance
-    $1/(HP)$, Path-X's with `complex_normal`, so the default is the one setting common to
-    all tasks), moved to the eigenbasis: $\tilde B = V^* B$, $\tilde C = C V$ (stored as
-    real and imaginary parts). $\log\Delta \sim U[\log\Delta_\min, \log\Delta_\max]$ per mode,
+    variance $1/P$, the fan-in of a `(P, H)` matrix), moved to the eigenbasis:
+    $\tilde B = V^* B$ (stored as real and imaginary parts). $C$ by `C_init`, S5's
+    `--C_init` (its run scripts choose it per task):
+
+    - `"trunc_standard_normal"` (S5's default): $C$ complex `(H, P)`, the real and imaginary
+      parts truncated normal of variance $1/P$ each (one `lecun_normal` row per output),
+      $\tilde C = C V$;
+    - `"lecun_normal"`: the same with variance $1/(HP)$ (`lecun_normal` over the whole
+      `(H, P, 2)` array: fan-in $HP$), $\tilde C = C V$;
+    - `"complex_normal"`: $\tilde C$ itself `(H, P/2)`, real and imaginary parts normal of
+      variance $\tfrac12$ each (not moved by $V$).
+
+    $\log\Delta \sim U[\log\Delta_\min, \log\Delta_\max]$ per mode,
     $D \sim \mathcal N(0, 1)$.
 
     **Fields** (all real): `Lambda_re`, `Lambda_im`, `log_step` `(P/2,)`; `B_re`, `B_im`
@@ -128,6 +147,7 @@ class S5(AbstractDiagonalSSM):
         *,
         blocks: int = 1,
         form: str = "complex",
+        C_init: str = "trunc_standard_normal",
         dt_min: float = 0.001,
         dt_max: float = 0.1,
         method: Any = "auto",
@@ -136,15 +156,20 @@ class S5(AbstractDiagonalSSM):
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($P$, a multiple of `2 * blocks`),
         `blocks` ($J$, HiPPO-N blocks of size $P/J$), `form` (`"complex"` or `"real"`),
-        `dt_min`/`dt_max` (range of the log-uniform initial steps), `method` (scan method of
-        `eqx_lru.linear_recurrence`), `dtype` (real floating; default JAX's float), `key`."""
+        `C_init` (one of `C_INITS`, see above), `dt_min`/`dt_max` (range of the log-uniform
+        initial steps), `method` (scan method of `eqx_lru.linear_recurrence`), `dtype` (real
+        floating; default JAX's float), `key`."""
         check_size("d_model", d_model)
         check_size("blocks", blocks)
         check_even_state(d_state, blocks, f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)")
         check_steps(dt_min, dt_max)
+        check_choice("C_init", C_init, C_INITS)
         dtype = float_dtype(dtype)
         if check_form(form) == "complex":
             self._check_complex_dtype(dtype)
+        # B, C (complex) and the eigenbasis V, a dense (P, P) complex matrix.
+        elements = 4 * d_model * d_state + 2 * d_state * d_state
+        check_fits(f"S5(d_model={d_model}, d_state={d_state})", dtype, elements)
         lam, vectors = s5_eigenbasis(d_state, blocks)
         b_key, c_key, dt_key, d_key = jax.random.split(key, 4)
         # B (real), C (complex) drawn, moved to the eigenbasis in JAX (traceable: `filter_vmap` over
@@ -152,16 +177,11 @@ class S5(AbstractDiagonalSSM):
         # 16-bit `dtype` has no complex type; the results are cast to `dtype`.
         wide = dtype if dtype.itemsize >= 4 else jnp.dtype(jnp.float32)
         v = jnp.asarray(vectors, complex_dtype(wide))
-        # Official S5: B by lecun_normal on (P, H) (fan-in P); C complex, each part a
-        # lecun_normal row (1, P) per output (its trunc_standard_normal): variance 1/P.
+        # Official S5: B by lecun_normal on (P, H) (fan-in P); C by C_init.
         b = jax.nn.initializers.lecun_normal()(b_key, (d_state, d_model), wide)
-        c_parts = jax.nn.initializers.variance_scaling(
-            1.0, "fan_in", "truncated_normal", in_axis=-2, out_axis=-1, batch_axis=0
-        )(c_key, (d_model, d_state, 2), wide)
-        c = jax.lax.complex(c_parts[..., 0], c_parts[..., 1])
         highest = jax.lax.Precision.HIGHEST
         b_tilde = jnp.matmul(v.conj().T, b.astype(v.dtype), precision=highest)
-        c_tilde = jnp.matmul(c.astype(v.dtype), v, precision=highest)
+        c_tilde = _init_c(C_init, c_key, d_model, v, wide)
         self.Lambda_re = jnp.asarray(lam.real, dtype)
         self.Lambda_im = jnp.asarray(lam.imag, dtype)
         self.log_step = jax.random.uniform(
@@ -198,3 +218,19 @@ class S5(AbstractDiagonalSSM):
 
     def _state_shape(self) -> tuple[int, ...]:
         return self.Lambda_re.shape
+
+
+def _init_c(C_init: str, key: PRNGKeyArray, d_model: int, v: Array, dtype) -> Array:
+    r"""$\tilde C$ `(d_model, P/2)` complex, drawn as S5's `--C_init` draws it (see `S5`)."""
+    d_state, modes = v.shape
+    if C_init == "complex_normal":  # drawn in the eigenbasis directly
+        parts = jax.random.normal(key, (d_model, modes, 2), dtype) * math.sqrt(0.5)
+        return jax.lax.complex(parts[..., 0], parts[..., 1])
+    if C_init == "lecun_normal":  # fan-in H * P: the whole (H, P, 2) array
+        parts = jax.nn.initializers.lecun_normal()(key, (d_model, d_state, 2), dtype)
+    else:  # trunc_standard_normal: one lecun_normal (1, P, 2) row per output, fan-in P
+        parts = jax.nn.initializers.variance_scaling(
+            1.0, "fan_in", "truncated_normal", in_axis=-2, out_axis=-1, batch_axis=0
+        )(key, (d_model, d_state, 2), dtype)
+    c = jax.lax.complex(parts[..., 0], parts[..., 1])
+    return jnp.matmul(c.astype(v.dtype), v, precision=jax.lax.Precision.HIGHEST)

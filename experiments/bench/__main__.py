@@ -14,7 +14,6 @@ from .extras import DEFAULT_RING, PATHX_RING
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 HUGETLB = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
-TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
 FULL = {
     "B": 16,
@@ -53,17 +52,9 @@ FULL = {
     },
     "peak_rss": True,
     "autodiff": True,
-    # One training step per LRA task (Table 9 sizes): (task, core, form, remat, timed calls).
-    # remat None: the trainer's default for the task.
-    "model": [
-        *((t, "lru", f, None, 2) for t in TASKS[:-1] for f in ("complex", "real")),
-        # PathX without remat needs ~29 GB of XLA temp: compiled only; timed with remat.
-        ("pathx", "lru", "complex", False, 0),
-        ("pathx", "lru", "complex", True, 2),
-        ("pathx", "lru", "real", True, 2),
-        ("listops", "s4d", "complex", None, 2),
-        ("listops", "s5", "complex", None, 2),
-    ],
+    # One training step per LRA task (Table 9 sizes), the registered tasks and cores:
+    # `_model_rows` (both forms on every task here).
+    "model": {"calls": 2, "real": "all"},
 }
 # What fits in about 25 minutes on a 2-core CPU: one H, three rounds, no peak-RSS
 # processes, no block-size section, one huge-pages case; one timed step per task.
@@ -81,15 +72,7 @@ REDUCED = dict(
     },
     peak_rss=False,
     autodiff=False,
-    model=[
-        *((t, "lru", "complex", None, 1) for t in TASKS[1:-1]),
-        ("pathx", "lru", "complex", False, 0),
-        ("pathx", "lru", "complex", True, 1),
-        ("listops", "lru", "complex", None, 1),
-        ("listops", "lru", "real", None, 1),
-        ("listops", "s4d", "complex", None, 1),
-        ("listops", "s5", "complex", None, 1),
-    ],
+    model={"calls": 1, "real": "first"},
 )
 QUICK = {
     "B": 2,
@@ -105,7 +88,7 @@ QUICK = {
     "precision": {"configs": [(16, 16, 128, DEFAULT_RING)], "batch": 2},
     "peak_rss": False,
     "autodiff": True,
-    "model": [],
+    "model": None,
 }
 GRIDS = {"full": FULL, "reduced": REDUCED, "quick": QUICK}
 SECTIONS = ("memory", "grid", "unroll", "hugetlb", "step", "precision", "model")
@@ -278,26 +261,41 @@ def run(grid, runner, *, quick, backend):
     runner.extra("precision", grid["precision"])
 
 
+def _model_rows(calls: int, real: str) -> list[tuple]:
+    """`(task, core, form, remat, timed calls)` of the training steps to measure (remat
+    None: the trainer's default for the task), from the task and core registries: the LRU
+    on every task (complex; real on every task if `real == "all"`, else on the first); the
+    longest task, whose step without remat needs the most memory (PathX: ~29 GB of XLA
+    temp), compiled only without remat and timed with it; the other cores on the first
+    task."""
+    from experiments.lra import cores, tasks
+
+    names = tasks.names()
+    longest = max(names, key=lambda t: tasks.get_task(t).seq_len)
+    lru = cores.DEFAULT
+    forms = {t: ("complex", "real") if real == "all" or t == names[0] else ("complex",)
+             for t in names}  # fmt: skip
+    rows = [(t, lru, f, None, calls) for t in names if t != longest for f in forms[t]]
+    rows += [(longest, lru, "complex", False, 0)]
+    rows += [(longest, lru, f, True, calls) for f in forms[longest]]
+    rows += [(names[0], c, "complex", None, calls) for c in cores.names() if c != lru]
+    return rows
+
+
 def _model_specs(grid) -> list[dict]:
+    if not grid["model"]:
+        return []
     specs = []
-    for task, core, form, remat, calls in grid["model"]:
-        if core != "lru" and not _has_baselines():
-            continue
+    for task, core, form, remat, calls in _model_rows(**grid["model"]):
         remat = _default_remat(task) if remat is None else remat
         specs.append({"task": task, "core": core, "form": form, "remat": remat, "calls": calls})
     return specs
 
 
-def _has_baselines() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("eqx_lru.baselines") is not None
-
-
 def _default_remat(task: str) -> bool:
-    from .model import settings
+    from experiments.lra.config import RunConfig
 
-    return bool(settings(task, "lru", "complex", remat=None)["remat"])
+    return bool(RunConfig.defaults(task).remat)
 
 
 def _grid_entry(runner, mode, H, N, L):
@@ -536,6 +534,14 @@ def _main(argv=None):
         if out
         else None
     )
+    # Every file this run writes is checked before minutes of measuring: the defaults and
+    # the JSON file derived from --out too (argparse checked only the flags given).
+    from . import streaming
+
+    writes = [("--out", out), ("--json", json_path)]
+    if name != "quick":
+        writes.append(("the streaming table", streaming.default_out(backend)))
+    report.check_writable(parser, writes)
     info = report.machine_info()
     try:
         runner = Runner(json_path, in_process=name == "quick", resume=args.resume)
@@ -552,9 +558,7 @@ def _main(argv=None):
         _log(f"wrote {out}")
     else:
         print(text)
-    from . import streaming  # token-by-token inference: STREAMING-<backend>.md
-
-    streaming.main(["--quick"] if name == "quick" else [])
+    streaming.main(["--quick"] if name == "quick" else [])  # STREAMING-<backend>.md
 
 
 def main(argv=None) -> int:

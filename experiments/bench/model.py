@@ -1,7 +1,8 @@
 """One training step of the LRA trainer at the paper's Table 9 sizes, in this process.
 
 `python -m experiments.bench.model SPEC` prints one JSON line. A spec:
-`{"task", "core" ("lru" | "s4d" | "s5"), "form" ("complex" | "real"), "remat", "calls"}`;
+`{"task", "core" (a registered core, `experiments/lra/cores.py`), "form" ("complex" |
+"real"), "remat", "calls"}`;
 `calls = 0` compiles only. The step is the trainer's own program
 (`experiments.lra.steps.compile_train_step` on the settings `train.resolve_config` gives for
 `--task TASK --core CORE --form FORM --[no-]remat`): Table 9's depth, H, N, batch size and
@@ -21,7 +22,7 @@ import tempfile
 import time
 
 
-def settings(task: str, core: str, form: str, remat: bool | None) -> dict:
+def settings(task: str, core: str, form: str, remat: bool | None):
     """The trainer's settings of one run (Table 9 defaults for `task`; `remat=None`: the
     trainer's default)."""
     from experiments.lra import train
@@ -45,12 +46,12 @@ def measure(spec: dict) -> dict:
     compiled, args = steps.compile_train_step(cfg, data)
     result = {
         "spec": spec,
-        "batch": cfg["batch_size"],
+        "batch": cfg.batch_size,
         "length": data.seq_len,
-        "depth": cfg["depth"],
-        "H": cfg["d_model"],
-        "N": cfg["d_state"],
-        "bidirectional": cfg["bidirectional"],
+        "depth": cfg.depth,
+        "H": cfg.d_model,
+        "N": cfg.d_state,
+        "bidirectional": cfg.bidirectional,
         "compile_s": time.perf_counter() - start,
         "temp_gb": compiled.memory_analysis().temp_size_in_bytes / 1e9,
         "args_gb": compiled.memory_analysis().argument_size_in_bytes / 1e9,

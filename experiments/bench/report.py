@@ -1,5 +1,7 @@
-"""The machine's description and the Markdown tables of RESULTS-<backend>.md."""
+"""The machine's description, the Markdown tables of RESULTS-<backend>.md, and the check that
+the files a run writes can be written (before it measures)."""
 
+import argparse
 import datetime
 import os
 import platform
@@ -241,14 +243,16 @@ def model_table(rows) -> list[str]:
         "| peak GB |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    order = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+    from experiments.lra import cores, tasks
+
+    order = tasks.names()
     rows = sorted(
         (r for r in rows if "spec" in r),
         key=lambda r: (order.index(r["spec"]["task"]), r["spec"]["core"], r["spec"]["form"]),
     )
     for r in rows:
         s = r["spec"]
-        core = f"LRU {s['form']}" if s["core"] == "lru" else s["core"].upper()
+        core = cores.get_core(s["core"]).describe(s["form"])
         if "temp_gb" not in r:
             lines.append(
                 f"| {s['task']} | {core} | | | "
@@ -310,3 +314,17 @@ def machine_lines(info, *, end_load=None) -> list[str]:
         + (f"; at the end: {' / '.join(f'{x:.1f}' for x in end_load)}" if end_load else ""),
     ]
     return lines
+
+
+def check_writable(parser: argparse.ArgumentParser, writes) -> None:
+    """`parser.error` (one `error:` line, status 2) naming the first of `writes`, pairs
+    `(what, path or None)`, that cannot be written (`experiments._flags.output_file`)."""
+    from experiments._flags import output_file
+
+    for what, path in writes:
+        if path is None:
+            continue
+        try:
+            output_file(str(path))
+        except argparse.ArgumentTypeError as e:
+            parser.error(f"{what}: {e}")

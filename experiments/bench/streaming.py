@@ -68,15 +68,13 @@ def _rss_mb() -> float | None:
 def _model(grid, form):
     import jax
 
-    from experiments.lra import steps, train
+    from experiments.lra import steps, tasks
+    from experiments.lra.config import RunConfig
 
-    cfg = {
-        **train.task_defaults("listops"),
-        "form": form,
-        "method": "sequential",
-        **{k: grid[k] for k in ("depth", "d_model", "d_state")},
-    }
-    return steps.build_model(cfg, steps.task_spec("listops"), jax.random.PRNGKey(0))
+    config = RunConfig.defaults(tasks.LISTOPS).replace(
+        form=form, method="sequential", **{k: grid[k] for k in ("depth", "d_model", "d_state")}
+    )
+    return steps.build_model(config, steps.task_spec(tasks.LISTOPS), jax.random.PRNGKey(0))
 
 
 def _windows(make_stream, grid) -> dict:
@@ -175,28 +173,47 @@ def parallel_prefix(grid, form, length) -> dict:
     }
 
 
-def onnx_step(grid, batch) -> dict:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return {
-            "batch": batch,
-            "error": "onnxruntime is not installed (pip install -e '.[export]')",
-        }
+#: Why an ONNX measurement is missing, when onnxruntime is.
+NO_ONNXRUNTIME = "onnxruntime is not installed (pip install -e '.[export]')"
+
+
+def onnx_step_session(model, state):
+    """The token model's step exported to ONNX (real form, batch norm folded, symbolic
+    batch) in an onnxruntime session with one intra-op thread: `(session, input names,
+    carry zeros)`, `carry_zeros(batch)` the carry of `batch` new streams. The one place
+    the benchmarks reach the exporter (today `experiments.export`)."""
+    import onnxruntime as ort
+
     from experiments import export
 
-    model, state = _model(grid, "complex")
     vocab = model.encoder.num_embeddings
     program = export.step_program(
         export.prepare(model, state, real=True), state, tokens=True, in_size=vocab
     )
-    data = export.export_onnx(program)
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        export.export_onnx(program), options, providers=["CPUExecutionProvider"]
+    )
     names = [i.name for i in session.get_inputs()]
+
+    def carry_zeros(batch):
+        return [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in program.carry]
+
+    return session, names, carry_zeros
+
+
+def onnx_step(grid, batch) -> dict:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return {"batch": batch, "error": NO_ONNXRUNTIME}
+
+    model, state = _model(grid, "complex")
+    vocab = model.encoder.num_embeddings
+    session, names, carry_zeros = onnx_step_session(model, state)
     rng = np.random.default_rng(0)
-    zeros = [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in program.carry]
+    zeros = carry_zeros(batch)
 
     def make_stream(start):
         box = {"carry": zeros}
@@ -352,7 +369,14 @@ def render(grid, results, info) -> str:
     return "\n".join(lines)
 
 
+def default_out(backend: str) -> str:
+    """Where the table goes without `--out`: `STREAMING-<backend>.md` beside this file."""
+    return os.path.join(HERE, f"STREAMING-{backend}.md")
+
+
 def main(argv=None) -> int:
+    from experiments._flags import output_file
+
     parser = argparse.ArgumentParser(
         prog="python -m experiments.bench.streaming", description=__doc__
     )
@@ -360,21 +384,22 @@ def main(argv=None) -> int:
         "--quick", action="store_true", help="a tiny model and few tokens (seconds)"
     )
     parser.add_argument(
-        "--out", help="Markdown to write (default: STREAMING-<backend>.md here; quick: stdout)"
+        "--out",
+        type=output_file,
+        help="Markdown to write (default: STREAMING-<backend>.md here; quick: stdout)",
     )
-    parser.add_argument("--json", help="also write the raw results here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", type=output_file, help="also write the raw results here")
+    args = parser.parse_args(argv)  # paths checked here, not after the measurements
     import jax
 
     from . import report
 
     grid = QUICK if args.quick else FULL
+    out = args.out or (None if args.quick else default_out(jax.default_backend()))
+    report.check_writable(parser, [("the default --out", None if args.out else out)])
     info = report.machine_info()
     results = measure(grid)
     text = render(grid, results, info)
-    out = args.out or (
-        None if args.quick else os.path.join(HERE, f"STREAMING-{jax.default_backend()}.md")
-    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -95,23 +95,19 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def out_of_memory_message(
-    error: BaseException, cfg: Mapping[str, Any], *, devices: int | None
+    error: BaseException, *, task: str, batch: int, remat: bool, devices: int | None
 ) -> str:
-    """One paragraph: what ran out, and what to change."""
+    """One paragraph: what ran out training `task` (global `batch`, `remat`), and what to
+    change."""
     first = next(
         (line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__
     )
     if len(first) > 300:
         first = first[:300] + "..."
-    batch = cfg.get("batch_size")
-    half = (
-        f"--batch-size {batch // 2}"
-        if isinstance(batch, int) and batch > 1
-        else "a smaller --batch-size"
-    )
-    remat = "" if cfg.get("remat") else "--remat (recompute each block in the backward pass), "
+    half = f"--batch-size {batch // 2}" if batch > 1 else "a smaller --batch-size"
+    remat = "" if remat else "--remat (recompute each block in the backward pass), "
     return (
-        f"out of memory while training {cfg.get('task')} (batch {batch}, "
+        f"out of memory while training {task} (batch {batch}, "
         f"{'?' if devices is None else devices} device(s)): {first}. To fit, use {remat}"
         f"{half} (changes the recipe), or more devices (the global batch is split over them); "
         "with JAX's default preallocation also try XLA_PYTHON_CLIENT_PREALLOCATE=false. "

@@ -30,17 +30,17 @@ import time
 import jax
 
 from . import train
+from .config import RunConfig
 from .steps import task_spec
 from .tasks import names
 
 TASKS = names()  # every registered task
 
 
-def table9(task: str, *, remat: bool, method: str = "auto", **overrides) -> dict:
+def table9(task: str, *, remat: bool, method: str = "auto", **overrides) -> RunConfig:
     """The trainer's settings of `task` (Table 9 defaults) with `remat` and overrides."""
-    cfg = train.task_defaults(task)
-    cfg.update(remat=remat, method=method, eval_batch_size=cfg["batch_size"], **overrides)
-    return cfg
+    config = RunConfig.defaults(task).replace(remat=remat, method=method, **overrides)
+    return config.replace(eval_batch_size=config.batch_size)
 
 
 def measure_memory(task: str, *, remat: bool, method: str = "auto") -> dict:
@@ -51,7 +51,7 @@ def measure_memory(task: str, *, remat: bool, method: str = "auto") -> dict:
     return {
         "task": task,
         "remat": remat,
-        "batch": cfg["batch_size"],
+        "batch": cfg.batch_size,
         "length": task_spec(task).seq_len,
         "temp_gb": mem.temp_size_in_bytes / 1e9,
         "args_gb": mem.argument_size_in_bytes / 1e9,
@@ -68,9 +68,7 @@ def measure_sequence_parallel(
     from . import _parallel as par
 
     overrides = {} if batch is None else {"batch_size": batch}
-    cfg = table9(
-        task, remat=train.task_defaults(task)["remat"], sequence_parallel=devices, **overrides
-    )
+    cfg = table9(task, remat=RunConfig.defaults(task).remat, sequence_parallel=devices, **overrides)
     spec = task_spec(task, seq_len=length)
     mesh = par.make_mesh(jax.devices()[:devices], sequence=devices)
     t0 = time.perf_counter()
@@ -79,9 +77,9 @@ def measure_sequence_parallel(
     return {
         "task": task,
         "devices": devices,
-        "batch": cfg["batch_size"],
+        "batch": cfg.batch_size,
         "length": spec.seq_len,
-        "remat": cfg["remat"],
+        "remat": cfg.remat,
         "temp_gb": mem.temp_size_in_bytes / 1e9,
         "args_gb": mem.argument_size_in_bytes / 1e9,
         "compile_s": time.perf_counter() - t0,

@@ -3,11 +3,11 @@
 Public, so that other tools (the benchmark, `experiments/lra/memory.py`) time or compile
 exactly the program the trainer runs:
 
-- `build_model(cfg, data, key)`: the model of a run's settings `cfg` (see
-  `train.resolve_config`) for a task, and its BatchNorm state.
-- `make_steps(cfg, static, mesh)`: the jitted `train_step` and `eval_step`.
-- `compile_train_step(cfg, data)`: one training step at the sizes of `cfg`, compiled,
-  with example arguments: `compiled(*args)` runs one step and
+- `build_model(config, data, key)`: the model of a run's `config.RunConfig` (or of a saved
+  `config.json` mapping) for a task, and its BatchNorm state.
+- `make_steps(config, static, mesh)`: the jitted `train_step` and `eval_step`.
+- `compile_train_step(config, data)`: one training step at the sizes of `config`,
+  compiled, with example arguments: `compiled(*args)` runs one step and
   `compiled.memory_analysis()` reports XLA's buffers.
 
 `data` is a loaded `TaskData` or a `TaskSpec` (`task_spec(task)`: the sizes alone, so
@@ -16,7 +16,7 @@ nothing has to be on disk).
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -29,16 +29,17 @@ from jax.sharding import PartitionSpec as P
 import eqx_lru
 
 from . import _parallel as par
+from . import cores
+from .config import PROGRAM_KEYS, RunConfig
 from .data import TaskData
 from .tasks import get_task
 
 __all__ = [
     "AXIS_NAME",
-    "CORES",
-    "EXPERIMENT_KEYS",
-    "PROGRAM_KEYS",
     "TaskSpec",
     "task_spec",
+    "as_config",
+    "sequence_parallel",
     "make_core",
     "build_model",
     "make_optimizer",
@@ -50,34 +51,6 @@ __all__ = [
 ]
 
 AXIS_NAME = "batch"  # the jax.vmap axis batch norm reduces over
-#: `--core` choices: the LRU (in `--form` complex or real) and the paper's baselines.
-CORES = ("lru", "s4d", "s5")
-#: The task, the model and its optimisation: what both the trajectory of a run
-#: (`cli.TRAINING_KEYS`) and the traced programs (`PROGRAM_KEYS`) depend on.
-EXPERIMENT_KEYS = (
-    "task",
-    "core",
-    "form",
-    "depth",
-    "d_model",
-    "d_state",
-    "steps",
-    "batch_size",
-    "lr",
-    "lr_factor",
-    "weight_decay",
-    "dropout",
-    "warmup_fraction",
-    "bidirectional",
-    "r_min",
-    "r_max",
-    "max_phase",
-    "glu",
-    "norm",
-    "pooling",
-)
-#: The settings the traced programs depend on (not the seed, nor the data size).
-PROGRAM_KEYS = (*EXPERIMENT_KEYS, "method", "remat", "sequence_parallel")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,83 +77,64 @@ def task_spec(task: str | TaskData | TaskSpec, seq_len: int | None = None) -> Ta
     return TaskSpec(task, t.num_classes, seq_len or t.seq_len, t.vocab_size, t.in_channels)
 
 
-def _scan_method(cfg: dict[str, Any]):
-    """`cfg["method"]`, or with `--sequence-parallel N > 1` the sequence-parallel scan
-    running it on each device's chunk."""
-    if sequence_parallel(cfg) == 1:
-        return cfg["method"]
-    return eqx_lru.SequenceParallel(par.SEQ_AXIS, cfg["method"])
+def as_config(config: RunConfig | Mapping[str, Any]) -> RunConfig:
+    """`config`, or the `RunConfig` a saved `config.json` mapping describes."""
+    return config if isinstance(config, RunConfig) else RunConfig.from_json(config)
 
 
-def sequence_parallel(cfg: dict[str, Any]) -> int:
+def sequence_parallel(config: RunConfig) -> int:
     """The number of devices each sequence is split over (`--sequence-parallel`, 1 if unset)."""
-    return int(cfg.get("sequence_parallel") or 1)
+    return int(config.sequence_parallel or 1)
 
 
-def make_core(cfg: dict[str, Any]) -> Callable:
-    """The recurrent-core factory `(d_model, d_state, *, key) -> core` of `cfg["core"]`."""
-    if cfg["core"] == "lru":
-        layer = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}[cfg["form"]]
-        return functools.partial(
-            layer,
-            r_min=cfg["r_min"],
-            r_max=cfg["r_max"],
-            max_phase=cfg["max_phase"],
-            method=_scan_method(cfg),
-        )
-    try:
-        from eqx_lru import baselines
-
-        cls = {"s4d": baselines.S4D, "s5": baselines.S5}[cfg["core"]]
-    except (ImportError, AttributeError):
-        raise ValueError(
-            f"--core {cfg['core']}: this eqx_lru has no eqx_lru.baselines.{cfg['core'].upper()}."
-        ) from None
-    except KeyError:
-        raise ValueError(f"--core must be one of {CORES}, got {cfg['core']!r}.") from None
-    if cls is baselines.S4D and sequence_parallel(cfg) > 1:
-        raise ValueError(
-            "--sequence-parallel needs a recurrent core (--core lru or s5); S4D trains as a "
-            "convolution."
-        )
-    if cls is baselines.S4D:
-        # S4D trains as a convolution, as in its own code: its recurrence keeps L x H x N/2
-        # complex states per example (199 GB of XLA temp for the ListOps step at Table 9
-        # sizes, experiments/bench/RESULTS-cpu.md), the FFT convolution the same outputs.
-        return functools.partial(cls, mode="convolution")
-    return functools.partial(cls, form=cfg["form"], method=_scan_method(cfg))
+def make_core(config: RunConfig) -> Callable:
+    """The recurrent-core factory `(d_model, d_state, *, key) -> core` of the run's core
+    (its record in `cores.REGISTRY`), with the scan method the run asks for: `method`, or
+    with `--sequence-parallel N > 1` the sequence-parallel scan running it on each
+    device's chunk."""
+    record = cores.get_core(config.core)
+    method = config.method if record.scan else None
+    if sequence_parallel(config) > 1:
+        if not record.scan:
+            raise ValueError(
+                f"--sequence-parallel needs a core that runs on the scan; --core {config.core} "
+                f"{record.unused_reason}."
+            )
+        method = eqx_lru.SequenceParallel(par.SEQ_AXIS, config.method)
+    return record.factory(config, method)
 
 
 def build_model(
-    cfg: dict[str, Any], data: TaskData | TaskSpec, key
+    config: RunConfig | Mapping[str, Any], data: TaskData | TaskSpec, key
 ) -> tuple[eqx.Module, eqx.nn.State]:
-    """The model of `cfg` for `data`, and its BatchNorm state.
+    """The model of `config` (a `RunConfig`, or a saved `config.json` mapping) for `data`,
+    and its BatchNorm state.
 
     Token tasks embed tokens, pixel tasks encode pixels linearly, Retrieval uses the
     two-tower `eqx_lru.LRURetrievalModel` around an `LRUModel` encoder; every block is an
-    `eqx_lru.LRUBlock` around the core of `make_core(cfg)`.
+    `eqx_lru.LRUBlock` around the core of `make_core(config)`.
     """
-    return eqx.nn.make_with_state(_build)(cfg, task_spec(data), key)
+    return eqx.nn.make_with_state(_build)(as_config(config), task_spec(data), key)
 
 
-def _build(cfg, spec: TaskSpec, key):
+def _build(config: RunConfig, spec: TaskSpec, key):
     tokens = spec.vocab_size is not None
     in_size = spec.vocab_size if tokens else int(spec.in_channels)
-    sizes = (cfg["d_model"], cfg["d_state"], cfg["depth"])
+    sizes = (config.d_model, config.d_state, config.depth)
     block = functools.partial(
         eqx_lru.LRUBlock,
-        core=make_core(cfg),
-        norm=cfg["norm"],
-        bidirectional=cfg["bidirectional"],
-        dropout=cfg["dropout"],
-        glu=cfg["glu"],
+        core=make_core(config),
+        norm=config.norm,
+        bidirectional=config.bidirectional,
+        dropout=config.dropout,
+        glu=config.glu,
         axis_name=AXIS_NAME,
     )
     model = dict(
         encoder="embedding" if tokens else "linear",
-        pooling=cfg["pooling"],
+        pooling=config.pooling,
         block=block,
-        remat=bool(cfg["remat"]),
+        remat=bool(config.remat),
     )
     if get_task(spec.task).model != "retrieval":
         return eqx_lru.LRUModel(in_size, spec.num_classes, *sizes, key=key, **model)
@@ -189,16 +143,16 @@ def _build(cfg, spec: TaskSpec, key):
     return eqx_lru.LRURetrievalModel(encoder, spec.num_classes, key=head_key)
 
 
-def make_optimizer(cfg: dict[str, Any]):
-    """`(optimiser, schedule)` of §D.2 for `cfg`."""
+def make_optimizer(config: RunConfig):
+    """`(optimiser, schedule)` of §D.2 for `config`."""
     optim = eqx_lru.lru_optimizer(
-        learning_rate=cfg["lr"],
-        total_steps=cfg["steps"],
-        lr_factor=cfg["lr_factor"],
-        weight_decay=cfg["weight_decay"],
-        warmup_fraction=cfg["warmup_fraction"],
+        learning_rate=config.lr,
+        total_steps=config.steps,
+        lr_factor=config.lr_factor,
+        weight_decay=config.weight_decay,
+        warmup_fraction=config.warmup_fraction,
     )
-    schedule = eqx_lru.lru_schedule(cfg["lr"], cfg["steps"], warmup_fraction=cfg["warmup_fraction"])
+    schedule = eqx_lru.lru_schedule(config.lr, config.steps, warmup_fraction=config.warmup_fraction)
     return optim, schedule
 
 
@@ -216,13 +170,14 @@ class Steps(NamedTuple):
 _CACHE: dict[tuple, Steps] = {}
 
 
-def make_steps(cfg: dict[str, Any], static, mesh: Mesh, spec: TaskSpec | None = None) -> Steps:
-    """The jitted train and eval steps of `cfg`, closed over the model's static part."""
-    key = (tuple(cfg.get(k) for k in PROGRAM_KEYS), spec, tuple(d.id for d in mesh.devices.flat))
+def make_steps(config: RunConfig, static, mesh: Mesh, spec: TaskSpec | None = None) -> Steps:
+    """The jitted train and eval steps of `config`, closed over the model's static part."""
+    program = tuple(getattr(config, k) for k in PROGRAM_KEYS)
+    key = (program, spec, tuple(d.id for d in mesh.devices.flat))
     if spec is None or key not in _CACHE:
         if len(_CACHE) >= 8:
             _CACHE.pop(next(iter(_CACHE)))
-        optim, schedule = make_optimizer(cfg)
+        optim, schedule = make_optimizer(config)
         _CACHE[key] = _jit_steps(static, optim, schedule, mesh)
     return _CACHE[key]
 
@@ -368,26 +323,30 @@ def example_batch(spec: TaskSpec, batch_size: int) -> dict[str, np.ndarray]:
 
 
 def compile_train_step(
-    cfg: dict[str, Any], data: TaskData | TaskSpec | str, *, mesh: Mesh | None = None, seed: int = 0
+    config: RunConfig | Mapping[str, Any],
+    data: TaskData | TaskSpec | str,
+    *,
+    mesh: Mesh | None = None,
+    seed: int = 0,
 ) -> tuple[Any, tuple]:
-    """One training step of `cfg` compiled for `mesh` (default: every device), and example
+    """One training step of `config` compiled for `mesh` (default: every device), and example
     arguments `(params, bn_state, opt_state, batch, run_key, step)`.
 
     `compiled(*args)` runs the step (returns new params, BN state, optimiser state and
     `[loss, accuracy, lr]`); `compiled.memory_analysis()` gives XLA's buffer sizes
     (`temp_size_in_bytes`: the intermediates, the backward pass's stored activations).
     """
-    spec = task_spec(data)
-    mesh = par.make_mesh(sequence=sequence_parallel(cfg)) if mesh is None else mesh
-    model, bn_state = build_model(cfg, spec, jax.random.PRNGKey(seed))
+    config, spec = as_config(config), task_spec(data)
+    mesh = par.make_mesh(sequence=sequence_parallel(config)) if mesh is None else mesh
+    model, bn_state = build_model(config, spec, jax.random.PRNGKey(seed))
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    steps = make_steps(cfg, static, mesh, spec)
-    optim, _ = make_optimizer(cfg)
+    steps = make_steps(config, static, mesh, spec)
+    optim, _ = make_optimizer(config)
     args = (
         par.replicate(params, mesh),
         par.replicate(bn_state, mesh),
         par.replicate(optim.init(params), mesh),
-        par.shard_batch(example_batch(spec, cfg["batch_size"]), mesh, cfg["batch_size"]),
+        par.shard_batch(example_batch(spec, config.batch_size), mesh, config.batch_size),
         par.replicate(jax.random.PRNGKey(seed + 1), mesh),
         jnp.asarray(0, jnp.int32),
     )

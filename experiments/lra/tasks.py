@@ -1,65 +1,12 @@
 """The Long Range Arena tasks: one `Task` record per task, in `REGISTRY`.
 
-A `Task` says everything the tools need to know about a task: the folder its files are in
-(searched under `--data-root`), the loader that reads them, its sizes (classes, sequence
-length, pixel channels or vocabulary), the kind of model it trains, and its defaults
-(paper Table 9). The trainer's `--task` choices, `load_task`, `steps.task_spec` and
-`steps.build_model`, `train.task_defaults`, the allocator choice of `_env`, `memory.py` and
-the benchmark all read this registry, so adding a task is one `register(Task(...))` plus
-its loader:
-
-    from experiments.lra import data, tasks
-
-    def load_parity(task, folder, store, max_examples):
-        # folder/{train,val,test}.tsv, lines "0110<TAB>1": bits, then the label
-        def source(split):
-            def examples():
-                for n, line in data.read_lines(folder / f"{split}.tsv"):
-                    bits, label = line.split("\\t")
-                    yield data.parse_label(label, task.num_classes, f"{split}:{n}"), (list(bits),)
-            return lambda: data.take(examples(), max_examples)
-        sources = {split: source(split) for split in data.SPLITS}
-        return data.build_token_task(store, sources, chars=False, min_freq=1, n_docs=1)
-
-    tasks.register(tasks.Task(
-        name="parity", folder="parity", loader=load_parity, num_classes=2, seq_len=64,
-        vocab_size=5, train_size=1000,
-        defaults=dict(d_model=32, d_state=16, steps=1000, batch_size=16, base_lr=1e-3,
-                      lr_factor=0.5, dropout=0.0, bidirectional=False, r_min=0.0,
-                      r_max=0.99, max_phase=2 * math.pi),
-    ))
-
-(`tests/experiments/test_lra_tasks.py` registers and trains such a task.) A loader is called as
-`loader(task, folder, store, max_examples)`: it reads the files under `folder`, puts the
-arrays `<split>.<field>` (fields of `data.Split`) of the three splits into `store` and
-returns the metadata `{"vocab": [...] or None, "seq_len": L, "fields": [...], "dropped":
-{...}}` (optionally `"aliases": {"val": "test"}` for a split served by another);
-`data.build_token_task` and `data.pixel_meta` build it for token and pixel tasks.
-
-**Where the numbers come from** (Orvieto et al. 2023, `shared/paper/lru-paper-full.md`,
-and `shared/LRA.md`):
-- Table 9: depth, H (`d_model`), N (`d_state`), iterations (`steps`), batch size, LR
-  factor, weight decay, dropout.
-- Table 8 (LRU row): the ring `[r_min, r_max]` of the eigenvalue moduli at init; phases in
-  `[0, max_phase]` with `max_phase = 2*pi`, except PathX `pi/10`.
-- §D.2: AdamW; linear warmup over the first 10% of the steps, then cosine decay; the
-  recurrent parameters (nu, theta, gamma, B) get `lr_factor * base_lr` and no weight decay.
-- Not in the paper: the base learning rate, the norm type and pooling. `base_lr` is S5's
-  global learning rate for the same task (`shared/LRA.md` §8: S5 `lr_factor * ssm_lr_base`),
-  since the paper says it followed S5's settings and tuned the base learning rate on a log2
-  grid; treat it as the centre of such a sweep. Norm and pooling follow minimal-LRU and S5
-  (BatchNorm, mean pooling). PathX uses the GLU without its extra linear transform
-  (`glu="half"`, §D.1), as S5 did. `bidirectional` is on for the two 2-D path tasks
-  (Pathfinder, PathX), whose answer depends on both ends of the flattened image; S5 runs
-  every task bidirectionally. `eval_every` is one epoch of the official train set.
-- Sizes: l_max, classes, vocabulary sizes (specials included) and the official train sizes
-  from `shared/LRA.md` §1-6; pixel statistics of CIFAR-10 from §4, Pathfinder's `[-1, 1]`
-  scaling from §5-6.
-- `remat` (rematerialised blocks by default): the tasks whose Table 9 step needs more than
-  16 GB of XLA temp without remat (experiments/lra/MEMORY.md: Retrieval 24-45 GB, PathX
-  29-67 GB; with remat 6-11 and 9-16 GB), at about the same step time.
-  `allocate_on_demand`: the tasks whose step needs the most memory, for which the GPU
-  allocator allocates on demand unless the user chose otherwise (`_env.py`).
+A `Task` says everything the tools need to know about a task: the folder its files are in,
+the loader that reads them, its sizes, the kind of model it trains, its defaults (the
+LRU's, paper Table 9) and the writer of synthetic data in its format. The trainer, `load_task`,
+`steps`, `config.RunConfig.defaults`, `_env`, `memory.py`, `gpu_check.py` and the benchmark
+all read this registry, so adding a task is one `register(Task(...))` plus its loader.
+How to write one, what a loader returns, and where every number below comes from:
+[training on LRA](../../docs/guides/lra.md#adding-a-task-and-running-from-python).
 """
 
 import dataclasses
@@ -70,11 +17,35 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from . import data
+from . import data, synthetic
 from .configs import TaskConfig
 from .data import Store, TaskData, _pixels, _tokens
 
-__all__ = ["Loader", "Task", "REGISTRY", "register", "get_task", "names", "load_task"]
+__all__ = [
+    "LISTOPS",
+    "TEXT",
+    "RETRIEVAL",
+    "IMAGE",
+    "PATHFINDER",
+    "PATHX",
+    "Loader",
+    "Synthetic",
+    "Task",
+    "REGISTRY",
+    "register",
+    "get_task",
+    "names",
+    "load_task",
+]
+
+
+class Synthetic(Protocol):
+    """`synthetic(root, counts, *, seed, workers) -> folder`: writes `counts` (train, val,
+    test) examples of random data in the task's format under `root`."""
+
+    def __call__(
+        self, root: Path, counts: tuple[int, int, int], *, seed: int, workers: int
+    ) -> Path: ...
 
 
 class Loader(Protocol):
@@ -124,7 +95,10 @@ class Task:
     - `source_files`: `folder -> files` whose names, sizes and mtimes fingerprint the
       cache (default: every file below the folder).
     - `split_sources`: `folder -> {split: description}` for error messages.
-    - `remat`, `allocate_on_demand`: defaults of the trainer for big tasks (see above).
+    - `remat`, `allocate_on_demand`: defaults of the trainer for big tasks (see the guide).
+    - `synthetic`: writes random data in the task's format (`Synthetic`; None: none);
+      `synthetic_counts`: (train, val, test) examples it writes for a check that the task
+      loads and trains (`experiments/gpu_check.py`), enough for a few steps.
     """
 
     name: str
@@ -143,6 +117,8 @@ class Task:
     split_sources: Callable[[Path], Mapping[str, str]] = _all_splits_from_folder
     remat: bool = False
     allocate_on_demand: bool = False
+    synthetic: Synthetic | None = None
+    synthetic_counts: tuple[int, int, int] = (96, 16, 16)
 
     def __post_init__(self):
         def need(ok: bool, what: str):
@@ -253,6 +229,10 @@ def load_task(
 
 # --------------------------------------------------------------------------- the six LRA tasks
 
+#: The six LRA tasks' names (what `--task` takes); other tools name them through these.
+LISTOPS, TEXT, RETRIEVAL, IMAGE = "listops", "text", "retrieval", "image"
+PATHFINDER, PATHX = "pathfinder", "pathx"
+
 _TAU = 2 * math.pi
 
 
@@ -272,7 +252,7 @@ def _named_files(files: Callable[[Path], Mapping[str, Path]]) -> Callable[[Path]
 
 register(
     Task(
-        name="listops",
+        name=LISTOPS,
         folder="listops-1000",
         loader=_tokens.load_listops,
         num_classes=10,
@@ -281,6 +261,7 @@ register(
         train_size=96_000,
         source_files=lambda folder: list(folder.glob("basic_*.tsv")),
         split_sources=_named_files(_tokens.listops_files),
+        synthetic=synthetic.listops_data,
         defaults=dict(
             d_model=128,
             d_state=256,
@@ -298,7 +279,7 @@ register(
 )
 register(
     Task(
-        name="text",
+        name=TEXT,
         folder="aclImdb",
         loader=_tokens.load_text,
         num_classes=2,
@@ -311,6 +292,7 @@ register(
             s: f"{folder / f}/{{neg,pos}}/*.txt"
             for s, f in {"train": "train", "val": "test", "test": "test"}.items()
         },
+        synthetic=synthetic.text_data,
         defaults=dict(
             d_model=256,
             d_state=192,
@@ -328,7 +310,7 @@ register(
 )
 register(
     Task(
-        name="retrieval",
+        name=RETRIEVAL,
         folder="tsv_data",
         loader=_tokens.load_retrieval,
         model="retrieval",
@@ -340,6 +322,8 @@ register(
         allocate_on_demand=True,
         source_files=lambda folder: list(folder.glob("new_aan_pairs.*.tsv")),
         split_sources=_named_files(_tokens.retrieval_files),
+        synthetic=synthetic.retrieval_data,
+        synthetic_counts=(160, 16, 16),
         defaults=dict(
             d_model=128,
             d_state=256,
@@ -357,7 +341,7 @@ register(
 )
 register(
     Task(
-        name="image",
+        name=IMAGE,
         folder="cifar-10-batches-py",
         loader=_pixels.load_image,
         num_classes=10,
@@ -368,6 +352,8 @@ register(
         pixel_std=(0.247, 0.243, 0.261),
         source_files=_pixels.image_files,
         split_sources=_image_splits,
+        synthetic=synthetic.image_data,
+        synthetic_counts=(150, 0, 40),  # the loader takes val as 10% of the train batches
         defaults=dict(
             d_model=512,
             d_state=384,
@@ -385,7 +371,7 @@ register(
 )
 register(
     Task(
-        name="pathfinder",
+        name=PATHFINDER,
         folder="pathfinder32/curv_contour_length_14",
         loader=_pixels.load_pathfinder,
         num_classes=2,
@@ -396,6 +382,8 @@ register(
         pixel_std=(0.5,),
         source_files=_pixels.pathfinder_files,
         split_sources=_pathfinder_splits,
+        synthetic=synthetic.pathfinder_data(32),
+        synthetic_counts=(200, 0, 0),  # the total; the loader splits it 80/10/10
         defaults=dict(
             d_model=192,
             d_state=256,
@@ -413,7 +401,7 @@ register(
 )
 register(
     Task(
-        name="pathx",
+        name=PATHX,
         folder="pathfinder128/curv_contour_length_14",
         loader=_pixels.load_pathfinder,
         num_classes=2,
@@ -426,6 +414,8 @@ register(
         allocate_on_demand=True,
         source_files=_pixels.pathfinder_files,
         split_sources=_pathfinder_splits,
+        synthetic=synthetic.pathfinder_data(128),
+        synthetic_counts=(80, 0, 0),
         defaults=dict(
             d_model=128,
             d_state=256,

@@ -14,7 +14,7 @@ Two tasks (`--task`):
     at step 0, followed by `length - 1` steps of silence (zeros); the class is
     $\arg\max_i v_i$, read from the **last** step (`pooling="last"`), so the answer has to
     travel through the recurrence over the whole sequence. Fresh vectors for the test set.
-- `listops`: generated ListOps (LRA's generator, `experiments/lra/generate.py`), token
+- `listops`: generated ListOps (LRA's generator, `experiments/lra/synthetic/listops.py`), token
     embedding and mean pooling, as the LRA model.
 
     python -m experiments.paper.ladder [--fast] [--out DIR] [--seeds 3] [--rungs a,b,...]
@@ -50,7 +50,7 @@ import optax
 import eqx_lru
 from eqx_lru.ablation import ABLATION_CORES, AbstractDenseRNN
 
-from ..lra.generate import generate_listops
+from ..lra.synthetic import generate_listops
 from ._common import DEFAULT_OUT, plt, save_figure, save_json
 
 # rung -> (label, paper section, tables, paper test accuracy in % as (mean, s.e.) on

@@ -39,7 +39,7 @@ def _commands():
 COMMANDS = _commands()
 #: Flags for which 0 is a valid value (a seed, a lower bound, a rate).
 ZERO_OK = {
-    "train": {"--seed", "--weight-decay", "--dropout", "--warmup-fraction"},
+    "train": {"--seed", "--weight-decay", "--dropout", "--warmup-fraction", "--r-min", "--r-max"},
     "generate": {"--seed", "--min-length"},
     "demo": {"--seed"},
     "export": {"--seed"},

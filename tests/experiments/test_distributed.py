@@ -107,10 +107,10 @@ def _losses(out: Path) -> list[float]:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from experiments.lra import generate
+    from experiments.lra import synthetic
 
     root = tmp_path_factory.mktemp("listops")
-    generate.write_listops(root, (64, 16, 16), seed=0, min_length=10, max_length=38)
+    synthetic.write_listops(root, (64, 16, 16), seed=0, min_length=10, max_length=38)
     return root
 
 

@@ -233,7 +233,7 @@ def test_gpu_check_prepares_all_six_tasks_at_full_length(tmp_path):
     lengths = {"text": 4096, "retrieval": 4000, "image": 1024, "pathfinder": 1024, "pathx": 16384}
     from experiments.lra.tasks import load_task
 
-    for task in gpu_check.TASKS:
+    for task in gpu_check.synthetic_tasks():
         data = load_task(task, tmp_path)
         assert min(data.sizes.values()) >= 1, (task, data.sizes)
         if task == "listops":  # the official generator: 500 < length < 2000, plus <eos>
@@ -253,7 +253,7 @@ def test_gpu_check_commands(tmp_path):
         "false",
         os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
     )
-    for task in gpu_check.TASKS:
+    for task in gpu_check.synthetic_tasks():
         args = train.parse_args(gpu_check.train_args(task, tmp_path / "d", tmp_path / task, 7))
         assert (args.task, args.steps, args.eval_every, args.batch_size) == (task, 7, 7, None)
     full = gpu_check.train_command(tmp_path / "s.json", ["--task", "listops"])

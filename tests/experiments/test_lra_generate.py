@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from experiments.lra import generate as gen
+from experiments.lra import generate
+from experiments.lra import synthetic as gen
 from experiments.lra.tasks import load_task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,7 +160,7 @@ def test_generate_listops_official_bounds_and_errors():
 def test_listops_cli_layout_and_roundtrip(tmp_path):
     bounds = ["--min-length", "20", "--max-length", "100"]
     args = ["--task", "listops", "--size", "50", "--seed", "3", *bounds]
-    assert gen.main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert generate.main([*args, "--out", str(tmp_path / "a")]) == 0
     folder = tmp_path / "a" / "listops-1000"
     splits = ("train", "val", "test")
     lines = {s: (folder / f"basic_{s}.tsv").read_text().splitlines() for s in splits}
@@ -175,10 +176,10 @@ def test_listops_cli_layout_and_roundtrip(tmp_path):
     np.testing.assert_array_equal(task.train.labels, expected)
     tokens = {"<pad>", "<unk>", "<eos>", "[MIN", "[MAX", "[MED", "[SM", "X", *"0123456789"}
     assert set(task.vocab) <= tokens
-    gen.main([*args, "--out", str(tmp_path / "b")])
+    generate.main([*args, "--out", str(tmp_path / "b")])
     assert files_of(tmp_path / "a") == files_of(tmp_path / "b")
     sizes = ["--split-sizes", "5", "2", "3"]
-    gen.main(["--task", "listops", *sizes, *bounds, "--out", str(tmp_path / "c")])
+    generate.main(["--task", "listops", *sizes, *bounds, "--out", str(tmp_path / "c")])
     folder = tmp_path / "c" / "listops-1000"
     counts = [len((folder / f"basic_{s}.tsv").read_text().splitlines()) - 1 for s in splits]
     assert counts == [5, 2, 3]
@@ -239,7 +240,7 @@ def test_pathfinder_label_is_marker_connectivity(resolution, count):
 
 def test_pathfinder_cli_layout_balance_and_loader(tmp_path):
     args = ["--task", "pathfinder", "--size", "60", "--seed", "5", "--images-per-batch", "25"]
-    assert gen.main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert generate.main([*args, "--out", str(tmp_path / "a")]) == 0
     folder = tmp_path / "a" / "pathfinder32" / "curv_contour_length_14"
     assert sorted(p.name for p in (folder / "metadata").iterdir()) == ["0.npy", "1.npy", "2.npy"]
     labels = []
@@ -257,9 +258,11 @@ def test_pathfinder_cli_layout_balance_and_loader(tmp_path):
     assert [len(task.train), len(task.val), len(task.test)] == [48, 6, 6] and task.dropped == {}
     loaded = np.concatenate([task.train.labels, task.val.labels, task.test.labels])
     assert sorted(loaded) == sorted(labels)
-    gen.main([*args, "--out", str(tmp_path / "b")])
+    generate.main([*args, "--out", str(tmp_path / "b")])
     assert files_of(tmp_path / "a") == files_of(tmp_path / "b")
-    gen.main(["--task", "pathfinder", "--size", "5", "--seed", "6", "--out", str(tmp_path / "c")])
+    generate.main(
+        ["--task", "pathfinder", "--size", "5", "--seed", "6", "--out", str(tmp_path / "c")]
+    )
     first = files_of(tmp_path / "a" / "pathfinder32")
     other = files_of(tmp_path / "c" / "pathfinder32")
     assert all(other[name] != first[name] for name in other if name.endswith(".png"))

@@ -76,7 +76,7 @@ def test_every_crash_instant_of_a_save_leaves_a_complete_checkpoint(tmp_path, mo
         return op
 
     for name in real:  # the `os` module itself: pathlib's unlink goes through it too
-        monkeypatch.setattr(ckpt.os, name, counted(name))
+        monkeypatch.setattr(os, name, counted(name))
 
     def save(folder, step):
         ckpt.save(folder, "last", _tree(step), {"step": step})
@@ -181,13 +181,13 @@ def test_a_folder_in_use_is_refused_and_a_dead_owners_lock_taken_over(tmp_path):
 _ZYGOTE = r"""
 import json, os, sys, traceback
 import equinox as eqx
-from experiments.lra import steps, train  # imports only: JAX's backend starts in each child
+from experiments.lra import _setup, steps, train  # imports only: JAX's backend starts in each child
 
 # The model's initialisation as one jitted program (one cache hit) instead of dozens of
 # eager operations, each traced, lowered and looked up in every trainer: a trainer starts
 # in a fraction of the time. The same in the reference and in the killed runs.
 _build = eqx.filter_jit(steps.build_model)
-train.build_model = lambda cfg, data, key: _build(cfg, steps.task_spec(data), key)
+_setup.build_model = lambda cfg, data, key: _build(cfg, steps.task_spec(data), key)
 print("ready", flush=True)
 for line in sys.stdin:
     argv, log = json.loads(line)
@@ -299,10 +299,10 @@ _argv = functools.partial(
 
 @pytest.mark.slow
 def test_kill_at_random_moments_never_loses_a_run(tmp_path):
-    from experiments.lra import generate
+    from experiments.lra import synthetic
 
     data = tmp_path / "data"
-    generate.write_listops(data, (40, 8, 8), seed=0, min_length=5, max_length=20)
+    synthetic.write_listops(data, (40, 8, 8), seed=0, min_length=5, max_length=20)
     rng = random.Random(20)
     zygote = _Zygote(tmp_path)
     try:
@@ -382,10 +382,10 @@ def _wait_for_steps(out: Path, log: Path, pid: int, n: int, *, timeout: float) -
 def test_time_limit_counts_from_process_start_and_too_short_is_an_error(tmp_path):
     """0.001 min (60 ms) is used up by the interpreter's start: an error that says so, status
     1, nothing trained (it used to stop "cleanly" at step 0 with status 0, every time)."""
-    from experiments.lra import generate
+    from experiments.lra import synthetic
 
     data = tmp_path / "data"
-    generate.write_listops(data, (16, 4, 4), seed=0, min_length=5, max_length=20)
+    synthetic.write_listops(data, (16, 4, 4), seed=0, min_length=5, max_length=20)
     out = tmp_path / "run"
     argv = [
         sys.executable,

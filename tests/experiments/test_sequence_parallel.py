@@ -370,12 +370,12 @@ def _stack_checks():
 _TRAINER = """
 import json, shutil, sys
 from pathlib import Path
-from experiments.lra import generate, train
+from experiments.lra import synthetic, train
 from experiments.lra._metrics import read_records
 import jax
 assert jax.device_count() == 4, jax.devices()
 root = Path(sys.argv[1])
-generate.write_listops(root / "data", (64, 16, 16), seed=0, min_length=10, max_length=38)
+synthetic.write_listops(root / "data", (64, 16, 16), seed=0, min_length=10, max_length=38)
 base = ["--task", "listops", "--data-root", str(root / "data"), "--steps", "20",
         "--batch-size", "8", "--d-model", "8", "--d-state", "4", "--depth", "2",
         "--dropout", "0", "--bidirectional", "--eval-every", "10", "--log-every", "1",
@@ -427,9 +427,9 @@ def test_trainer_sequence_parallel(tmp_path):
 
 @pytest.mark.usefixtures("restore_backend_env")
 def test_trainer_refuses_a_split_that_does_not_divide_the_devices(tmp_path, capsys):
-    from experiments.lra import generate, train
+    from experiments.lra import synthetic, train
 
-    generate.write_listops(tmp_path / "data", (8, 4, 4), seed=0, min_length=5, max_length=9)
+    synthetic.write_listops(tmp_path / "data", (8, 4, 4), seed=0, min_length=5, max_length=9)
     args = [
         "--task",
         "listops",

@@ -19,8 +19,9 @@ import pytest
 from listops_argv import listops_argv
 
 from experiments.lra import _checkpoint as ckpt
-from experiments.lra import generate, train
+from experiments.lra import _setup, _training, synthetic, train
 from experiments.lra._metrics import read_records
+from experiments.lra.config import RunConfig
 from experiments.lra.steps import build_model, make_optimizer
 from experiments.lra.tasks import load_task
 
@@ -37,9 +38,9 @@ def data(tmp_path_factory):
     empty val split."""
     root = tmp_path_factory.mktemp("lra_bad")
     kw = dict(min_length=10, max_length=40)
-    generate.write_listops(root / "ok", (96, 20, 20), seed=0, **kw)
-    generate.write_listops(root / "other", (96, 20, 20), seed=1, **kw)
-    generate.write_listops(root / "no_val", (40, 0, 10), seed=0, **kw)
+    synthetic.write_listops(root / "ok", (96, 20, 20), seed=0, **kw)
+    synthetic.write_listops(root / "other", (96, 20, 20), seed=1, **kw)
+    synthetic.write_listops(root / "no_val", (40, 0, 10), seed=0, **kw)
     return root
 
 
@@ -102,7 +103,7 @@ def test_numeric_flags_are_checked_at_parse_time(flag, value, expected, data, tm
 def test_non_finite_loss_stops_the_run(data, tmp_path, capsys, monkeypatch):
     """From step 5 on, a label outside the classes: the log-likelihood gathers NaN (as a
     diverging run would produce), with the same compiled step."""
-    host_batch = train.host_batch
+    host_batch = _training.host_batch
 
     def poisoned(task, split, idx, *, padded):
         out = host_batch(task, split, idx, padded=padded)
@@ -112,7 +113,7 @@ def test_non_finite_loss_stops_the_run(data, tmp_path, capsys, monkeypatch):
         return out
 
     poisoned.calls = 0
-    monkeypatch.setattr(train, "host_batch", poisoned)
+    monkeypatch.setattr(_training, "host_batch", poisoned)
     out = tmp_path / "run"
     assert train.main(_args(data / "ok", out, "--log-every", "2")) == 1
     line = _error(capsys)
@@ -155,7 +156,7 @@ def test_non_finite_checkpoint_is_refused(stopped, data, tmp_path, capsys):
 
 def _template(root, out):
     """The training state's structure, as `train` builds it, for a test to edit a checkpoint."""
-    cfg = json.loads((out / "config.json").read_text())
+    cfg = RunConfig.from_json(json.loads((out / "config.json").read_text()))
     model, bn_state = build_model(cfg, load_task("listops", root), jax.random.PRNGKey(0))
     params = eqx.filter(model, eqx.is_inexact_array)
     optim, _ = make_optimizer(cfg)
@@ -264,7 +265,7 @@ def test_out_of_memory_is_one_clear_line(data, tmp_path, capsys, monkeypatch):
             + "\n".join(f"  frame {i}" for i in range(40))
         )
 
-    monkeypatch.setattr(train._Loop, "step", oom)
+    monkeypatch.setattr(_training.Loop, "step", oom)
     assert train.main(_args(data / "ok", tmp_path / "run")) == 1
     line = _error(capsys)
     assert line.startswith("error: out of memory") and "RESOURCE_EXHAUSTED" in line
@@ -276,7 +277,7 @@ def test_out_of_memory_is_one_clear_line(data, tmp_path, capsys, monkeypatch):
     ):
         assert advice in line
     # A real bug keeps its traceback.
-    monkeypatch.setattr(train._Loop, "step", lambda *a: 1 / 0)
+    monkeypatch.setattr(_training.Loop, "step", lambda *a: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         train.main(_args(data / "ok", tmp_path / "run2"))
 
@@ -403,12 +404,12 @@ def test_unreadable_data_is_one_line(fault, data, tmp_path, capsys, monkeypatch)
         path.unlink()
         path.symlink_to(path.name)
     else:  # chmod does not stop root (these tests may run as root): the error, injected
-        load_task = train.load_task
+        load_task = _setup.load_task
 
         def denied(task, folder, **kw):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
-        monkeypatch.setattr(train, "load_task", denied)
+        monkeypatch.setattr(_setup, "load_task", denied)
         assert load_task is not None
     assert train.main(_args(root, tmp_path / "run")) == 2
     line = _error(capsys)
@@ -434,8 +435,10 @@ def test_flags_that_do_not_apply_to_the_core_are_refused_or_applied(data, tmp_pa
     assert train.main(_args(data / "ok", tmp_path / "b", "--core", "s4d", "--form", "real")) == 2
     assert "--form real would not be used" in _error(capsys)
     cfg = train.resolve_config(
-        train.parse_args(_args(data / "ok", tmp_path / "c", "--core", "s5", "--form", "real"))
+        train.parse_args(
+            _args(data / "ok", tmp_path / "c", "--core", "s5", "--form", "real", "--blocks", "1")
+        )
     )
     core = steps.make_core(cfg)(4, 4, key=jax.random.PRNGKey(0))
     assert isinstance(core, baselines.S5) and core.form == "real"
-    assert cfg["r_min"] is None and cfg["max_phase"] is None  # the LRU ring is not used
+    assert cfg.r_min is None and cfg.max_phase is None  # the LRU ring is not used

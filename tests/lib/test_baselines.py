@@ -243,7 +243,7 @@ def test_bad_hyperparameters():
     with pytest.raises(ValueError, match="d_state"):
         S4D(H, 7, key=key)
     with pytest.raises(ValueError, match="init"):
-        S4D(H, N, init="legs", key=key)  # type: ignore[arg-type]
+        S4D(H, N, init="fourier", key=key)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dt_min"):
         S4D(H, N, dt_min=0.1, dt_max=0.01, key=key)
     with pytest.raises(ValueError, match="dt_max"):
@@ -325,3 +325,52 @@ def test_trains_in_lru_model(name):
         )
         losses.append(float(loss))
     assert np.mean(losses[-8:]) < min(0.5, np.mean(losses[:8]) - 0.4), losses
+
+
+@pytest.mark.parametrize(
+    "C_init, mean_square",
+    [
+        ("trunc_standard_normal", lambda h, p: 2 / p),  # C's parts of variance 1/P, C V
+        ("lecun_normal", lambda h, p: 2 / (h * p)),  # variance 1/(HP): fan-in H * P
+        ("complex_normal", lambda h, p: 1.0),  # C~ itself, parts of variance 1/2
+    ],
+)
+def test_s5_c_init_scales_as_the_official_code(C_init, mean_square):
+    """E|C~_hj|^2 of each `C_init` of S5's code (V has orthonormal columns, so C V keeps
+    the per-entry mean square of C), over 24 x 48 entries: within 12% (about 4 standard
+    errors of the sample mean)."""
+    h, p = 24, 96
+    core = S5(h, p, blocks=2, C_init=C_init, key=jax.random.PRNGKey(5))
+    got = float(np.mean(np.asarray(core.C_re) ** 2 + np.asarray(core.C_im) ** 2))
+    assert got == pytest.approx(mean_square(h, p), rel=0.12)
+    if C_init == "trunc_standard_normal":  # the default, as before the option existed
+        default = S5(h, p, blocks=2, key=jax.random.PRNGKey(5))
+        assert bool(eqx.tree_equal(default, core))
+    with pytest.raises(ValueError, match="`C_init` must be one of"):
+        S5(h, p, C_init="normal", key=jax.random.PRNGKey(5))
+
+
+def test_s4d_legs_init_is_the_diagonal_of_hippo_legs():
+    """S4D-LegS against the normal part of HiPPO-LegS built here from its definition: A's
+    eigenvalues (-1/2 + i w, w > 0, by np.linalg.eigvals) and |B_n| = |<v_n, b>|, b_k =
+    sqrt(2k + 1), v_n the unit eigenvector of w_n (by SVD; |.| is free of its phase), for
+    the modes whose imaginary part the clip to [-2, 2] leaves alone."""
+    n = 12
+    k = np.arange(n)
+    legs = -np.where(k[:, None] > k[None, :], np.sqrt(np.outer(2 * k + 1, 2 * k + 1)), 0.0)
+    legs -= np.diag(k + 1.0)
+    normal = legs + np.outer(np.sqrt(k + 0.5), np.sqrt(k + 0.5))
+    eig = np.linalg.eigvals(normal)
+    core = S4D(H, n, init="legs", key=jax.random.PRNGKey(0))
+    omega = np.sort(eig.imag[eig.imag > 0])
+    np.testing.assert_allclose(-np.exp(core.A_re_log), -0.5, rtol=1e-6)
+    np.testing.assert_allclose(core.A_im, np.broadcast_to(omega, (H, n // 2)), rtol=1e-5)
+    b = np.asarray(core.B_re[0], np.float64) + 1j * np.asarray(core.B_im[0], np.float64)
+    # |<v_n, b>| for each unit eigenvector of the normal part with eigenvalue -1/2 + i w_n
+    vectors = [np.linalg.svd(normal - (-0.5 + 1j * w) * np.eye(n))[2][-1].conj() for w in omega]
+    expected = np.abs([v.conj() @ np.sqrt(2 * k + 1.0) for v in vectors])
+    unclipped = np.abs(b.imag) < 2 - 1e-6
+    assert unclipped.sum() >= 2
+    np.testing.assert_allclose(np.abs(b)[unclipped], expected[unclipped], rtol=1e-4)
+    assert np.all(np.abs(b.imag) <= 2 + 1e-6)
+    np.testing.assert_array_equal(S4D(H, n, init="lin", key=jax.random.PRNGKey(0)).B_re, 1.0)

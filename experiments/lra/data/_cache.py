@@ -1,8 +1,9 @@
 """The cache of built arrays: `.npy` files plus `meta.json` under `cache_dir/<task>[-max<n>]/`.
 
 Arrays are written under temporary names and moved into place once every one is complete
-(`Store.commit`); `meta.json`, written last, holds a fingerprint of the source files, so a
-changed source or an interrupted build is rebuilt rather than reused.
+(`Store.commit`); `meta.json`, written last, holds a fingerprint of the source files (size,
+modification and change times, inode: `fingerprint`), so a changed source or an
+interrupted build is rebuilt rather than reused.
 """
 
 import hashlib
@@ -40,11 +41,19 @@ def cache_io(cache: Path, action: Callable[[], object]) -> object:
 
 
 def fingerprint(task: str, task_dir: Path, files: Iterable[Path], max_examples: int | None) -> str:
-    """Hash of the source files' names, sizes and mtimes plus the load options."""
+    """Hash of the source files' names, sizes, inodes and modification and change times,
+    plus the load options.
+
+    The change time (`st_ctime_ns`) moves on every write and cannot be set back, unlike
+    the modification time (`os.utime`, `touch -r`, `cp -p`, or an edit within the
+    filesystem's time resolution): a file rewritten with its size and mtime kept is a new
+    source. A file replaced by another (a new inode) is too. Copying the data elsewhere
+    rebuilds the cache once (the safe direction)."""
     h = hashlib.sha256(f"{task}|{max_examples}|{CACHE_VERSION}\n".encode())
     for path in sorted(files):
         st = path.stat()
-        h.update(f"{path.relative_to(task_dir)}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+        stamp = f"{st.st_size}\t{st.st_mtime_ns}\t{st.st_ctime_ns}\t{st.st_ino}"
+        h.update(f"{path.relative_to(task_dir)}\t{stamp}\n".encode())
     return h.hexdigest()
 
 

@@ -2,7 +2,9 @@
 
 import dataclasses
 import logging
+import math
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,23 +121,72 @@ def pixel_affine(mean, std) -> tuple[np.ndarray, np.ndarray]:
     return (1.0 / (255.0 * std)).astype(np.float32), (-mean / std).astype(np.float32)
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+#: ASCII only: Python's `float` also reads "1_0", "nan" and other scripts' digits ("١").
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 def parse_label(text: str, num_classes: int, where: str, *, via_float: bool = False) -> int:
-    """`int(text)` (or `int(float(text))`) in `[0, num_classes)`, else a `DataError` naming
-    `where` (e.g. `"path:line"`)."""
-    try:
-        value = int(float(text)) if via_float else int(text)
-    except (ValueError, OverflowError):
-        raise DataError(f"{where}: label {text!r} is not an integer.") from None
+    """The integer `text` holds (digits with an optional sign; with `via_float` also a
+    float of integral value such as `"1.0"`, the form of AAN's labels) in
+    `[0, num_classes)`, else a `DataError` naming `where` (e.g. `"path:line"`). A
+    fractional `"1.5"`, Python's `"1_0"` or another script's digit `"١"` is not an integer
+    label."""
+    text = text.strip()
+    value = None
+    if _INTEGER.fullmatch(text):
+        value = int(text)
+    elif via_float and _FLOAT.fullmatch(text):
+        number = float(text)
+        if math.isfinite(number) and number.is_integer():
+            value = int(number)
+    if value is None:
+        raise DataError(f"{where}: label {text!r} is not an integer.")
     if not 0 <= value < num_classes:
         raise DataError(f"{where}: label {value} is out of range [0, {num_classes}).")
     return value
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+def check_file(path: Path, what: str = "file") -> Path:
+    """`path`; a `MissingDataError` if nothing is there, a `DataError` if something other
+    than a regular file is (a folder, a broken link), naming it."""
+    if path.is_file():
+        return path
+    if not path.exists() and not path.is_symlink():
+        raise MissingDataError(f"Missing {what} {str(path)!r}.")
+    kind = "a folder" if path.is_dir() else "not a regular file (a broken link?)"
+    raise DataError(f"{str(path)!r} is {kind}; expected a {what} there.")
+
+
+def check_folder(path: Path, what: str) -> Path:
+    """`path`; a `MissingDataError` if nothing is there, a `DataError` if it is a file."""
+    if path.is_dir():
+        return path
+    if not path.exists() and not path.is_symlink():
+        raise MissingDataError(f"Missing folder {str(path)!r}: expected {what}.")
+    raise DataError(f"{str(path)!r} is not a folder; expected {what}.")
+
+
+def inside(folder: Path, path: Path, where: str | None = None) -> Path:
+    """`path`, or a `DataError` naming `where` (default `path`) if `path` leads outside
+    `folder` once `..` and symbolic links are resolved: a loader reads only its folder."""
+    root, resolved = folder.resolve(), path.resolve()
+    if resolved == root or root in resolved.parents:
+        return path
+    raise DataError(
+        f"{where or path}: {str(path)!r} leads outside the task folder {str(root)!r} (to "
+        f"{str(resolved)!r}); loaders read only inside their folder: copy the file in, or "
+        "fix the link or the path."
+    )
+
+
+def read_lines(path: Path, folder: Path | None = None) -> Iterator[tuple[int, str]]:
     """Yield `(line_number, line)` of a UTF-8 file, lines split on `\\n` only; a missing,
-    unreadable or non-UTF-8 file raises `MissingDataError` / `DataError` naming it."""
-    if not path.is_file():
-        raise MissingDataError(f"Missing file {str(path)!r}.")
+    unreadable or non-UTF-8 file, a folder in its place, or (given the task `folder`) a
+    path leading outside `folder` raises `MissingDataError` / `DataError` naming it."""
+    check_file(path)
+    if folder is not None:
+        inside(folder, path)
     lineno = 0
     try:
         with open(path, "rb") as f:

@@ -7,7 +7,6 @@ Pixels are stored as uint8 `(n, H*W, C)` in row-major order and normalised on th
 import concurrent.futures
 import math
 import os
-import pickle
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,8 +14,18 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from . import _cifar_pickle as cifar_pickle
 from ._cache import Store
-from ._common import LOG, DataError, MissingDataError, parse_label, read_lines, split_permutation
+from ._common import (
+    LOG,
+    DataError,
+    check_file,
+    check_folder,
+    inside,
+    parse_label,
+    read_lines,
+    split_permutation,
+)
 
 _READ_CHUNK = 2048
 
@@ -35,12 +44,15 @@ def pixel_meta(seq_len: int, dropped: Mapping[str, int]) -> dict:
 
 
 def _cifar_batch(path: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Read one CIFAR-10 pickle as uint8 `(n, 1024, 3)` row-major pixels and int32 labels."""
-    if not path.is_file():
-        raise MissingDataError(f"Missing CIFAR-10 file {str(path)!r}.")
+    """Read one CIFAR-10 pickle as uint8 `(n, 1024, 3)` row-major pixels and int32 labels
+    (through `cifar_pickle.load`: a pickle that asks for anything else runs nothing)."""
+    check_file(path, "CIFAR-10 file")
+    inside(path.parent, path)
     try:
         with open(path, "rb") as f:  # pickle is the official format of cifar-10-batches-py
-            d = pickle.load(f, encoding="bytes")
+            d = cifar_pickle.load(f)
+    except cifar_pickle.RefusedGlobal as e:
+        raise DataError(f"{path}: {e}") from None
     except Exception as e:
         raise DataError(f"{path}: not a readable CIFAR-10 pickle ({e!r}).") from None
     data = d.get(b"data", d.get("data")) if isinstance(d, dict) else None
@@ -94,11 +106,8 @@ def load_image(task, folder: Path, store: Store, max_examples: int | None) -> di
 
 def _pathfinder_metadata(folder: Path, num_classes: int) -> list[tuple[Path, int]]:
     """All `(png_path, label)` in metadata order (files sorted by integer stem)."""
-    meta_dir = folder / "metadata"
-    if not meta_dir.is_dir():
-        raise MissingDataError(
-            f"Missing folder {str(meta_dir)!r} (expected metadata/<batch>.npy files)."
-        )
+    meta_dir = check_folder(folder / "metadata", "metadata/<batch>.npy files")
+    inside(folder, meta_dir)
     files = []
     for path in meta_dir.glob("*.npy"):
         if not path.stem.isdigit():
@@ -108,7 +117,7 @@ def _pathfinder_metadata(folder: Path, num_classes: int) -> list[tuple[Path, int
         files.append((int(path.stem), path))
     items = []
     for _, path in sorted(files):
-        for lineno, line in read_lines(path):
+        for lineno, line in read_lines(path, folder):
             fields = line.split()
             if not fields:
                 continue
@@ -118,15 +127,39 @@ def _pathfinder_metadata(folder: Path, num_classes: int) -> list[tuple[Path, int
                     f"(imgs/<batch> sample_<k>.png index label ...), found {len(fields)}."
                 )
             label = parse_label(fields[3], num_classes, f"{path}:{lineno}")
-            items.append((folder / fields[0] / fields[1], label))
+            items.append((_image_path(folder, fields[0], fields[1], f"{path}:{lineno}"), label))
     if not items:
         raise DataError(f"{meta_dir}: no metadata lines found.")
+    _check_folders_inside(folder, {image.parent for image, _ in items})
     return items
 
 
-def _read_png(path: Path, side: int) -> np.ndarray | str:
-    """The image as uint8 `(side*side,)`, or the reason it is skipped."""
+def _image_path(folder: Path, subfolder: str, name: str, where: str) -> Path:
+    """`folder/subfolder/name`, or a `DataError` naming `where` if the metadata's path is
+    absolute or climbs out with `..` (links are checked by `_check_folders_inside` and
+    `_read_png`)."""
+    relative = Path(subfolder) / name
+    if relative.is_absolute() or ".." in relative.parts:
+        raise DataError(
+            f"{where}: the image path {str(relative)!r} leads outside the task folder "
+            f"{str(folder)!r}; metadata names images relative to it (imgs/<batch> "
+            "sample_<k>.png), without '..'."
+        )
+    return folder / relative
+
+
+def _check_folders_inside(folder: Path, parents: set[Path]) -> None:
+    """Each image folder (a few: `imgs/<batch>`) resolves inside `folder`."""
+    for parent in sorted(parents):
+        inside(folder, parent)
+
+
+def _read_png(path: Path, side: int, folder: Path) -> np.ndarray | str:
+    """The image as uint8 `(side*side,)`, or the reason it is skipped; a `DataError` if
+    it is a link leading outside `folder` (its folder was checked already)."""
     try:
+        if path.is_symlink():
+            inside(folder, path)
         if path.stat().st_size == 0:
             return "empty_image"
     except FileNotFoundError:
@@ -143,7 +176,7 @@ def _read_png(path: Path, side: int) -> np.ndarray | str:
 
 
 def _read_pngs(
-    items: Sequence[tuple[Path, int]], side: int, out: np.ndarray, dropped: Counter
+    items: Sequence[tuple[Path, int]], side: int, out: np.ndarray, dropped: Counter, folder: Path
 ) -> np.ndarray:
     """Decode PNGs (threaded) into `out[:, :, 0]`, compacting skipped ones; return labels."""
     labels = []
@@ -151,7 +184,7 @@ def _read_pngs(
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         for start in range(0, len(items), _READ_CHUNK):
             chunk = items[start : start + _READ_CHUNK]
-            decoded = pool.map(lambda item: _read_png(item[0], side), chunk)
+            decoded = pool.map(lambda item: _read_png(item[0], side, folder), chunk)
             for (path, label), pixels in zip(chunk, decoded, strict=True):
                 if isinstance(pixels, str):
                     dropped[pixels] += 1
@@ -176,7 +209,7 @@ def load_pathfinder(task, folder: Path, store: Store, max_examples: int | None) 
     for split, idx in parts.items():
         chosen = [items[i] for i in idx[:max_examples]]
         out = store.empty(f"{split}.inputs", (len(chosen), side * side, 1), np.dtype(np.uint8))
-        labels = _read_pngs(chosen, side, out, dropped)
+        labels = _read_pngs(chosen, side, out, dropped, folder)
         del out
         store.truncate(f"{split}.inputs", len(labels))
         store.put(f"{split}.lengths", np.full(len(labels), side * side, np.int32))

@@ -18,7 +18,8 @@ from ._common import (
     SPLITS,
     UNK_ID,
     DataError,
-    MissingDataError,
+    check_folder,
+    inside,
     parse_label,
     read_lines,
 )
@@ -150,7 +151,7 @@ def _listops_tokens(source: str) -> list[str]:
 
 
 def _listops_examples(path: Path, num_classes: int, limit: int) -> Iterator[Example]:
-    lines = read_lines(path)
+    lines = read_lines(path, path.parent)
     first = next(lines, None)
     if first is None or first[1] != "Source\tTarget":
         got = "an empty file" if first is None else repr(first[1][:40])
@@ -188,7 +189,7 @@ def load_listops(task, folder: Path, store: Store, max_examples: int | None) -> 
 
 def _aan_examples(path: Path, num_classes: int, limit: int) -> Iterator[Example]:
     """Rows `label id1 id2 text1 text2`; tabs split columns, quotes are literal (QUOTE_NONE)."""
-    for lineno, line in read_lines(path):
+    for lineno, line in read_lines(path, path.parent):
         if not line:
             continue
         fields = line.split("\t")
@@ -223,17 +224,16 @@ def _imdb_files(folder: Path, split: str) -> list[tuple[Path, int]]:
     """Sorted review files of one split, classes interleaved: neg, pos, neg, pos, ..."""
     ranked = []
     for label, name in enumerate(("neg", "pos")):
-        path = folder / split / name
-        if not path.is_dir():
-            raise MissingDataError(
-                f"Missing folder {str(path)!r}: expected aclImdb/{split}/{name}/*.txt."
-            )
+        path = check_folder(folder / split / name, f"aclImdb/{split}/{name}/*.txt")
+        inside(folder, path)
         ranked += [(rank, label, p) for rank, p in enumerate(sorted(path.glob("*.txt")))]
     return [(p, label) for _, label, p in sorted(ranked)]
 
 
-def _imdb_examples(files: list[tuple[Path, int]], limit: int) -> Iterator[Example]:
+def _imdb_examples(folder: Path, files: list[tuple[Path, int]], limit: int) -> Iterator[Example]:
     for path, label in files:
+        if path.is_symlink():  # its folder is checked (`_imdb_files`); a review may link out
+            inside(folder, path)
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as e:
@@ -251,6 +251,8 @@ def text_files(folder: Path) -> list[Path]:
 def load_text(task, folder: Path, store: Store, max_examples: int | None) -> dict:
     """`aclImdb/{train,test}/{neg,pos}/*.txt`; val is the test split (IMDB has no val)."""
     files = {s: _imdb_files(folder, s)[:max_examples] for s in ("train", "test")}
-    sources = {s: (lambda f=f: _imdb_examples(f, task.seq_len - 1)) for s, f in files.items()}
+    sources = {
+        s: (lambda f=f: _imdb_examples(folder, f, task.seq_len - 1)) for s, f in files.items()
+    }
     meta = build_token_task(store, sources, chars=True, min_freq=TEXT_MIN_FREQ, n_docs=1)
     return {**meta, "aliases": {"val": "test"}}

@@ -1,0 +1,15 @@
+"""The two kinds of error the trainer reports as one line: the user's (`UsageError`,
+status 2) and the run's (`RunError`, status 1)."""
+
+__all__ = ["UsageError", "RunError"]
+
+
+class UsageError(Exception):
+    """A bad flag, missing or malformed data, a clash with the run folder or a corrupt
+    checkpoint: the CLI prints the message (which says what to do) and exits with status
+    2, without a traceback."""
+
+
+class RunError(Exception):
+    """The run failed for a reason the user can act on (a non-finite loss, out of
+    memory): the CLI prints the message and exits with status 1, without a traceback."""

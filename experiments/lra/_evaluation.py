@@ -1,0 +1,110 @@
+"""Evaluation: a whole split (`evaluate`), the best weights on test, and the outputs at the
+end of a run (`outputs`: results.json, curves.png, the closing line)."""
+
+import json
+import time
+from typing import Any
+
+import equinox as eqx
+import numpy as np
+
+from .._atomic import write_atomic
+from . import _checkpoint as ckpt
+from . import _parallel as par
+from ._carry import Carry
+from ._metrics import plot_curves, read_records
+from ._run import Run
+from .data import batch_indices
+from .steps import host_batch
+
+__all__ = ["evaluate", "outputs"]
+
+
+def evaluate(r: Run, params, bn_state, split) -> dict[str, Any]:
+    """Loss and accuracy over a whole split (the last batch padded with weight 0)."""
+    t0, bs, sums = time.perf_counter(), r.cfg.eval_batch_size, None
+    rows = par.process_rows(bs)
+    for idx in batch_indices(len(split), bs, seed=0, epoch=0, shuffle=False, drop_last=False):
+        weight = (np.arange(bs) < len(idx)).astype(np.float32)
+        idx = np.concatenate([idx, np.zeros(bs - len(idx), idx.dtype)])
+        host = host_batch(r.data, split, idx[rows], padded=True)
+        host["weight"] = weight[rows]
+        part = r.steps.eval(params, bn_state, par.shard_batch(host, r.mesh, bs))
+        sums = part if sums is None else sums + part
+    nll, correct, count = (float(v) for v in ckpt.to_host(sums))
+    return {
+        "loss": nll / count,
+        "accuracy": correct / count,
+        "examples": int(count),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def _test(r: Run, carry: Carry) -> dict[str, Any]:
+    """Evaluate the best-val weights, read back from `OUT/best.eqx`, on test."""
+    template = (eqx.combine(carry.params, r.static), carry.bn_state)
+    pair = ckpt.locate(r.out, "best", sha256=carry.best_sha256) if carry.best_sha256 else None
+    if pair is not None:  # the run's own best.eqx, by digest
+        (model, bn_state), meta = ckpt.load_pair(pair.json_path, pair.eqx_path, template)
+    else:  # another host (it does not write), or a checkpoint from before digests
+        (model, bn_state), meta = ckpt.load(r.out, "best", template)
+    params = par.replicate(eqx.filter(model, eqx.is_inexact_array), r.mesh)
+    test = evaluate(r, params, par.replicate(bn_state, r.mesh), r.data.test)
+    r.log.write(
+        {
+            "split": "test",
+            "step": carry.step,
+            "checkpoint": "best",
+            "checkpoint_step": meta["step"],
+            **test,
+        }
+    )
+    return {
+        "test_accuracy": test["accuracy"],
+        "test_loss": test["loss"],
+        "test_examples": test["examples"],
+    }
+
+
+def outputs(r: Run, carry: Carry, status: str) -> dict[str, Any]:
+    """Test score (when finished), results.json, curves.png and the closing line."""
+    cfg, best, rate = r.cfg, carry.best or {}, r.speed.rate
+    results = {
+        "status": status,
+        "task": cfg.task,
+        "core": cfg.core,
+        "form": cfg.form,
+        "step": carry.step,
+        "steps": cfg.steps,
+        "best_val_accuracy": best.get("val_accuracy"),
+        "best_step": best.get("step"),
+        "steps_per_sec": rate,
+        "devices": r.mesh.size,
+        "platform": r.mesh.devices.flat[0].platform,
+        "out": str(r.out),
+    }
+    if status != "finished":
+        r.say(
+            f"Stopped at step {carry.step}/{cfg.steps} ({status}); checkpoint "
+            f"{r.out / 'last.eqx'} saved. Continue with the same command plus --resume."
+        )
+    else:
+        results.update(_test(r, carry))
+        results["seconds"] = round(time.perf_counter() - r.began, 1)
+        if r.primary:
+            write_atomic(r.out / "results.json", json.dumps(results, indent=1).encode())
+        r.say(
+            f"{cfg.task} ({cfg.core}, {cfg.form}): test accuracy "
+            f"{100 * results['test_accuracy']:.2f}% "
+            f"(best val {100 * best['val_accuracy']:.2f}% at step {best['step']}), "
+            f"{'n/a' if rate is None else f'{rate:.2f}'} steps/s; outputs in {r.out}/"
+        )
+    r.log.close()
+    if r.primary:
+        plot_curves(
+            read_records(r.out / "metrics.jsonl"),
+            r.out / "curves.png",
+            title=f"{cfg.task} · {cfg.core} {cfg.form} · depth {cfg.depth}, "
+            f"H={cfg.d_model}, N={cfg.d_state} · batch {cfg.batch_size}",
+        )
+    return results

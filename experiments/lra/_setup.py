@@ -1,0 +1,204 @@
+"""Setting a run up: its settings (`resolve_config`), the backend, devices and run folder
+(`set_up`), the data (`load_data`) and the model, programs and initial or resumed state
+(`build`)."""
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+
+from .._atomic import write_atomic
+from . import _checkpoint as ckpt
+from . import _env, cli, cores
+from . import _parallel as par
+from . import config as _config
+from ._carry import Carry, data_fingerprint
+from ._errors import UsageError
+from ._metrics import MetricsLog
+from ._resume import resume
+from ._run import Run
+from .cli import parse_args
+from .config import RunConfig
+from .data import DataError
+from .steps import (
+    build_model,
+    make_optimizer,
+    make_steps,
+    task_spec,
+)
+from .tasks import load_task
+
+__all__ = ["task_defaults", "resolve_config", "set_up", "load_data", "build"]
+
+
+def task_defaults(task: str, core: str = cores.DEFAULT) -> dict[str, Any]:
+    """The settings of a new run of `core` on `task` without flags, as `config.json` holds
+    them (`RunConfig.defaults(task, core).to_json()`)."""
+    return RunConfig.defaults(task, core).to_json()
+
+
+def resolve_config(args: argparse.Namespace) -> RunConfig:
+    """The run's settings: flags, else (with `--resume`) the saved config, else the task's
+    and its core's (`config.new_run`, `config.resumed_run`).
+
+    **Raises:** `UsageError` if `--resume` would change a setting that binds the run, if
+    `OUT/config.json` is missing or corrupt, or for invalid values.
+    """
+    out = Path(args.out)
+    given = cli.given(args)
+    try:
+        if args.resume:
+            config = _config.resumed_run(_saved_config(out), given, out=str(out))
+        else:
+            config = _config.new_run(args.task, given)
+    except _config.ConfigError as e:
+        raise UsageError(str(e)) from None
+    if not config.data_root:
+        raise UsageError("--data-root is required: the folder holding the task's data.")
+    return config
+
+
+def _saved_config(out: Path) -> dict[str, Any]:
+    path = out / "config.json"
+    if not path.is_file():
+        raise UsageError(
+            f"--resume: {path} does not exist, so there is no run to continue in {out}. "
+            "Drop --resume to start one."
+        )
+    try:
+        return ckpt.read_json(path, required=("task",))
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
+
+
+def set_up(args) -> Run:
+    """Settings, backend environment (before JAX touches a device), devices, run folder."""
+    if not isinstance(args, argparse.Namespace):
+        args = parse_args(args)
+    cfg = resolve_config(args)
+    cfg = cfg.replace(**_env.configure_backend(deterministic=cfg.deterministic, task=cfg.task))
+    r = Run(args, cfg, Path(args.out), time.perf_counter())
+    par.initialize_distributed(args.distributed)
+    r.primary = jax.process_index() == 0
+    try:
+        r.mesh = par.make_mesh(sequence=int(cfg.sequence_parallel or 1))
+        par.check_batch_size(cfg.batch_size, r.mesh)
+        par.check_batch_size(cfg.eval_batch_size, r.mesh, what="--eval-batch-size")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if r.primary:
+        _writable_folder(r.out, "--out")
+        try:  # before anything in the folder is read for the run or written
+            r.lock = ckpt.RunLock(r.out).acquire()
+        except ckpt.FolderInUse as e:
+            raise UsageError(str(e)) from None
+        except OSError as e:
+            raise UsageError(
+                f"--out {str(r.out)!r}: cannot create its lock file ({e.strerror or e})."
+            ) from None
+    try:
+        if not args.resume and ckpt.exists(r.out, "last"):
+            raise UsageError(
+                f"{r.out} already holds a run (last.eqx). Pass --resume to continue it, or choose "
+                "another --out."
+            )
+        if cfg.cache_dir is not None:
+            _writable_folder(Path(cfg.cache_dir).expanduser(), "--cache-dir")
+    except BaseException:
+        if r.lock is not None:
+            r.lock.release()
+        raise
+    return r
+
+
+def _writable_folder(folder: Path, flag: str) -> None:
+    """Create `folder` if needed and check that files can be written in it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / ".write-test", b"")
+        (folder / ".write-test").unlink()
+    except OSError as e:
+        raise UsageError(
+            f"{flag} {str(folder)!r} is not a writable folder ({e.strerror or e})."
+        ) from None
+
+
+def load_data(r: Run) -> None:
+    """Load the task, check that every split can serve its purpose, fingerprint it."""
+    cfg = r.cfg
+    root = Path(cfg.data_root).expanduser()
+    if not root.is_dir():
+        raise UsageError(
+            f"--data-root {str(root)!r} is not a folder. Point it at the folder holding "
+            f"the {cfg.task} data (see the README, 'Experiments: Long Range Arena'), or "
+            "generate ListOps/Pathfinder data with `python -m experiments.lra.generate`."
+        )
+    user_errors = (FileNotFoundError, DataError)
+    try:
+        r.data = load_task(cfg.task, root, cache_dir=cfg.cache_dir, max_examples=cfg.max_examples)
+    except user_errors as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:  # permissions, a symlink loop, a full cache disk...
+        if e.filename is None:
+            raise
+        raise UsageError(
+            f"cannot read the {cfg.task} data: {e.filename}: {e.strerror or e}. Check that "
+            f"--data-root {str(root)!r} (and --cache-dir, if given) can be read and written by "
+            "this user."
+        ) from None
+    sizes = {name: len(getattr(r.data, name)) for name in ("train", "val", "test")}
+    if sizes["train"] < cfg.batch_size:
+        raise UsageError(
+            f"The {cfg.task} train split has {sizes['train']} examples, fewer than --batch-size "
+            f"{cfg.batch_size}; lower --batch-size or raise --max-examples."
+        )
+    for name in ("val", "test"):
+        if sizes[name] == 0:
+            raise UsageError(
+                f"The {cfg.task} {name} split under {root} is empty (0 examples), so the run "
+                f"could not {'pick its best weights' if name == 'val' else 'report a test score'}. "
+                f"Provide a non-empty {name} split (e.g. generate --split-sizes with a {name} "
+                "size > 0)."
+            )
+    r.fingerprint = data_fingerprint({n: getattr(r.data, n) for n in ("train", "val", "test")})
+
+
+def build(r: Run) -> Carry:
+    """Model, optimiser, jitted steps and the initial (or resumed) state, on the devices."""
+    cfg = r.cfg
+    init_key, run_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    try:
+        model, bn_state = build_model(cfg, r.data, init_key)
+    except ValueError as e:  # e.g. a core this eqx_lru does not have
+        raise UsageError(str(e)) from None
+    params, r.static = eqx.partition(model, eqx.is_inexact_array)
+    r.steps = make_steps(cfg, r.static, r.mesh, task_spec(r.data))
+    optim, _ = make_optimizer(cfg)
+    carry = Carry(0, params, bn_state, optim.init(params), run_key)
+    if r.args.resume:
+        carry = resume(r, carry)
+    if r.primary:
+        write_atomic(
+            r.out / "config.json", json.dumps(cfg.to_json(), indent=1, sort_keys=True).encode()
+        )
+    r.log = MetricsLog(r.out / "metrics.jsonl", enabled=r.primary)
+    r.log.truncate(carry.step)
+    on_devices = {
+        f: par.replicate(getattr(carry, f), r.mesh)
+        for f in ("params", "bn_state", "opt_state", "run_key")
+    }
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
+    core = cores.get_core(cfg.core).describe(cfg.form)
+    r.say(
+        f"{cfg.task}: {len(r.data.train)}/{len(r.data.val)}/{len(r.data.test)} train/val/test "
+        f"examples, length {r.data.seq_len}; {core}, depth {cfg.depth}, H={cfg.d_model}, "
+        f"N={cfg.d_state} ({n_params:,} parameters){', remat' if cfg.remat else ''}; "
+        f"{r.mesh.size} {r.mesh.devices.flat[0].platform} device(s), batch {cfg.batch_size}; "
+        f"set up in {time.perf_counter() - r.began:.1f}s."
+    )
+    return dataclasses.replace(carry, **on_devices)

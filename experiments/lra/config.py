@@ -1,0 +1,388 @@
+"""The settings of one LRA run: a frozen `RunConfig`, its checks, defaults and JSON form.
+
+Every setting is a field with its metadata: a help line, a check, a command-line group, and
+its role (`role`):
+
+- `"binds"`: the trajectory of the run depends on it, so `--resume` refuses to change it
+  and a checkpoint whose value differs belongs to another run (`TRAINING_KEYS`); it also
+  defines the compiled program, except `seed` and `max_examples`;
+- `"program"`: it changes the compiled program, not what it computes (up to rounding):
+  `remat`, `sequence_parallel` (`PROGRAM_KEYS` holds these and the binding ones that shape
+  the program);
+- `"run"`: where data comes from and what is logged or saved when;
+- `"record"`: written by the trainer, not set (the run's id, the backend's choices).
+
+A new run's config is `RunConfig.defaults(task, core)` (the task's record for the LRU,
+Table 9; the core's official per-task settings over it, `experiments/lra/cores.py`) merged
+with the flags (`new_run`); a resumed run's is its saved `config.json` (`from_json`, which
+fills settings added since it was written) merged with the flags that may change
+(`resumed_run`). `to_json` is what `config.json` holds. The command line
+(`experiments/lra/cli.py`) is generated from the fields.
+"""
+
+import dataclasses
+import math
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from .._flags import number
+from . import cores, tasks
+
+__all__ = [
+    "ConfigError",
+    "RunConfig",
+    "TRAINING_KEYS",
+    "PROGRAM_KEYS",
+    "CORE_KEYS",
+    "flag",
+]
+
+
+class ConfigError(ValueError):
+    """A setting that is missing, out of range or contradicts another; the message names
+    the flag, the value and what was expected."""
+
+
+Role = Literal["binds", "program", "run", "record"]
+
+
+def flag(name: str) -> str:
+    """The command-line flag of the setting `name` (`d_model` -> `--d-model`)."""
+    return "--" + name.replace("_", "-")
+
+
+def _setting(
+    help: str,
+    *,
+    role: Role,
+    group: str,
+    default: Any = None,
+    check: Callable[[str], Any] | None = None,
+    choices: Callable[[], tuple] | tuple | None = None,
+    program: bool | None = None,
+    cli: Mapping[str, Any] | None = None,
+    default_text: str | None = None,
+) -> Any:
+    """A `RunConfig` field. `program`: whether it shapes the compiled program (default:
+    every binding setting); `cli`: argparse options replacing the generated ones (None for
+    `role="record"`: no flag); `default_text`: the default as `--help` shows it (default:
+    the value, or each task's)."""
+    meta = dict(
+        help=help,
+        role=role,
+        group=group,
+        check=check,
+        choices=choices,
+        program=(role in ("binds", "program")) if program is None else program,
+        cli=cli,
+        default_text=default_text,
+    )
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _binds(help: str, group: str, check=None, **options) -> Any:
+    """A setting that binds a resumed run."""
+    return _setting(help, role="binds", group=group, check=check, **options)
+
+
+def _run(help: str, check=None, **options) -> Any:
+    """A setting of how the run goes (may change on --resume)."""
+    return _setting(help, role="run", group="run", check=check, **options)
+
+
+_POSITIVE_INT = number(int, low=1)
+_NATURAL = number(int, low=0)
+_POSITIVE = number(float, low=0, open_low=True)
+_FRACTION = number(float, low=0, high=1)
+_NONNEGATIVE = number(float, low=0)
+_MODULUS = number(float, low=0, high=1)  # [0, 1)
+
+
+def _c_inits() -> tuple[str, ...]:
+    from eqx_lru.baselines import C_INITS
+
+    return C_INITS
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The settings of one run; see the module docstring for the roles. Fields that a core
+    does not use are None (`cores.Core.settings`)."""
+
+    # fmt: off
+    # What is trained, and how: binds a resumed run (in this order, the order of --resume's
+    # report of what differs).
+    task: str = _binds("the LRA task (required unless --resume)", "run", choices=tasks.names)
+    core: str = _binds("the recurrent core (experiments/lra/cores.py)", "model",
+                       choices=cores.names, default=cores.DEFAULT)
+    form: str = _binds("the core's form: complex states, or real 2x2 blocks", "model",
+                       choices=("complex", "real"), default="complex")
+    depth: int = _binds("number of blocks", "model", _POSITIVE_INT)
+    d_model: int = _binds("H, features per position", "model", _POSITIVE_INT)
+    d_state: int = _binds("N (S5: P), the state size of each layer", "model", _POSITIVE_INT)
+    steps: int = _binds("optimiser steps (the schedule's length)", "optimisation", _POSITIVE_INT)
+    batch_size: int = _binds("global batch size (all devices together)", "optimisation",
+                             _POSITIVE_INT)
+    lr: float = _binds("peak (base) learning rate", "optimisation", _POSITIVE)
+    lr_factor: float = _binds("the recurrent parameters get lr x this", "optimisation", _POSITIVE)
+    weight_decay: float = _binds("AdamW's decoupled weight decay (not on the recurrent "
+                                 "parameters)", "optimisation", _NONNEGATIVE)
+    dropout: float = _binds("dropout rate in each block", "model", _FRACTION)
+    warmup_fraction: float = _binds("fraction of the steps with a linear warmup", "optimisation",
+                                    _FRACTION)
+    bidirectional: bool = _binds("a second core over the reversed sequence in each block", "model")
+    r_min: float | None = _binds("LRU: smallest eigenvalue modulus at init (Table 8)", "core",
+                                 _MODULUS)
+    r_max: float | None = _binds("LRU: largest eigenvalue modulus at init (Table 8)", "core",
+                                 _MODULUS)
+    max_phase: float | None = _binds("LRU: eigenvalue phases at init in [0, this]", "core",
+                                     _POSITIVE)
+    glu: str = _binds("the GLU after each core: 'half' has no extra linear map (§D.1)", "model",
+                      choices=("full", "half"))
+    norm: str = _binds("normalisation in each block", "model", choices=("batch", "layer"))
+    pooling: str = _binds("pooling over positions before the head", "model",
+                          choices=("mean", "last"))
+    seed: int = _binds("model init, data order and dropout", "optimisation", _NATURAL, default=0,
+                       program=False)
+    max_examples: int | None = _binds("use at most N examples of each split (quick runs)", "run",
+                                      _POSITIVE_INT, program=False, default_text="all")
+    method: str | None = _binds("scan method of the recurrent layers ('auto': chosen per "
+                                "backend)", "model", default="auto",
+                                choices=("auto", "sequential", "associative"))
+    blocks: int | None = _binds("S5: J, HiPPO-N blocks of the initial state matrix", "core",
+                                _POSITIVE_INT)
+    c_init: str | None = _binds("S5: initialisation of C (its --C_init)", "core",
+                                choices=_c_inits)
+    s4d_init: str | None = _binds("S4D: initial A and B (S4D-Lin, S4D-Inv, S4D-LegS)", "core",
+                                  choices=("lin", "inv", "legs"))
+    dt_min: float | None = _binds("S4D, S5: smallest initial step Delta", "core", _POSITIVE)
+    dt_max: float | None = _binds("S4D, S5: largest initial step Delta", "core", _POSITIVE)
+    # How the run goes: may change on --resume.
+    data_root: str | None = _run("folder containing the task's data (searched up to 4 levels "
+                                 "deep)", default_text="required")
+    cache_dir: str | None = _run("cache the built arrays here (recommended; needed for PathX)",
+                                 default_text="none")
+    eval_every: int = _run("validate every N steps", _POSITIVE_INT, default_text="one epoch")
+    checkpoint_every: int = _run("write last.eqx every N steps", _POSITIVE_INT, default=1000)
+    log_every: int = _run("a train record every N steps", _POSITIVE_INT, default=50)
+    eval_batch_size: int | None = _run("batch size of evaluation", _POSITIVE_INT,
+                                       default_text="--batch-size")
+    remat: bool = _setting("recompute each block in the backward pass: a quarter of the memory "
+                           "(experiments/lra/MEMORY.md)", role="program", group="model")
+    deterministic: bool = _setting(
+        "allow XLA's faster nondeterministic GPU ops (resume is then not bit-exact on GPUs)",
+        role="program", group="run", default=True, program=False, default_text="deterministic",
+        cli=dict(flags=("--nondeterministic",), action="store_const", const=False),
+    )
+    sequence_parallel: int | None = _setting(
+        "split every sequence over N devices (a data x sequence mesh of the visible devices, "
+        "eqx_lru.SequenceParallel); the global batch is unchanged", role="program",
+        group="run", check=_POSITIVE_INT, cli=dict(metavar="N"), default_text="1",
+    )
+    # Written by the trainer.
+    run_id: str | None = _setting("the run's id (binds its checkpoints)", role="record",
+                                  group="run")
+    xla_flags: str | None = _setting("XLA_FLAGS as JAX saw them", role="record", group="run")
+    allocator: str | None = _setting("the GPU allocator's mode", role="record", group="run")
+    # fmt: on
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            _check_field(self, field)
+        core = cores.get_core(self.core)
+        if self.form not in core.forms:
+            raise ConfigError(
+                f"--core {self.core} has the form(s) {', '.join(core.forms)}, not "
+                f"--form {self.form}."
+            )
+        _check_ring(self)
+        problem = core.check(self)
+        if problem is not None:
+            raise ConfigError(problem)
+        if self.dt_min is not None and self.dt_max is not None and self.dt_min > self.dt_max:
+            raise ConfigError(f"need --dt-min <= --dt-max, got {self.dt_min} > {self.dt_max}.")
+
+    # ------------------------------------------------------------------ building one
+
+    @classmethod
+    def defaults(cls, task: str, core: str = cores.DEFAULT) -> "RunConfig":
+        """A new run of `core` on `task` without flags: the task's record (Table 9 for the
+        LRU), with the core's official settings for the task over it (`cores.Core`) and
+        the settings the core does not use as None."""
+        c = tasks.get_task(task).config
+        values = dict(
+            task=task,
+            core=core,
+            depth=c.depth,
+            d_model=c.d_model,
+            d_state=c.d_state,
+            steps=c.steps,
+            batch_size=c.batch_size,
+            lr=c.base_lr,
+            lr_factor=c.lr_factor,
+            weight_decay=c.weight_decay,
+            dropout=c.dropout,
+            warmup_fraction=c.warmup_fraction,
+            bidirectional=c.bidirectional,
+            r_min=c.r_min,
+            r_max=c.r_max,
+            max_phase=c.max_phase,
+            glu=c.glu,
+            norm=c.norm,
+            pooling=c.pooling,
+            eval_every=c.eval_every,
+            remat=tasks.get_task(task).remat,
+        )
+        record = cores.get_core(core)
+        official = record.settings_for(task)
+        values.update(official)
+        if "batch_size" in official and "eval_every" not in tasks.get_task(task).defaults:
+            values["eval_every"] = max(1, tasks.get_task(task).train_size // values["batch_size"])
+        return cls(**_core_fields(record, values, given={}))
+
+    def replace(self, **changes) -> "RunConfig":
+        """A copy with `changes`, checked."""
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The flat mapping `config.json` holds (every field)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, saved: Mapping[str, Any], *, where: str = "config.json") -> "RunConfig":
+        """The config a saved `config.json` (`saved`) describes. Settings added since it was
+        written take the values the trainer then used: the LRU core, the task's LRU
+        settings, no remat, and the core's defaults for its own settings."""
+        unknown = [k for k in saved if k not in _NAMES]
+        if unknown or saved.get("task") not in tasks.names():
+            what = f"unknown settings {unknown}" if unknown else f"task {saved.get('task')!r}"
+            raise ConfigError(
+                f"{where} is not a run's config ({what}); it was edited or written by another "
+                "tool. Restore the run's own file, or start a new run with another --out."
+            )
+        core = saved.get("core", cores.DEFAULT)
+        base = cls.defaults(saved["task"]).to_json()  # the LRU's: what old runs trained
+        base.update(remat=False, run_id=None, xla_flags=None, allocator=None)
+        record = cores.get_core(core) if core in cores.names() else None
+        if record is not None:
+            base.update({k: None for k in CORE_KEYS if k not in record.settings})
+            base.update(record.defaults)
+            if not record.scan:
+                base["method"] = None
+        return cls(**{**base, **saved})
+
+
+# The fields, by role (in field order: the order of --resume's report of what differs).
+_NAMES = tuple(f.name for f in dataclasses.fields(RunConfig))
+#: Settings that determine the trajectory of a run; `--resume` refuses to change them.
+TRAINING_KEYS = tuple(
+    f.name for f in dataclasses.fields(RunConfig) if f.metadata["role"] == "binds"
+)
+#: Settings the traced programs depend on (not the seed, nor the data size).
+PROGRAM_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata["program"])
+#: Settings of one core or another (`cores.Core.settings`); None where the core has none.
+CORE_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata["group"] == "core")
+
+
+def _check_field(config: RunConfig, field: dataclasses.Field) -> None:
+    value, meta = getattr(config, field.name), field.metadata
+    if value is None:
+        if meta["role"] in ("record", "run") or field.name in (*CORE_KEYS, "method"):
+            return  # optional, or not used by this core
+        if field.name in ("max_examples", "sequence_parallel"):
+            return
+        raise ConfigError(f"{flag(field.name)} is required; it has no value.")
+    choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{flag(field.name)}: expected one of {choices}, got {value!r}.")
+    if field.type is bool and not isinstance(value, bool):
+        raise ConfigError(f"{flag(field.name)}: expected true or false, got {value!r}.")
+    if meta["check"] is not None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{flag(field.name)}: expected a number, got {value!r}.")
+        try:
+            meta["check"](str(value))
+        except Exception as e:  # argparse.ArgumentTypeError, with the flag's check's words
+            raise ConfigError(f"{flag(field.name)}: {e}.") from None
+
+
+def _check_ring(config: RunConfig) -> None:
+    if config.r_min is not None and config.r_max is not None:
+        if not 0 <= config.r_min <= config.r_max < 1:
+            raise ConfigError(
+                f"need 0 <= --r-min <= --r-max < 1, got [{config.r_min}, {config.r_max}]."
+            )
+    if config.max_phase is not None and not 0 < config.max_phase <= 2 * math.pi:
+        raise ConfigError(f"--max-phase must lie in (0, 2*pi], got {config.max_phase}.")
+
+
+def _core_fields(
+    record: "cores.Core", values: dict[str, Any], given: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`values` with the core's own settings taken from its defaults where absent and the
+    settings it does not use as None; a given flag it would not use is refused."""
+    unknown = [k for k in (*record.settings, *record.defaults) if k not in CORE_KEYS]
+    if unknown:
+        raise ConfigError(
+            f"core {record.name!r} names {unknown}, which are not core settings of RunConfig "
+            f"{CORE_KEYS}; add a field (group 'core') to RunConfig first."
+        )
+    unused = [k for k in CORE_KEYS if k not in record.settings]
+    if not record.scan:
+        unused.append("method")
+    refused = [f"{flag(k)} {given[k]}" for k in unused if given.get(k) is not None]
+    if "form" in given and given["form"] not in record.forms:
+        refused.append(f"--form {given['form']}")
+    if refused:
+        raise ConfigError(
+            f"--core {record.name} {record.unused_reason}: {' and '.join(refused)} would not "
+            "be used. Drop it, or choose another --core."
+        )
+    out = {**values, **{k: None for k in unused}}
+    for k in record.settings:
+        if out.get(k) is None:
+            out[k] = record.defaults.get(k)
+    return out
+
+
+def new_run(task: str | None, given: Mapping[str, Any]) -> RunConfig:
+    """A new run's config: `RunConfig.defaults(task, core)` with the settings `given` (the
+    flags set), a fresh run id, and `eval_batch_size` defaulting to `batch_size`."""
+    if task is None:
+        raise ConfigError("--task is required (unless --resume picks it up from OUT/config.json).")
+    core = given.get("core", cores.DEFAULT)
+    base = RunConfig.defaults(task, core)
+    values = _core_fields(cores.get_core(core), {**base.to_json(), **given}, given)
+    values["run_id"] = uuid.uuid4().hex  # binds every checkpoint to this run
+    if values.get("eval_batch_size") is None:
+        values["eval_batch_size"] = values["batch_size"]
+    return RunConfig(**values)
+
+
+def resumed_run(saved: Mapping[str, Any], given: Mapping[str, Any], *, out: str) -> RunConfig:
+    """A resumed run's config: the saved `config.json` (`saved`, read from the run folder
+    `out`) with the settings `given` that do not bind the run.
+
+    **Raises:** `ConfigError` if a given setting that binds the run differs from the saved
+    one (naming each, in `TRAINING_KEYS` order), or the saved config is not valid."""
+    config = RunConfig.from_json(saved, where=f"{out}/config.json")
+    changed = {
+        k: (getattr(config, k), given[k])
+        for k in TRAINING_KEYS
+        if k in given and getattr(config, k) != given[k]
+    }
+    if changed:
+        diff = "; ".join(f"{k}: {a!r} in the run, {b!r} now" for k, (a, b) in changed.items())
+        raise ConfigError(
+            f"--resume continues the run in {out} exactly, so its settings "
+            f"cannot change ({diff}). Drop those flags, or start a new run with "
+            "another --out."
+        )
+    values = {**config.to_json(), **given}
+    values.setdefault("run_id", None)
+    if values["run_id"] is None:
+        values["run_id"] = uuid.uuid4().hex  # runs from before run ids
+    if values.get("eval_batch_size") is None:
+        values["eval_batch_size"] = values["batch_size"]
+    return RunConfig(**values)

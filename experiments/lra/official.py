@@ -1,0 +1,342 @@
+"""The baselines' published LRA settings, per task, as data: what their authors ran.
+
+Each `Official` record holds the settings of one core on one task as `RunConfig` fields,
+the file they come from (`source`) and the published settings the trainer cannot follow,
+with the reason (`not_honoured`). `experiments/lra/cores.py` gives them to the core
+records, so `--core s5 --task listops` trains S5 as its authors did. The LRU's own settings
+(the paper's Table 9) are the task records' defaults (`experiments/lra/tasks.py`).
+
+**S5** (lindermanlab/S5 @3c18fdb, `bin/run_experiments/run_lra_<task>.sh`, read with
+`run_train.py`, `s5/train.py`, `s5/ssm.py`): `n_layers` -> `depth`, `d_model` -> H,
+`ssm_size_base` -> P (`d_state`), `blocks` -> J, `C_init`, `dt_min`/`dt_max` (default
+0.001/0.1), `bsz`, `epochs` x (train size // `bsz`) -> `steps`, `warmup_end` epochs ->
+`warmup_fraction`, `p_dropout`, `weight_decay`; S5's global learning rate is `lr_factor x
+ssm_lr_base`, and its SSM parameters get `ssm_lr_base`: here `lr` = the global rate and
+`lr_factor` = `ssm_lr_base / lr` (this trainer's factor multiplies the base rate). Every
+script trains bidirectionally with batch norm and mean pooling; the GLU is S5's
+`half_glu1` (`glu="half"`) unless the script says `half_glu2`.
+
+**S4D** (state-spaces/s4 @e757cef, `configs/experiment/lra/s4-<task>.yaml`, the LRA
+configs of S4 and S4D: S4D is `model.layer.mode=diag` of the same configs,
+`models/s4/README.md`; `init: legs` is S4D-LegS): `n_layers`, `d_model`, `layer.d_state`
+(N, N/2 complex modes), `layer.init` (`s4d_init`),
+`layer.dt_min`/`dt_max`, `optimizer.lr`, the layer's `lr` (A, B and possibly dt) ->
+`lr_factor = layer lr / lr`, `optimizer.weight_decay`, `loader.batch_size`,
+`scheduler.num_training_steps`/`num_warmup_steps`, `dropout`, `layer.bidirectional`;
+the final activation is a full GLU.
+"""
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from . import tasks
+
+__all__ = ["Official", "S5", "S4D"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Official:
+    """One core's published settings for one task.
+
+    **Fields:** `source` (repository, commit and file), `settings` (`RunConfig` fields),
+    `not_honoured` (published settings this trainer cannot follow: `{setting: why}`).
+    """
+
+    source: str
+    settings: Mapping[str, Any]
+    not_honoured: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+_S5 = "lindermanlab/S5 @3c18fdb bin/run_experiments/{}"
+_S4 = "state-spaces/s4 @e757cef configs/experiment/lra/{}"
+
+#: What no S5 script can have here: S5's bidirectional layer shares Lambda and B~ between
+#: the directions (two C~); this trainer's bidirectional block runs a second core.
+_S5_ALWAYS = {
+    "bidirectional": "S5 shares Lambda, B~ and Delta between the directions (two C~); "
+    "LRUBlock(bidirectional=True) runs a second S5 with its own parameters",
+    "norm learning rate": "S5 trains the batch-norm scale and shift at ssm_lr without "
+    "weight decay; here they get lr and weight decay",
+}
+_HALF_GLU2 = {
+    "activation_fn=half_glu2": "S5's half_glu2 gates the GELU's input, x * sigmoid(W "
+    "gelu(x)); eqx_lru.GLU has 'full' and 'half' (half_glu1), so 'half' is used",
+}
+_BN_095 = {
+    "bn_momentum=0.95": "S5's default batch-norm momentum; eqx_lru's MaskedBatchNorm in "
+    "LRUBlock uses 0.9",
+}
+_B_FAST = {
+    "opt_config=BfastandCdecay": "S5 trains B~ at the global rate with weight decay; here "
+    "B~ is a recurrent parameter (lr x lr_factor, no weight decay)",
+}
+_DT_GLOBAL = {
+    "dt_global=True": "S5 trains Delta at the global rate with weight decay; here it is "
+    "a recurrent parameter (lr x lr_factor, no weight decay)",
+}
+
+
+def _s5(task: str, script: str, *, epochs: int, bsz: int, ssm_lr: float, factor: float,
+        warmup_end: int, not_honoured: Mapping[str, str], **settings) -> Official:  # fmt: skip
+    """An S5 record from its script's values (see the module docstring for the mapping)."""
+    lr = factor * ssm_lr
+    steps = epochs * (tasks.get_task(task).train_size // bsz)
+    values = dict(
+        batch_size=bsz, steps=steps, lr=lr, lr_factor=ssm_lr / lr,
+        warmup_fraction=warmup_end / epochs, bidirectional=True, norm="batch",
+        pooling="mean", glu="half", dt_min=0.001, dt_max=0.1,
+    )  # fmt: skip
+    values.update(settings)
+    return Official(_S5.format(script), values, {**_S5_ALWAYS, **not_honoured})
+
+
+#: S5's per-task settings, by task.
+S5: dict[str, Official] = {
+    tasks.LISTOPS: _s5(
+        tasks.LISTOPS,
+        "run_lra_listops.sh",
+        epochs=40,
+        bsz=50,
+        ssm_lr=0.001,
+        factor=3,
+        warmup_end=1,
+        depth=8,
+        d_model=128,
+        d_state=16,
+        blocks=8,
+        c_init="lecun_normal",
+        weight_decay=0.04,
+        dropout=0.0,
+        not_honoured={**_HALF_GLU2, **_B_FAST, **_BN_095},
+    ),
+    tasks.TEXT: _s5(
+        tasks.TEXT,
+        "run_lra_imdb.sh",
+        epochs=35,
+        bsz=50,
+        ssm_lr=0.001,
+        factor=4,
+        warmup_end=0,
+        depth=6,
+        d_model=256,
+        d_state=192,
+        blocks=12,
+        c_init="lecun_normal",
+        weight_decay=0.07,
+        dropout=0.1,
+        not_honoured={**_HALF_GLU2, **_DT_GLOBAL, **_BN_095},
+    ),
+    tasks.RETRIEVAL: _s5(
+        tasks.RETRIEVAL,
+        "run_lra_aan.sh",
+        epochs=20,
+        bsz=32,
+        ssm_lr=0.001,
+        factor=2,
+        warmup_end=1,
+        depth=6,
+        d_model=128,
+        d_state=256,
+        blocks=16,
+        c_init="trunc_standard_normal",
+        weight_decay=0.05,
+        dropout=0.0,
+        not_honoured={**_DT_GLOBAL, **_BN_095},
+    ),
+    tasks.IMAGE: _s5(
+        tasks.IMAGE,
+        "run_lra_cifar.sh",
+        epochs=250,
+        bsz=50,
+        ssm_lr=0.001,
+        factor=4.5,
+        warmup_end=1,
+        depth=6,
+        d_model=512,
+        d_state=384,
+        blocks=3,
+        c_init="lecun_normal",
+        weight_decay=0.07,
+        dropout=0.1,
+        not_honoured={
+            "clip_eigs=True": "S5 clips Re(Lambda) <= -1e-4 in the forward pass; "
+            "eqx_lru.baselines.S5 trains Re(Lambda) freely",
+            "dataset=lra-cifar-classification": "the script trains on grayscale CIFAR; "
+            "this task is colour, as in the LRU paper",
+            **_B_FAST,
+            **_BN_095,
+        },
+    ),
+    tasks.PATHFINDER: _s5(
+        tasks.PATHFINDER,
+        "run_lra_pathfinder.sh",
+        epochs=200,
+        bsz=64,
+        ssm_lr=0.0009,
+        factor=5,
+        warmup_end=1,
+        depth=6,
+        d_model=192,
+        d_state=256,
+        blocks=8,
+        c_init="trunc_standard_normal",
+        weight_decay=0.03,
+        dropout=0.05,
+        not_honoured={},
+    ),
+    tasks.PATHX: _s5(
+        tasks.PATHX,
+        "run_lra_pathx.sh",
+        epochs=75,
+        bsz=32,
+        ssm_lr=0.0006,
+        factor=3,
+        warmup_end=1,
+        depth=6,
+        d_model=128,
+        d_state=256,
+        blocks=16,
+        c_init="complex_normal",
+        dt_min=0.0001,
+        weight_decay=0.06,
+        dropout=0.0,
+        not_honoured={
+            "opt_config=BandCdecay": "S5 decays B~ (at ssm_lr); here B~ is a recurrent "
+            "parameter without weight decay",
+        },
+    ),
+}
+
+#: What no S4 config can have here.
+_S4_ALWAYS = {
+    "B_clip=2": "S4D-LegS clips Im(V* b) to [-2, 2]; V's eigenvector phases (which parts "
+    "the clip touches) are NumPy's here, PyTorch's there",
+    "dt_transform=softplus": "S4 parameterises Delta = softplus(p); eqx_lru's S4D uses "
+    "exp(log_dt) (the same initial Delta range)",
+    "bidirectional": "S4's bidirectional kernel shares A, B and Delta between the directions "
+    "(two C); LRUBlock(bidirectional=True) runs a second S4D with its own parameters",
+}
+_N_SSM_1 = {
+    "n_ssm=1": "S4 shares A and B over the H channels; eqx_lru's S4D has one A, B per channel "
+    "(initialised alike)",
+}
+_POSTNORM = {
+    "prenorm=false": "S4 normalises after the residual sum here; LRUBlock is pre-norm",
+}
+_DT_GLOBAL_S4 = {
+    "lr.dt=null": "S4 trains Delta at the global rate with weight decay; here it is a "
+    "recurrent parameter (lr x lr_factor, no weight decay)",
+}
+
+
+def _s4d(task: str, config: str, *, lr: float, ssm_lr: float, steps: int, warmup: int,
+         not_honoured: Mapping[str, str], **settings) -> Official:  # fmt: skip
+    """An S4D record from its config's values (see the module docstring for the mapping)."""
+    values = dict(
+        lr=lr, lr_factor=ssm_lr / lr, steps=steps, warmup_fraction=warmup / steps,
+        bidirectional=True, norm="batch", pooling="mean", glu="full", dt_max=0.1,
+        weight_decay=0.05, s4d_init="legs",
+    )  # fmt: skip
+    values.update(settings)
+    return Official(_S4.format(config), values, {**_S4_ALWAYS, **not_honoured})
+
+
+#: S4D's per-task settings, by task.
+S4D: dict[str, Official] = {
+    tasks.LISTOPS: _s4d(
+        tasks.LISTOPS,
+        "s4-listops.yaml",
+        lr=0.01,
+        ssm_lr=0.001,
+        steps=120_000,
+        warmup=12_000,
+        depth=6,
+        d_model=256,
+        d_state=4,
+        dt_min=0.001,
+        batch_size=32,
+        dropout=0.0,
+        not_honoured={**_N_SSM_1, **_POSTNORM, **_DT_GLOBAL_S4},
+    ),
+    tasks.TEXT: _s4d(
+        tasks.TEXT,
+        "s4-imdb.yaml",
+        lr=0.01,
+        ssm_lr=0.001,
+        steps=50_000,
+        warmup=5_000,
+        depth=6,
+        d_model=256,
+        d_state=4,
+        dt_min=0.001,
+        batch_size=16,
+        dropout=0.0,
+        not_honoured={**_N_SSM_1, **_DT_GLOBAL_S4},
+    ),
+    tasks.RETRIEVAL: _s4d(
+        tasks.RETRIEVAL,
+        "s4-aan.yaml",
+        lr=0.01,
+        ssm_lr=0.001,
+        steps=50_000,
+        warmup=5_000,
+        depth=6,
+        d_model=256,
+        d_state=4,
+        dt_min=0.001,
+        batch_size=64,
+        dropout=0.0,
+        not_honoured={**_N_SSM_1, **_DT_GLOBAL_S4},
+    ),
+    tasks.IMAGE: _s4d(
+        tasks.IMAGE,
+        "s4-cifar.yaml",
+        lr=0.01,
+        ssm_lr=0.001,
+        steps=180_000,
+        warmup=18_000,
+        depth=6,
+        d_model=512,
+        d_state=64,
+        dt_min=0.001,
+        batch_size=50,
+        dropout=0.1,
+        not_honoured={
+            **_N_SSM_1,
+            **_POSTNORM,
+            "dataset.grayscale=true": "the config trains on grayscale CIFAR; this task is "
+            "colour, as in the LRU paper",
+        },
+    ),
+    tasks.PATHFINDER: _s4d(
+        tasks.PATHFINDER,
+        "s4-pathfinder.yaml",
+        lr=0.004,
+        ssm_lr=0.001,
+        steps=500_000,
+        warmup=50_000,
+        depth=6,
+        d_model=256,
+        d_state=64,
+        dt_min=0.001,
+        batch_size=64,
+        dropout=0.0,
+        not_honoured={},
+    ),
+    tasks.PATHX: _s4d(
+        tasks.PATHX,
+        "s4-pathx.yaml",
+        lr=0.001,
+        ssm_lr=0.001,
+        steps=500_000,
+        warmup=50_000,
+        depth=6,
+        d_model=256,
+        d_state=64,
+        dt_min=0.0001,
+        batch_size=16,
+        dropout=0.0,
+        not_honoured={},
+    ),
+}

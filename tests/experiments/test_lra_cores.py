@@ -1,0 +1,163 @@
+"""The core registry (`experiments/lra/cores.py`): a new core trains through the trainer
+with one record, and the S5 and S4D models the trainer builds for each LRA task follow
+their authors' published settings (transcribed here independently of
+`experiments/lra/official.py`, from the files each row names)."""
+
+import json
+import math
+
+import equinox as eqx
+import jax
+import numpy as np
+import pytest
+from listops_argv import listops_argv
+
+import eqx_lru
+import eqx_lru.ablation
+from experiments.lra import cores, steps, synthetic, tasks, train
+from experiments.lra._metrics import read_records
+from experiments.lra.config import ConfigError, RunConfig
+
+# lindermanlab/S5 @3c18fdb bin/run_experiments/run_lra_{script}.sh (dt_min/dt_max: 0.001 and
+# 0.1 unless the script sets them; run_train.py's defaults).
+# task: (script, n_layers, d_model, ssm_size_base, blocks, C_init, dt_min, bsz, epochs,
+#        ssm_lr_base, lr_factor, weight_decay, p_dropout, warmup_end)
+S5_SCRIPTS = {
+    "listops": ("listops", 8, 128, 16, 8, "lecun_normal", 0.001, 50, 40, 1e-3, 3, 0.04, 0, 1),
+    "text": ("imdb", 6, 256, 192, 12, "lecun_normal", 0.001, 50, 35, 1e-3, 4, 0.07, 0.1, 0),
+    "retrieval": ("aan", 6, 128, 256, 16, "trunc_standard_normal", 0.001, 32, 20, 1e-3, 2,
+                  0.05, 0.0, 1),
+    "image": ("cifar", 6, 512, 384, 3, "lecun_normal", 0.001, 50, 250, 1e-3, 4.5, 0.07, 0.1, 1),
+    "pathfinder": ("pathfinder", 6, 192, 256, 8, "trunc_standard_normal", 0.001, 64, 200,
+                   9e-4, 5, 0.03, 0.05, 1),
+    "pathx": ("pathx", 6, 128, 256, 16, "complex_normal", 0.0001, 32, 75, 6e-4, 3, 0.06, 0.0, 1),
+}  # fmt: skip
+# state-spaces/s4 @e757cef configs/experiment/lra/s4-{config}.yaml (S4D: model.layer.mode=diag).
+# Every config: init legs (S4D-LegS with mode=diag), bidirectional, batch norm.
+# task: (config, n_layers, d_model, d_state, dt_min, dt_max, optimizer.lr, layer lr,
+#        weight_decay, batch_size, num_training_steps, num_warmup_steps, dropout)
+S4_CONFIGS = {
+    "listops": ("listops", 6, 256, 4, 0.001, 0.1, 0.01, 0.001, 0.05, 32, 120000, 12000, 0.0),
+    "text": ("imdb", 6, 256, 4, 0.001, 0.1, 0.01, 0.001, 0.05, 16, 50000, 5000, 0.0),
+    "retrieval": ("aan", 6, 256, 4, 0.001, 0.1, 0.01, 0.001, 0.05, 64, 50000, 5000, 0.0),
+    "image": ("cifar", 6, 512, 64, 0.001, 0.1, 0.01, 0.001, 0.05, 50, 180000, 18000, 0.1),
+    "pathfinder": ("pathfinder", 6, 256, 64, 0.001, 0.1, 0.004, 0.001, 0.05, 64, 500000,
+                   50000, 0.0),
+    "pathx": ("pathx", 6, 256, 64, 0.0001, 0.1, 0.001, 0.001, 0.05, 16, 500000, 50000, 0.0),
+}  # fmt: skip
+
+
+def _structure(config: RunConfig):
+    """The model the trainer builds for `config`, as shapes (no arrays allocated)."""
+    spec = steps.task_spec(config.task)
+    return eqx.filter_eval_shape(lambda k: steps.build_model(config, spec, k)[0], jax.random.key(0))
+
+
+def _blocks(model):
+    return (model.encoder if isinstance(model, eqx_lru.LRURetrievalModel) else model).blocks
+
+
+def _mean_square_c(core) -> float:
+    return float(np.mean(np.asarray(core.C_re) ** 2 + np.asarray(core.C_im) ** 2))
+
+
+@pytest.mark.parametrize("task", list(S5_SCRIPTS))
+def test_s5_follows_its_run_scripts(task):
+    script, depth, h, p, j, c_init, dt_min, bsz, epochs, ssm_lr, factor, wd, drop, warm = (
+        S5_SCRIPTS[task]
+    )
+    config = RunConfig.defaults(task, "s5")
+    per_epoch = tasks.get_task(task).train_size // bsz
+    assert (config.batch_size, config.steps) == (bsz, epochs * per_epoch), script
+    assert config.lr == pytest.approx(factor * ssm_lr) and config.weight_decay == wd
+    assert config.lr * config.lr_factor == pytest.approx(ssm_lr)  # S5's SSM learning rate
+    assert int(config.warmup_fraction * config.steps) == warm * per_epoch
+    assert config.dropout == drop and config.bidirectional and config.norm == "batch"
+    model = _structure(config)
+    assert len(_blocks(model)) == depth
+    for block in _blocks(model):
+        for core in (block.core, block.reverse_core):
+            assert isinstance(core, eqx_lru.baselines.S5) and core.blocks == j
+            assert (core.d_model, core.d_state) == (h, p)
+    # Values: the trainer's core factory, called at smaller sizes than the task's (the
+    # options come from the run's config): C's scale by C_init, the Delta range.
+    small_h, small_p = 16, 2 * j * math.ceil(16 / j)
+    core = steps.make_core(config)(small_h, small_p, key=jax.random.key(1))
+    trunc = 2 / small_p  # the mean square of C~ by C_init; the others differ by >= 16x
+    expected = {"trunc_standard_normal": trunc, "lecun_normal": trunc / small_h}.get(c_init, 1)
+    assert _mean_square_c(core) == pytest.approx(expected, rel=0.35), c_init
+    _check_range(np.asarray(core.log_step), dt_min, 0.1)
+
+
+def _check_range(log_steps: np.ndarray, dt_min: float, dt_max: float) -> None:
+    """Initial steps drawn log-uniformly from [dt_min, dt_max]: all inside, and (where the
+    range reaches below the modules' default 0.001) some below 0.001."""
+    assert np.all((log_steps >= math.log(dt_min)) & (log_steps <= math.log(dt_max)))
+    if dt_min < 0.001:  # at least 16 draws: all above 0.001 has probability < 0.002
+        assert log_steps.min() < math.log(0.001)
+
+
+@pytest.mark.parametrize("task", list(S4_CONFIGS))
+def test_s4d_follows_its_configs(task):
+    name, depth, h, n, dt_min, dt_max, lr, layer_lr, wd, bsz, total, warmup, drop = S4_CONFIGS[task]
+    config = RunConfig.defaults(task, "s4d")
+    assert (config.batch_size, config.steps, config.lr, config.weight_decay) == (bsz, total, lr, wd)
+    assert config.lr * config.lr_factor == pytest.approx(layer_lr), name
+    assert int(config.warmup_fraction * config.steps) == warmup
+    assert config.dropout == drop and config.bidirectional and config.method is None
+    model = _structure(config)
+    assert len(_blocks(model)) == depth
+    for block in _blocks(model):
+        for core in (block.core, block.reverse_core):
+            assert isinstance(core, eqx_lru.baselines.S4D) and core.mode == "convolution"
+            assert core.init == "legs"
+            assert (core.d_model, core.d_state) == (h, n)
+    core = steps.make_core(config)(64, n, key=jax.random.key(1))  # one log_dt per channel
+    _check_range(np.asarray(core.log_dt), dt_min, dt_max)
+
+
+def test_every_official_record_cites_its_file_and_says_what_is_not_followed():
+    for name in cores.names():
+        for task, record in cores.get_core(name).official.items():
+            assert task in tasks.names() and "@" in record.source and record.not_honoured
+
+
+def test_flags_override_the_official_settings_and_mismatches_are_explained():
+    config = RunConfig.defaults("listops", "s5").replace(blocks=1, d_state=6)
+    assert (config.blocks, config.d_state, config.c_init) == (1, 6, "lecun_normal")
+    with pytest.raises(ConfigError, match=r"--d-state \(P, 6\) must be a multiple of 2 x --blocks"):
+        RunConfig.defaults("listops", "s5").replace(d_state=6)
+
+
+@pytest.fixture(scope="module")
+def listops(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lra")
+    synthetic.write_listops(root, (40, 12, 12), seed=2, min_length=8, max_length=30)
+    return root
+
+
+@pytest.mark.slow
+def test_a_core_added_with_one_record_trains_through_the_trainer(listops, tmp_path):
+    """A dense tanh RNN (the ablation ladder's first rung) as a trainer core: one record."""
+    cores.register(
+        cores.Core(
+            name="tanh_rnn",
+            label="tanh RNN",
+            factory=lambda config, method: eqx_lru.ablation.ABLATION_CORES["rnn_tanh"],
+            scan=False,
+            unused_reason="is a dense tanh RNN",
+        )
+    )
+    try:
+        out = tmp_path / "run"
+        argv = listops_argv(listops, out, "--core", "tanh_rnn", steps=2, eval_every=2)
+        results = train.run(argv)
+        assert train.main(listops_argv(listops, tmp_path / "b", "--core", "tanh_rnn",
+                                       "--method", "sequential")) == 2  # fmt: skip
+    finally:
+        cores.unregister("tanh_rnn")
+    assert (results["status"], results["step"], results["core"]) == ("finished", 2, "tanh_rnn")
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["core"] == "tanh_rnn" and saved["method"] is None and saved["r_min"] is None
+    losses = [r["loss"] for r in read_records(out / "metrics.jsonl") if r["split"] == "train"]
+    assert len(losses) == 2 and np.all(np.isfinite(losses))
