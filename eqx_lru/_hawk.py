@@ -18,7 +18,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
+from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
@@ -27,8 +27,9 @@ from ._checks import Size, check_key, check_segment_ids, check_size
 from ._core import AbstractRecurrentCore, dt_options
 from ._core_factory import Core, build_core, core_factory
 from ._gated_mlp import GatedMLP
-from ._padding import check_length, valid_mask, where_valid
+from ._padding import check_length, where_valid
 from ._rglru import RGLRU
+from ._streams import chunk_mask, keep_when_empty, start_carry
 from ._surface import check_carry, check_features, checks_first
 
 
@@ -69,8 +70,10 @@ class HawkBlock(AbstractStreamingBlock):
     input of another packed sequence and the core resets at each boundary, so each
     sequence's outputs are those of the sequence alone.
 
-    **Streaming.** `init_carry()`, then `step` or `chunk` (inference mode): the carry is
-    the convolution's last $K - 1$ inputs and the core's state (`{"conv", "core"}`).
+    **Streaming.** `init_carry()`, then `step` (inference mode) or `chunk` (inference
+    mode, or training by chunks with `inference=False`: the norms are per position), as
+    `LRUBlock`'s, with `reset` and empty chunks for many streams: the carry is the
+    convolution's last $K - 1$ inputs and the core's state (`{"conv", "core"}`).
 
     **Time steps.** `dt=` (a core that takes it, e.g. the RG-LRU) goes to the core; the
     convolution reads positions, not times.
@@ -194,13 +197,15 @@ class HawkBlock(AbstractStreamingBlock):
         x_t: Float[ArrayLike, " d_model"],
         state: eqx.nn.State,
         *,
+        reset: Bool[ArrayLike, ""] | None = None,
         dt: ArrayLike | None = None,
     ) -> tuple[PyTree[Array], Float[Array, " d_model"]]:
-        r"""One position in inference mode: $(c_{t-1}, x_t) \mapsto (c_t, y_t)$ (`dt`:
-        this position's time step). Repeated from `init_carry()`: the call, position by
-        position. **Returns:** `(carry, y_t)`."""
+        r"""One position in inference mode: $(c_{t-1}, x_t) \mapsto (c_t, y_t)$, from
+        `init_carry()` when `reset` is true (as `LRUBlock.step`); `dt`: this position's
+        time step. Repeated from `init_carry()`: the call, position by position.
+        **Returns:** `(carry, y_t)`."""
         timed = dt_options(self.core, dt)
-        carry = jax.tree_util.tree_map(jnp.asarray, carry)
+        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=True)
         x_t = jnp.asarray(x_t)
         gate, v = _mix_in(self, x_t[None])
         history, u = self.conv.step(carry["conv"], v[0])
@@ -218,30 +223,37 @@ class HawkBlock(AbstractStreamingBlock):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        reset: Bool[ArrayLike, ""] | None = None,
+        inference: bool = True,
+        key: PRNGKeyArray | None = None,
+        carry_gradient: bool = False,
         dt: ArrayLike | None = None,
     ) -> tuple[PyTree[Array], Float[Array, "length d_model"]]:
-        """The next chunk of a stream in parallel, in inference mode, from `carry`: as
-        `LRUBlock.chunk` (`length` valid positions, packed `segment_ids` whose first
-        continues the stream), with `dt` the core's time steps. **Returns:** `(carry, y)`,
-        the carry after the last valid position and the outputs, zero at pads."""
+        """The next chunk of a stream in parallel, from `carry`: as `LRUBlock.chunk`
+        (`length` new positions, possibly 0; packed `segment_ids` whose first continues
+        the stream; `reset`; `inference=False` trains, with `key` for dropout; the
+        incoming carry a constant of the gradient unless `carry_gradient`), with `dt` the
+        core's time steps. **Returns:** `(carry, y)`, the carry after the last valid
+        position and the outputs, zero at pads."""
         timed = dt_options(self.core, dt)
-        carry = jax.tree_util.tree_map(jnp.asarray, carry)
+        sharding.refuse(self, "`HawkBlock.chunk`")
         x = jnp.asarray(x)
         check_length(x, "x")
         segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        mask = valid_mask(length, x.shape[0])
-        valid = None if mask is None else jnp.sum(mask, dtype=jnp.int32)
+        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=carry_gradient)
+        mask, valid = chunk_mask(length, x.shape[0])
+        last = None if valid is None else jnp.maximum(valid, 1)  # 0: the carry is kept below
         x = where_valid(mask, x)
         gate, v = _mix_in(self, x)
         conv = dict(history=carry["conv"], segment_ids=segment_ids)
         u = where_valid(mask, self.conv(v, **conv))
-        history = self.conv.next_history(v, length=valid, **conv)
+        history = self.conv.next_history(v, length=last, **conv)
         h, core_state = self.core.run(
-            u, initial_state=carry["core"], length=valid, segment_ids=segment_ids,
-            **timed,
-        )  # fmt: skip
-        y = _mix_out(self, x, h, gate, mask, None, True, None)
-        return {"conv": history, "core": core_state}, y
+            u, initial_state=carry["core"], length=last, segment_ids=segment_ids, **timed
+        )
+        y = _mix_out(self, x, h, gate, mask, key, inference, None)
+        new = {"conv": history, "core": core_state}
+        return keep_when_empty(valid, new, carry), y
 
 
 def _mix_in(block: HawkBlock, x: Array) -> tuple[Array, Array]:

@@ -126,6 +126,41 @@ def test_streaming_equals_call():
     assert carry["conv"].shape == (K - 1, N) and carry["core"].shape == (2, N // 2)
 
 
+@eqx.filter_jit
+def _training_and_many_streams(block, x, key):
+    state = eqx.nn.State(block)
+    called, _ = block(x, state, key=key, inference=False)
+    chunked_carry, chunked = block.chunk(block.init_carry(), x, state, inference=False, key=key)
+    garbage = jax.tree_util.tree_map(lambda c: c + 3.0, block.init_carry())
+    _, reset = block.chunk(garbage, x, state, reset=jnp.asarray(True))
+    _, fresh = block.chunk(block.init_carry(), x, state)
+    kept, empty = block.chunk(chunked_carry, x, state, length=0)
+
+    def loss(carry, carry_gradient):
+        _, y = block.chunk(carry, x, state, carry_gradient=carry_gradient)
+        return jnp.sum(y**2)
+
+    grads = [jax.grad(loss)(garbage, flag) for flag in (False, True)]
+    return called, chunked, reset, fresh, (kept, chunked_carry), empty, grads
+
+
+def test_training_chunks_and_many_streams():
+    """A training-mode chunk draws the call's dropout; `reset` starts from `init_carry()`;
+    an empty chunk keeps the carry; the carry's gradient flows only with
+    `carry_gradient=True`."""
+    block = _block(dtype=jnp.float32, dropout=0.3)
+    x, _ = _data(dtype=jnp.float32)
+    called, chunked, reset, fresh, (kept, carry), empty, grads = _training_and_many_streams(
+        block, x, jax.random.PRNGKey(7)
+    )
+    np.testing.assert_allclose(chunked, called, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(reset, fresh, rtol=0, atol=0)
+    assert bool(eqx.tree_equal(kept, carry)) and np.all(np.asarray(empty) == 0)
+    frozen, flowing = (jax.tree_util.tree_leaves(g) for g in grads)
+    assert all(np.all(np.asarray(g) == 0) for g in frozen)
+    assert all(np.any(np.asarray(g) != 0) for g in flowing)
+
+
 def test_packed_sequences_equal_separate_calls():
     block = _block(dtype=jnp.float32)
     x, _ = _data(dtype=jnp.float32)
