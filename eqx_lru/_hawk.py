@@ -26,6 +26,7 @@ from ._causal_conv import CausalConv
 from ._checks import Size, check_key, check_segment_ids, check_size
 from ._core import AbstractRecurrentCore, dt_options
 from ._core_factory import Core, build_core, core_factory
+from ._dt import mask_steps
 from ._gated_mlp import GatedMLP
 from ._padding import check_length, where_valid
 from ._rglru import RGLRU
@@ -75,8 +76,8 @@ class HawkBlock(AbstractStreamingBlock):
     `LRUBlock`'s, with `reset` and empty chunks for many streams: the carry is the
     convolution's last $K - 1$ inputs and the core's state (`{"conv", "core"}`).
 
-    **Time steps.** `dt=` (a core that takes it, e.g. the RG-LRU) goes to the core; the
-    convolution reads positions, not times.
+    **Time steps.** `dt=` (a core that takes it, e.g. the RG-LRU) goes to the core (steps
+    at padded positions ignored); the convolution reads positions, not times.
 
     **Sequence parallelism.** With a core scanning by `eqx_lru.SequenceParallel`, each
     device's chunk reads the previous chunk's last $K - 1$ inputs (a `ppermute`); chunks
@@ -179,6 +180,7 @@ class HawkBlock(AbstractStreamingBlock):
         history, history_ids = _halo(self, v, segment_ids, axis)
         u = self.conv(v, history=history, segment_ids=segment_ids, history_ids=history_ids)
         u = where_valid(mask, u)
+        timed = {name: mask_steps(steps, mask) for name, steps in timed.items()}
         h = self.core(u, segment_ids=segment_ids, **timed)
         return _mix_out(self, x, h, gate, mask, key, inference, axis), state
 
@@ -248,6 +250,7 @@ class HawkBlock(AbstractStreamingBlock):
         conv = dict(history=carry["conv"], segment_ids=segment_ids)
         u = where_valid(mask, self.conv(v, **conv))
         history = self.conv.next_history(v, length=last, **conv)
+        timed = {name: mask_steps(steps, mask) for name, steps in timed.items()}
         h, core_state = self.core.run(
             u, initial_state=carry["core"], length=last, segment_ids=segment_ids, **timed
         )
