@@ -22,6 +22,7 @@ from ._block import LRUBlock
 from ._block_scan import scan_blocks, stack_blocks
 from ._checks import Size, check_key, check_segment_ids, check_size, float_dtype
 from ._padding import check_length, segment_index, where_valid
+from ._runtime_check import runtime_check
 from ._streams import chunk_mask, start_carry
 from ._surface import check_carry, checks_first
 
@@ -574,11 +575,12 @@ def _pool_segments(
     valid = jnp.ones(size, bool) if mask is None else mask
     index = segment_index(segment_ids)
     found = jnp.max(jnp.where(valid, index, -1)) + 1
-    index = eqx.error_if(
+    index = runtime_check(
         index,
         found > num_segments,
         f"`segment_ids` holds more packed sequences than `num_segments={num_segments}`: "
         "raise `num_segments` (the number of pooled outputs).",
+        check="num_segments",
     )
     target = jnp.where(valid, index, num_segments)  # padding goes out of range: dropped
     counts = jax.ops.segment_sum(valid.astype(jnp.int32), target, num_segments)
@@ -594,7 +596,8 @@ def _pool_segments(
 
 def _check_token_ids(x: Array, vocab_size: int) -> Array:
     """`x`, with an error if an id is outside `[0, vocab_size)`: a `ValueError` naming the
-    first bad id when `x` is concrete, an `eqx.error_if` under `jit`/`vmap`."""
+    first bad id when `x` is concrete, a run-time error under `jit`/`vmap` (`runtime_check`:
+    an exported program does not check it)."""
     message = (
         f"Token ids must be in [0, {vocab_size}) — `in_size`, the vocabulary size of the "
         "embedding (JAX would silently clamp them); got {}. Positions at or after `length` "
@@ -607,4 +610,4 @@ def _check_token_ids(x: Array, vocab_size: int) -> Array:
         if ids.size:
             raise ValueError(message.format(f"id {ids[0]} (at {np.argmax(np.asarray(bad))})"))
         return x
-    return eqx.error_if(x, bad, message.format("an id out of that range"))
+    return runtime_check(x, bad, message.format("an id out of that range"), check="token_ids")

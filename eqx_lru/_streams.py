@@ -15,12 +15,12 @@ starts a new sequence, slots that continue, slots with nothing new (`length=0`).
 
 from collections.abc import Callable
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Integer, PyTree
 
 from ._checks import Dim
+from ._runtime_check import runtime_check
 
 
 def check_reset(reset: ArrayLike | None) -> Array | None:
@@ -64,7 +64,7 @@ def chunk_mask(
     `arange(size) < length` and `length` as int32, or `(None, None)` when every position
     is new. Unlike a sequence's length, a chunk's may be 0 (a stream with nothing new in a
     call over many streams); inside `jit` a `length` outside `[0, size]` raises at run
-    time via `eqx.error_if`."""
+    time (`runtime_check`, as `eqx.error_if`; skipped in an exported program)."""
     if length is None:
         return None, None
     length = jnp.asarray(length)
@@ -75,11 +75,12 @@ def chunk_mask(
             f"{length.shape}."
         )
     length = length.astype(jnp.int32)
-    length = eqx.error_if(
+    length = runtime_check(
         length,
         (length < 0) | (length > size),
         f"`length` must be between 0 (nothing new for this stream) and the chunk's padded "
         f"length {size}.",
+        check="length",
     )
     return jnp.arange(size, dtype=jnp.int32) < length, length
 

@@ -18,7 +18,7 @@ pooling; `experiments.lra.steps.build_model`), in inference mode.
 - **Re-running the parallel call** on the growing prefix (what a model without a
   recurrent state must do for each new token): one call of the whole-sequence model at
   L = 1,024 and 4,096 (batch 1), and its XLA temp.
-- **onnxruntime's step**: the same model exported by `experiments.export` (real form,
+- **onnxruntime's step**: the same model exported by `eqx_lru.export` (real form,
   batch norm folded) and run by onnxruntime (one intra-op thread), same windows.
 
 Times are medians over the timed tokens of each window.
@@ -178,23 +178,19 @@ NO_ONNXRUNTIME = "onnxruntime is not installed (pip install -e '.[export]')"
 
 
 def onnx_step_session(model, state):
-    """The token model's step exported to ONNX (real form, batch norm folded, symbolic
-    batch) in an onnxruntime session with one intra-op thread: `(session, input names,
-    carry zeros)`, `carry_zeros(batch)` the carry of `batch` new streams. The one place
-    the benchmarks reach the exporter (today `experiments.export`)."""
+    """The model's step exported to ONNX by `eqx_lru.export` (real form, batch norm folded,
+    symbolic batch) in an onnxruntime session with one intra-op thread: `(session, input
+    names, carry zeros)`, `carry_zeros(batch)` the carry of `batch` new streams. The one
+    place the benchmarks reach the exporter."""
     import onnxruntime as ort
 
-    from experiments import export
+    import eqx_lru.export
 
-    vocab = model.encoder.num_embeddings
-    program = export.step_program(
-        export.prepare(model, state, real=True), state, tokens=True, in_size=vocab
-    )
+    exported = eqx_lru.export.export(model, state, format="onnx", program="step")
+    program = exported.program
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(
-        export.export_onnx(program), options, providers=["CPUExecutionProvider"]
-    )
+    session = ort.InferenceSession(exported.data, options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
 
     def carry_zeros(batch):
