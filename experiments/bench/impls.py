@@ -12,10 +12,10 @@ Each is `fn(params, u)` on ONE sequence `u: (L, H) -> (L, H)` (the benchmark bat
   lists the methods compared on a backend.
 - `floor`: the two stacked real projections and the skip alone, no recurrence: what no LRU
   layer built on these matmuls can beat.
-- `rglru-complex`, `rglru-real`: `eqx_lru.RGLRU(H, phase=True)` (Griffin's gates on H/2
-  rotating modes, one head) in its two forms with the default method: another core, with
-  its own parameters (no `B`, `C`: the state has the input's width, so `N` is not used),
-  timed beside the LRU.
+- `rglru_phase-complex`, `rglru_phase-real`: `eqx_lru.RGLRU(H, phase=True)` (Griffin's
+  gates on H/2 rotating modes, one head) in its two forms with the default method: another
+  core, with its own parameters (no `B`, `C`: the state has the input's width, so `N` is
+  not used), timed beside the LRU.
 """
 
 import math
@@ -94,7 +94,7 @@ BASELINES = {
 FORMS = {"complex": "ComplexLRU", "real": "RealLRU"}
 #: Other cores of the layer table, in both forms: name -> (label, build(H, form, *, key)).
 CORES = {
-    "rglru": (
+    "rglru_phase": (
         "RGLRU(phase=True), H/2 modes",
         lambda H, form, *, key: eqx_lru.RGLRU(H, phase=True, form=form, key=key),
     ),
