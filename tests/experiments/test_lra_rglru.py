@@ -1,7 +1,8 @@
 """`--core rglru` in the LRA trainer (its record in `experiments/lra/cores.py`): a run on a
 small generated ListOps set trains, stops and resumes into the uninterrupted run bit for
-bit, and its best weights export (StableHLO, whole sequence and step) to programs that
-compute the model. The record's derived and checked settings: `d_state` is `d_model`."""
+bit, and its best weights export (StableHLO, whole sequence and step; ONNX, the whole
+sequence) to programs that compute the model. The record's derived and checked settings:
+`d_state` is `d_model`."""
 
 import json
 from pathlib import Path
@@ -79,3 +80,12 @@ def test_trains_resumes_and_exports(listops, tmp_path):
         y, *carry = stepper.call(x[:, t], *carry)
     full = jax.vmap(call)(x, np.full(2, 9, np.int32))
     np.testing.assert_allclose(np.asarray(y), full, rtol=1e-5, atol=1e-6)
+
+    ort = pytest.importorskip("onnxruntime")
+    onnx_path = export.export_run(tmp_path / "run", "onnx")
+    manifest = json.loads(onnx_path.with_name(onnx_path.name + ".json").read_text())
+    zeros = [np.zeros((2, *c["shape"][1:]), c["dtype"]) for c in manifest["carry"]]
+    names = [i["name"] for i in manifest["inputs"]]
+    session = ort.InferenceSession(onnx_path.read_bytes(), providers=["CPUExecutionProvider"])
+    got = session.run(None, dict(zip(names, [x, length, *zeros], strict=True)))[0]
+    np.testing.assert_allclose(got, jax.vmap(call)(x, length), rtol=1e-5, atol=1e-5)
