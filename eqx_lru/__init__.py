@@ -22,6 +22,7 @@ from ._abstract_block import AbstractBlock as AbstractBlock
 from ._abstract_block import AbstractStreamingBlock as AbstractStreamingBlock
 from ._block import LRUBlock as LRUBlock
 from ._glu import GLU as GLU
+from ._hawk import HawkBlock as HawkBlock
 from ._model import LRUModel as LRUModel
 from ._norm import MaskedBatchNorm as MaskedBatchNorm
 from ._padding import valid_mask as valid_mask
@@ -74,6 +75,7 @@ __all__ = [
     "DenseAlgebra",
     "Diagonal",
     "GLU",
+    "HawkBlock",
     "LRUBlock",
     "LRUModel",
     "LRURetrievalModel",

@@ -38,8 +38,8 @@ class AbstractBlock(eqx.Module):
         the values that the rematerialised scan keeps instead of recomputing.
 
     **Call options.** The model passes `length`, `key` and `inference` on every call, and
-    each later option (`segment_ids`) only when the caller gives it, so a block that does
-    not take an option still runs every call that does not use it.
+    each later option (`segment_ids`, `dt`) only when the caller gives it, so a block that
+    does not take an option still runs every call that does not use it.
     """
 
     remat_name: ClassVar[str] = RECURRENCE
@@ -52,6 +52,7 @@ class AbstractBlock(eqx.Module):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
@@ -65,6 +66,8 @@ class AbstractBlock(eqx.Module):
             must not change the output at a valid position); `None`: all valid.
         - `segment_ids`: packed sequences, a new one wherever the value changes; `None`:
             one sequence.
+        - `dt`: the time step of each position, `(length,)` or a scalar, for blocks whose
+            cores take it (see the concepts page on time steps); `None`: none.
         - `key`: randomness in training mode (e.g. dropout).
         - `inference`: overrides the block's inference flags if not `None`.
 
@@ -78,6 +81,7 @@ class AbstractBlock(eqx.Module):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
@@ -89,7 +93,7 @@ class AbstractBlock(eqx.Module):
         from the enclosing policy) or to mark values to keep with
         `jax.ad_checkpoint.checkpoint_name(value, self.remat_name)`.
         """
-        options = call_options(length, key, inference, segment_ids=segment_ids)
+        options = call_options(length, key, inference, segment_ids=segment_ids, dt=dt)
         return self(x, state, **options)
 
 
@@ -108,9 +112,10 @@ class AbstractStreamingBlock(AbstractBlock):
 
     **Stream options.** The model passes `length` to `chunk` on every call and each other
     option only when it differs from its default (`segment_ids`, `inference=False`, `key`,
-    `carry_gradient=True`; see `stream_options`), so a block written before an option
-    existed still runs every call that does not use it. The model applies `reset` to its
-    whole carry itself and gives its blocks the carry to start from.
+    `carry_gradient=True`, and `dt`, which also goes to `step`; see `stream_options`), so
+    a block written before an option existed still runs every call that does not use it.
+    The model applies `reset` to its whole carry itself and gives its blocks the carry to
+    start from.
     """
 
     @abc.abstractmethod
@@ -125,10 +130,12 @@ class AbstractStreamingBlock(AbstractBlock):
         state: eqx.nn.State,
         *,
         reset: Bool[ArrayLike, ""] | None = None,
+        dt: ArrayLike | None = None,
     ) -> tuple[PyTree[Array], Float[Array, " d_model"]]:
         r"""One position in inference mode: $(c_{t-1}, x_t) \mapsto (c_t, y_t)$, from
         `init_carry()` instead of `carry` when `reset` is true; `state` is read, not
-        updated. **Returns:** `(carry, y_t)`."""
+        updated; `dt` the position's time step (a scalar; blocks whose cores take it).
+        **Returns:** `(carry, y_t)`."""
 
     @abc.abstractmethod
     def chunk(
@@ -143,18 +150,26 @@ class AbstractStreamingBlock(AbstractBlock):
         inference: bool = True,
         key: PRNGKeyArray | None = None,
         carry_gradient: bool = False,
+        dt: ArrayLike | None = None,
     ) -> tuple[PyTree[Array], Float[Array, "length d_model"]]:
         """The next chunk of a stream in parallel, from `carry` (from `init_carry()` when
         `reset` is true); the first of packed `segment_ids` continues the stream, later
         ones start afresh. `inference=False` is training mode (`key` for randomness such as
-        dropout); gradients do not flow into the incoming carry unless `carry_gradient`.
+        dropout); gradients do not flow into the incoming carry unless `carry_gradient`;
+        `dt` the positions' time steps (blocks whose cores take them).
         **Returns:** `(carry, y)`: the carry after the last valid position (`length`, which
         may be 0: the carry is kept), and the outputs, zero at padded positions."""
 
 
 #: The defaults of the stream options a model passes to its blocks only when they differ
 #: (see `AbstractStreamingBlock`).
-_STREAM_DEFAULTS = {"segment_ids": None, "inference": True, "key": None, "carry_gradient": False}
+_STREAM_DEFAULTS = {
+    "segment_ids": None,
+    "inference": True,
+    "key": None,
+    "carry_gradient": False,
+    "dt": None,
+}
 
 
 def stream_options(**given) -> dict:
@@ -174,7 +189,7 @@ def step_block(
     **options,
 ) -> tuple[PyTree[Array], Array]:
     """The one place a model runs a block's `step`: `block.step(carry, x_t, state,
-    **stream_options(**options))` (no option differs from its default today)."""
+    **stream_options(**options))` (`dt`, the step's time step, when given)."""
     return block.step(carry, x_t, state, **stream_options(**options))
 
 
@@ -193,7 +208,7 @@ def chunk_block(
 
 def call_options(length, key, inference, **later) -> dict:
     """The keyword arguments of a block call: `length`, `key` and `inference` always, each
-    later option (`segment_ids`) only when not `None` (see `AbstractBlock`)."""
+    later option (`segment_ids`, `dt`) only when not `None` (see `AbstractBlock`)."""
     options = {name: value for name, value in later.items() if value is not None}
     return dict(length=length, key=key, inference=inference, **options)
 
@@ -206,10 +221,12 @@ def call_block(
     key,
     inference,
     segment_ids=None,
+    dt=None,
     *,
     scan_body: bool = False,
 ) -> tuple[Array, eqx.nn.State]:
     """The one place a model calls a block: `block(x, state, **call_options(...))`, or
     `block.scan_body` inside the rematerialised scan over blocks."""
     call = block.scan_body if scan_body else block
-    return call(x, state, **call_options(length, key, inference, segment_ids=segment_ids))
+    options = call_options(length, key, inference, segment_ids=segment_ids, dt=dt)
+    return call(x, state, **options)

@@ -19,9 +19,11 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTr
 
 from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
+from ._bidirectional import sum_of_directions
 from ._checks import Size, check_key, check_segment_ids, check_size, float_dtype
-from ._core import AbstractRecurrentCore
+from ._core import AbstractRecurrentCore, dt_options
 from ._core_factory import Core, build_core, core_factory
+from ._dt import mask_steps
 from ._glu import GLU
 from ._norm import MaskedBatchNorm
 from ._padding import check_length, where_valid
@@ -197,6 +199,7 @@ class LRUBlock(AbstractStreamingBlock):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
@@ -214,6 +217,11 @@ class LRUBlock(AbstractStreamingBlock):
             so every segment's outputs are those of the segment run alone; batch-norm
             statistics (over valid positions) are those of the segments as separate
             sequences. `None`: one sequence.
+        - `dt`: time steps for a core that takes them (`core.takes_dt`; see the concepts
+            page on time steps): `(length,)`, the gap before each position, or a scalar;
+            a bidirectional block gives its reverse core the gaps after each position
+            (`dt[1:]` then `dt[-1]`). Steps at padded positions are ignored (any value).
+            A core without time steps refuses `dt` (`TypeError`). `None`: none.
         - `key`: for dropout; needed in training mode when `dropout > 0`.
         - `inference`: overrides the `inference` flags of the norm and dropout (as set by
             `eqx.nn.inference_mode`) if not `None`. Inference mode: batch norm uses running
@@ -223,9 +231,8 @@ class LRUBlock(AbstractStreamingBlock):
         positions.
         """
         remat = self.remat
-        return _call(
-            self, x, state, length, segment_ids, key, inference, checkpoint=remat, sequential=remat
-        )
+        options = dict(segment_ids=segment_ids, dt=dt, key=key, inference=inference)
+        return _call(self, x, state, length, **options, checkpoint=remat, sequential=remat)
 
     @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
@@ -236,6 +243,7 @@ class LRUBlock(AbstractStreamingBlock):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
@@ -254,9 +262,8 @@ class LRUBlock(AbstractStreamingBlock):
 
         Same arguments and returns as `__call__`.
         """
-        return _call(
-            self, x, state, length, segment_ids, key, inference, checkpoint=False, sequential=True
-        )
+        options = dict(segment_ids=segment_ids, dt=dt, key=key, inference=inference)
+        return _call(self, x, state, length, **options, checkpoint=False, sequential=True)
 
     # --- streaming: a causal block as an RNN ----------------------------------------------
 
@@ -295,6 +302,7 @@ class LRUBlock(AbstractStreamingBlock):
         state: eqx.nn.State,
         *,
         reset: Bool[ArrayLike, ""] | None = None,
+        dt: ArrayLike | None = None,
     ) -> tuple[PyTree[Array], Float[Array, " d_model"]]:
         r"""One position in inference mode (running batch-norm statistics, no dropout),
         the recurrence by the core's `step`: $(c_{t-1}, x_t) \mapsto (c_t, y_t)$.
@@ -307,15 +315,17 @@ class LRUBlock(AbstractStreamingBlock):
         - `reset`: a boolean scalar; `True` starts a new sequence at this position (from
             `init_carry()`, whatever `carry` holds). Under `jax.vmap` one per stream, so
             one slot restarts while the others continue. `None`: `False`.
+        - `dt`: this position's time step, a positive scalar (a core that takes it).
 
         **Returns:** `(carry, y_t)`. Repeated from `init_carry()` over a sequence (e.g. by
         `jax.lax.scan`): the block's call in inference mode, position by position.
         """
         core = self._causal_core("step")
+        timed = dt_options(core, dt)
         carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=True)
         x_t = jnp.asarray(x_t)
         z = _normalise(self, x_t[None], state, None, inference=True)[0][0]
-        carry, h = core.step(carry, z)
+        carry, h = core.step(carry, z, **timed)
         return carry, x_t + self.glu(jax.nn.gelu(h))
 
     @checks_first(_check_chunk)
@@ -332,6 +342,7 @@ class LRUBlock(AbstractStreamingBlock):
         inference: bool = True,
         key: PRNGKeyArray | None = None,
         carry_gradient: bool = False,
+        dt: ArrayLike | None = None,
     ) -> tuple[PyTree[Array], Float[Array, "length d_model"]]:
         r"""The next chunk of a stream in parallel, starting from `carry`: chunked
         prefill (inference mode, the default) or a training chunk of truncated
@@ -366,6 +377,8 @@ class LRUBlock(AbstractStreamingBlock):
             stop at its start (truncated backpropagation through time). `True`: gradients
             flow into the carry (e.g. through a `jax.lax.scan` over chunks: the gradient of
             the whole sequence).
+        - `dt`: the chunk's time steps, `(length,)` or a scalar, as in the call (the first
+            is the gap since the previous chunk's last position).
 
         **Returns:** `(carry, y)`: the state after the chunk's last valid position (with
         `segment_ids`: that of the last sequence), and the outputs, zero at padded
@@ -373,6 +386,7 @@ class LRUBlock(AbstractStreamingBlock):
         over their concatenation, and of `step` position by position.
         """
         core = self._causal_core("chunk")
+        timed = dt_options(core, dt)
         sharding.refuse(self, "`LRUBlock.chunk`")
         if not inference and isinstance(self.norm, MaskedBatchNorm):
             raise ValueError(
@@ -391,7 +405,8 @@ class LRUBlock(AbstractStreamingBlock):
         z, _ = _normalise(self, x, state, mask, inference=True)  # batch norm: running stats
         z = where_valid(mask, z)
         last = None if valid is None else jnp.maximum(valid, 1)  # 0: the carry is kept below
-        h, new = core.run(z, initial_state=carry, length=last, segment_ids=segment_ids)
+        timed = {name: mask_steps(steps, mask) for name, steps in timed.items()}
+        h, new = core.run(z, initial_state=carry, length=last, segment_ids=segment_ids, **timed)
         y = _residual(self, x, h, mask, key, inference)
         return keep_when_empty(valid, new, carry), y
 
@@ -412,22 +427,25 @@ def _call(
     x,
     state,
     length,
+    *,
     segment_ids,
+    dt,
     key,
     inference,
-    *,
     checkpoint: bool,
     sequential: bool,
 ):
     """`LRUBlock.__call__` and `LRUBlock.scan_body` (their signatures check the types):
-    the checks of `x`, `length` and `segment_ids`, then `_forward`, inside one
-    `eqx.filter_checkpoint` when `checkpoint`."""
+    the checks of `x`, `length`, `segment_ids` and whether the cores take `dt`, then
+    `_forward`, inside one `eqx.filter_checkpoint` when `checkpoint`."""
+    dt_options(block.core, dt)  # a core without time steps refuses `dt` before any work
     x = jnp.asarray(x)
     check_length(x, "x")
     segment_ids = check_segment_ids(segment_ids, x.shape[0])
     mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(block))
+    dt = mask_steps(dt, mask)
     forward = eqx.filter_checkpoint(_forward) if checkpoint else _forward
-    return forward(block, x, state, mask, key, inference, segment_ids, sequential=sequential)
+    return forward(block, x, state, mask, key, inference, segment_ids, dt, sequential=sequential)
 
 
 def _forward(
@@ -438,23 +456,25 @@ def _forward(
     key,
     inference,
     segment_ids=None,
+    dt=None,
     *,
     sequential: bool = False,
 ):
-    """The block's formula (Fig. 1) on one sequence with a validity `mask` and
-    `segment_ids` (each `None` or an array)."""
+    """The block's formula (Fig. 1) on one sequence with a validity `mask`, `segment_ids`
+    and time steps `dt` (each `None` or an array)."""
     x = where_valid(mask, x)
     z, state = _normalise(block, x, state, mask, inference)
     # Zero pads before the recurrence: the norm's shift makes them non-zero, and a
     # reverse scan starting at the padded end would carry them into valid positions.
     z = where_valid(mask, z)
     if block.reverse_core is None:
-        h = block.core(z, segment_ids=segment_ids)
-    elif sequential:
-        h = _both_directions((block.core, block.reverse_core, z), segment_ids)
-        h = checkpoint_name(h, block.remat_name)
+        h = block.core(z, segment_ids=segment_ids, **dt_options(block.core, dt))
     else:
-        h = _sum_of_directions((block.core, block.reverse_core, z), segment_ids)
+        cores = (block.core, block.reverse_core)
+        axis = sharding.sequence_axis(block)
+        h = sum_of_directions(cores, z, segment_ids, dt, axis=axis, sequential=sequential)
+        if sequential:
+            h = checkpoint_name(h, block.remat_name)
     return _residual(block, x, h, mask, key, inference), state
 
 
@@ -465,44 +485,3 @@ def _residual(block: LRUBlock, x, h, mask, key, inference):
     key = sharding.chunk_key(key, sharding.sequence_axis(block))  # a chunk's own masks
     h = block.dropout(h, key=key, inference=inference)
     return where_valid(mask, x + h)
-
-
-@eqx.filter_custom_vjp
-def _both_directions(cores_and_input, segment_ids):
-    r"""$\overrightarrow{\text{core}}(z) + \overleftarrow{\text{core}}(z)$, whose
-    backward pass runs one direction after the other: it keeps only the cores and $z$,
-    and recomputes each direction's forward pass just before that direction's backward
-    pass, so one direction's states (and their adjoints) are live at a time."""
-    return _sum_of_directions(cores_and_input, segment_ids)
-
-
-def _sum_of_directions(cores_and_input, segment_ids):
-    core, reverse_core, z = cores_and_input
-    return core(z, segment_ids=segment_ids) + reverse_core(z, reverse=True, segment_ids=segment_ids)
-
-
-@_both_directions.def_fwd
-def _both_directions_fwd(perturbed, cores_and_input, segment_ids):
-    del perturbed
-    # No residuals but the inputs.
-    return _sum_of_directions(cores_and_input, segment_ids), None
-
-
-@_both_directions.def_bwd
-def _both_directions_bwd(residuals, grad, perturbed, cores_and_input, segment_ids):
-    del residuals, perturbed
-    core, reverse_core, z = cores_and_input
-    _, vjp = eqx.filter_vjp(lambda c, z: c(z, segment_ids=segment_ids), core, z)
-    d_core, dz = vjp(grad)
-    # The reverse direction may start only once the forward direction's gradients exist:
-    # a data dependency (`+ 0 * dz[0, 0]`, exact for finite gradients) that XLA keeps on
-    # every backend, where the CPU compiler drops `lax.optimization_barrier`. Both the
-    # reverse core's input and its cotangent depend on it, or XLA computes the reverse
-    # output projection's transpose (a state-sized buffer) early.
-    zero = jnp.zeros((), z.dtype) * dz[0, 0]
-    z, grad = z + zero, grad + zero.astype(grad.dtype)
-    _, vjp = eqx.filter_vjp(
-        lambda c, z: c(z, reverse=True, segment_ids=segment_ids), reverse_core, z
-    )
-    d_reverse, dz_reverse = vjp(grad)
-    return d_core, d_reverse, dz + dz_reverse

@@ -60,12 +60,13 @@ def scan_blocks(
     key: PRNGKeyArray | None,
     inference: bool | None,
     segment_ids=None,
+    dt=None,
 ) -> tuple[Array, eqx.nn.State]:
     """`h` through every block in turn, as a `lax.scan` over `stacked` (from
     `stack_blocks`) whose body, one block's `scan_body`, is rematerialised with the policy
     that saves the values named `remat_name` (see `AbstractBlock`). Each block's
     batch-norm state travels through the scan beside it; `key` is split into one key per
-    block. **Returns:** `(h, state)`."""
+    block; `segment_ids` and `dt` go to every block. **Returns:** `(h, state)`."""
     template = blocks[0]
     params, static = eqx.partition(template, eqx.is_array)
     treedef = jax.tree_util.tree_structure(params)
@@ -89,7 +90,7 @@ def scan_blocks(
         for index, value in zip(indices, block_values, strict=True):
             sub = sub.set(index, value)
         h, new_sub = call_block(
-            block, h, sub, length, block_key, inference, segment_ids, scan_body=True
+            block, h, sub, length, block_key, inference, segment_ids, dt, scan_body=True
         )
         kept.append(new_sub is sub)
         return h, [new_sub.get(index) for index in indices]

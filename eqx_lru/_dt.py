@@ -14,11 +14,13 @@ processed is the gap since `initial_state` (it has no effect from the zero state
 bidirectional block gives its reverse core `reverse_steps(dt)`.
 """
 
+from collections.abc import Hashable
+
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from ._checks import Dim
 from ._runtime_check import runtime_check
@@ -56,16 +58,40 @@ def check_dt(dt: ArrayLike, length: Dim | None, dtype) -> Float[Array, "*length"
     return runtime_check(dt, bad, message.format("a value that is not"), check="dt")
 
 
-def reverse_steps(dt: Float[ArrayLike, " length"]) -> Float[Array, " length"]:
+def reverse_steps(
+    dt: Float[ArrayLike, " length"], *, axis: Hashable | None = None
+) -> Float[Array, " length"]:
     r"""The steps a reverse run takes for the forward steps `dt` (`dt[k]` $= t_k -
     t_{k-1}$): $t_{k+1} - t_k$ = `dt[k + 1]` at position $k$, and `dt[-1]` at the last
     position (its gap since the reverse run's initial state, which a zero state ignores).
     A bidirectional layer passes `dt` to its forward core and `reverse_steps(dt)` to its
-    reverse core, so both read the same times."""
+    reverse core, so both read the same times.
+
+    `axis`: over a sequence split across devices (the mesh axis of `SequenceParallel`),
+    `dt` is this device's chunk, and its last position's step is the next chunk's first
+    (`dt[-1]` on the last chunk)."""
     dt = jnp.asarray(dt)
     if dt.ndim != 1:
         raise ValueError(f"`dt` must have shape (length,) to reverse; got {dt.shape}.")
-    return jnp.concatenate([dt[1:], dt[-1:]])
+    after = dt[-1:]
+    if axis is not None:
+        n = jax.lax.axis_size(axis)
+        perm = [(d, (d - 1) % n) for d in range(n)]
+        received = jax.lax.ppermute(dt[:1], axis, perm)
+        after = jnp.where(jax.lax.axis_index(axis) == n - 1, after, received)
+    return jnp.concatenate([dt[1:], after])
+
+
+def mask_steps(dt: ArrayLike | None, mask: Bool[Array, " length"] | None) -> Array | None:
+    """`dt` with the steps at padded positions (`mask` false) set to 1, so any value there
+    (`nan`, 0) is ignored, as padded inputs are; `dt` itself when it is `None`, a scalar,
+    or of another shape than `mask` (which the core then refuses, naming it)."""
+    if dt is None or mask is None:
+        return dt
+    dt = jnp.asarray(dt)
+    if dt.shape != mask.shape:
+        return dt
+    return jnp.where(mask, dt, jnp.ones((), dt.dtype))
 
 
 def scaled_polar(

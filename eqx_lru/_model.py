@@ -252,18 +252,18 @@ class LRUModel(eqx.Module):
             x = _check_token_ids(x, self.encoder.num_embeddings)
         return jax.vmap(self.encoder)(x)
 
-    def _features(self, x, state, length, key, inference, segment_ids=None):
+    def _features(self, x, state, length, key, inference, segment_ids=None, dt=None):
         mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
         h = self._encode(x, mask)
         stacked = stack_blocks(self.blocks) if self.remat else None
         if stacked is not None:
             h, state = scan_blocks(
-                self.blocks, stacked, h, state, length, key, inference, segment_ids
+                self.blocks, stacked, h, state, length, key, inference, segment_ids, dt
             )
             return h, state, mask
         call = eqx.filter_checkpoint(call_block) if self.remat else call_block
         for block, block_key in zip(self.blocks, _split(key, len(self.blocks)), strict=True):
-            h, state = call(block, h, state, length, block_key, inference, segment_ids)
+            h, state = call(block, h, state, length, block_key, inference, segment_ids, dt)
         return h, state, mask
 
     @checks_first(_check_call)
@@ -275,6 +275,7 @@ class LRUModel(eqx.Module):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "length d_model"], eqx.nn.State]:
@@ -284,7 +285,7 @@ class LRUModel(eqx.Module):
         """
         x = self._check_input(x)
         segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        h, state, _ = self._features(x, state, length, key, inference, segment_ids)
+        h, state, _ = self._features(x, state, length, key, inference, segment_ids, dt)
         return h, state
 
     @checks_first(_check_call)
@@ -297,6 +298,7 @@ class LRUModel(eqx.Module):
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
         num_segments: Size | None = None,
+        dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, "..."], eqx.nn.State]:
@@ -319,6 +321,10 @@ class LRUModel(eqx.Module):
             (a Python int, static): one per sequence in order of appearance, zero rows
             after the last sequence; more sequences than that raise an error (at run
             time under `jit`). Needed with pooling and `segment_ids`, refused otherwise.
+        - `dt`: time steps, `(length,)` (the gap before each position) or a scalar, given
+            to every block (see `LRUBlock`; steps at padded positions are ignored); blocks
+            whose cores take no time steps refuse it (`TypeError`). Over a sequence split
+            across devices, split `dt` as the input. `None`: none.
         - `key`: for dropout (split across blocks); needed in training mode when
             `dropout > 0`. Give each example its own key.
         - `inference`: overrides the `inference` flags (see `eqx.nn.inference_mode`) if
@@ -335,7 +341,7 @@ class LRUModel(eqx.Module):
         num_segments = self._check_num_segments(segment_ids, num_segments)
         if num_segments is not None:
             sharding.refuse(self, "Pooling per packed sequence (`segment_ids=` with pooling)")
-        h, state, mask = self._features(x, state, length, key, inference, segment_ids)
+        h, state, mask = self._features(x, state, length, key, inference, segment_ids, dt)
         if self.pooling is None:
             out = h if self.head is None else jax.vmap(self.head)(h)
             return where_valid(mask, out), state
@@ -428,6 +434,7 @@ class LRUModel(eqx.Module):
         state: eqx.nn.State,
         *,
         reset: Bool[ArrayLike, ""] | None = None,
+        dt: ArrayLike | None = None,
     ) -> tuple[PyTree[Array], Float[Array, " out_size"]]:
         r"""One position of a stream in inference mode (running batch-norm statistics,
         no dropout): every block's `step`, then the head.
@@ -442,6 +449,8 @@ class LRUModel(eqx.Module):
             `init_carry()`, whatever `carry` holds: every block's state and the running
             sum and count of mean pooling). Under `jax.vmap` one per stream, so one slot
             starts a new request while the others continue. `None`: `False`.
+        - `dt`: this position's time step, a positive scalar (the gap since the previous
+            position), for blocks whose cores take it; `None`: none.
 
         **Returns:** `(carry, out_t)`: the output for the stream so far, as `__call__` in
         inference mode on the prefix $x_0, \dots, x_t$ would return it — with
@@ -459,7 +468,7 @@ class LRUModel(eqx.Module):
         h = self._encode(x_t[None], None)[0]
         blocks = []
         for block, block_carry in zip(streaming, carry["blocks"], strict=True):
-            block_carry, h = step_block(block, block_carry, h, state)
+            block_carry, h = step_block(block, block_carry, h, state, dt=dt)
             blocks.append(block_carry)
         carry, out = self._readout(dict(carry, blocks=tuple(blocks)), h[None], None)
         return carry, out[0] if self.pooling is None else out
@@ -478,6 +487,7 @@ class LRUModel(eqx.Module):
         inference: bool = True,
         key: PRNGKeyArray | None = None,
         carry_gradient: bool = False,
+        dt: ArrayLike | None = None,
     ) -> tuple[PyTree[Array], Float[Array, "..."]]:
         r"""The next chunk of a stream, in parallel, from `carry`: every block's `chunk`.
         Chunked prefill in inference mode (the default), or a training chunk of truncated
@@ -511,6 +521,8 @@ class LRUModel(eqx.Module):
             into earlier chunks (truncated backpropagation through time). `True`:
             gradients flow into the carry, so a `jax.lax.scan` of chunks has the
             gradient of the whole sequence.
+        - `dt`: the chunk's time steps, `(length,)` or a scalar, as in the call (the first
+            is the gap since the previous chunk's last position).
 
         **Returns:** `(carry, out)`: the carry after the chunk's last valid position, and
         what `__call__` returns for the stream so far (all chunks since `init_carry()` or
@@ -536,7 +548,9 @@ class LRUModel(eqx.Module):
         carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=carry_gradient)
         mask, valid = chunk_mask(length, x.shape[0])
         h = self._encode(x, mask)
-        options = dict(segment_ids=segment_ids, inference=inference, carry_gradient=carry_gradient)
+        options = dict(
+            segment_ids=segment_ids, inference=inference, carry_gradient=carry_gradient, dt=dt
+        )
         blocks = []
         keys = _split(key, len(streaming))
         for block, block_carry, block_key in zip(streaming, carry["blocks"], keys, strict=True):

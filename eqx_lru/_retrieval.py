@@ -81,6 +81,7 @@ class LRURetrievalModel(eqx.Module):
         state: eqx.nn.State,
         *,
         length: Integer[ArrayLike, " 2"] | None = None,
+        dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,
     ) -> tuple[Float[Array, " out_size"], eqx.nn.State]:
@@ -92,16 +93,22 @@ class LRURetrievalModel(eqx.Module):
             features (pad both to a common length).
         - `state`, `key`, `inference`: as `LRUModel.__call__`.
         - `length`: valid lengths of the two documents, shape `(2,)`; `None`: all valid.
+        - `dt`: the documents' time steps, shape `(2, length)` (see `LRUModel.__call__`);
+            `None`: none.
 
         **Returns:** `(logits, new_state)`, logits of shape `(out_size,)`.
         """
         keys = None if key is None else jax.random.split(key, 2)
 
-        def encode(doc, doc_length, doc_key):
-            return self.encoder(doc, state, length=doc_length, key=doc_key, inference=inference)
+        def encode(doc, doc_length, doc_dt, doc_key):
+            options = dict(length=doc_length, dt=doc_dt, key=doc_key, inference=inference)
+            return self.encoder(doc, state, **options)
 
         (u, v), state = jax.vmap(encode, axis_name=_PAIR_AXIS, out_axes=(0, None))(
-            jnp.asarray(x), None if length is None else jnp.asarray(length), keys
+            jnp.asarray(x),
+            None if length is None else jnp.asarray(length),
+            None if dt is None else _pair_steps(dt),
+            keys,
         )
         return self.classify(u, v), state
 
@@ -115,6 +122,17 @@ class LRURetrievalModel(eqx.Module):
         u, v = jnp.asarray(u), jnp.asarray(v)
         features = jnp.concatenate([u, v, u - v, u * v])
         return self.mlp_out(jax.nn.gelu(self.mlp_in(features)))
+
+
+def _pair_steps(dt: ArrayLike) -> Array:
+    """`dt` as an array whose leading axis is the pair, or a `ValueError` naming it."""
+    dt = jnp.asarray(dt)
+    if dt.ndim == 0 or dt.shape[0] != 2:
+        raise ValueError(
+            "`dt` holds the time steps of both documents: shape (2, length) (or (2,), one "
+            f"scalar step per document); got shape {dt.shape}."
+        )
+    return dt
 
 
 def _with_pair_axis(encoder: LRUModel) -> LRUModel:

@@ -124,3 +124,43 @@ def s5_dt_loop(p, u, dt, *, reverse=False):
         x = bar * x + (bar - 1) / lam * (B @ u[k])
         y[k] = 2 * (C @ x).real + p["D"] * u[k]
     return y
+
+
+def gelu_tanh(x):
+    """JAX's default GELU (the tanh approximation)."""
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def hawk_loop(p, x, core, *, segment_ids=None, h0=None, history=None):
+    """Hawk's block position by position: z = RMSNorm(x) (eps 1e-6, weight), g =
+    GELU(W_y z + b_y), v = W_x z + b_x, u_t = b + Σ_k w_k v_{t-k} over the same packed
+    sequence (`history`: the K-1 inputs before v_0, oldest first, part of the first
+    sequence), h = core(u) (a function of (u, segment_ids, h0) returning the outputs),
+    r = x + W_o (h g) + b_o, y = r + W_d (GELU(W_g m + b_g) (W_v m + b_v)) + b_d with
+    m = RMSNorm(r). `p` holds float64 NumPy arrays."""
+    x = np.asarray(x, np.float64)
+
+    def rms(w, a):
+        return a / np.sqrt(np.mean(a**2) + 1e-6) * w
+
+    length, width = x.shape[0], p["conv_w"].shape[0]
+    z = np.stack([rms(p["norm"], x_t) for x_t in x])
+    g = gelu_tanh(z @ p["W_y"].T + p["b_y"])
+    v = z @ p["W_x"].T + p["b_x"]
+    past = np.zeros((width - 1, v.shape[1])) if history is None else np.asarray(history)
+    ext = np.concatenate([past, v])
+    ids = np.zeros(length, int) if segment_ids is None else np.asarray(segment_ids)
+    starts = np.concatenate([[True], ids[1:] != ids[:-1]])
+    seq = np.concatenate([np.zeros(width - 1, int), np.cumsum(starts) - 1])
+    u = np.zeros_like(v)
+    for t in range(length):
+        u[t] = p["conv_b"]
+        for k in range(width):
+            if seq[t + width - 1 - k] == seq[t + width - 1]:
+                u[t] += p["conv_w"][k] * ext[t + width - 1 - k]
+    h = core(u, segment_ids, h0)
+    r = x + (h * g) @ p["W_o"].T + p["b_o"]
+    m = np.stack([rms(p["mlp_norm"], r_t) for r_t in r])
+    up = m @ p["W_up"].T + p["b_up"]
+    gate, value = np.split(up, 2, axis=-1)
+    return r + (gelu_tanh(gate) * value) @ p["W_d"].T + p["b_d"]

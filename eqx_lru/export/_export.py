@@ -45,6 +45,7 @@ def export(
     format: str | Format = "stablehlo",
     program: str = "sequence",
     reads: Reads | None = None,
+    dt: bool = False,
     description: str = "",
     metadata: Mapping[str, Any] | None = None,
 ) -> Exported:
@@ -63,6 +64,10 @@ def export(
         `batch` and `length` are symbolic: one artifact serves every size.
     - `reads`: what one input position is, `Tokens(vocab_size)` or `Features(size,
         dtype)`; read from the model for the library's models and blocks.
+    - `dt`: also read time steps (irregular sampling; see the concepts page on time
+        steps): the sequence programs take `dt` `(batch, length)` after `length`, the step
+        `dt_t` `(batch,)` after `x_t`. Every core of the model must take them
+        (`takes_dt`); not for `"pair"`.
     - `description`: a free text stored in the artifact where the format has a place.
     - `metadata`: entries added to the manifest (e.g. the task the model was trained on).
 
@@ -81,8 +86,14 @@ def export(
     if state is None:
         state = eqx.nn.State(model)
     reads = reads if reads is not None else reads_of(model)
+    if dt and program == "pair":
+        raise ExportError(
+            "`dt=True` is not supported for program='pair' (the two-tower model's documents "
+            "would need one row of steps each): export without `dt`."
+        )
     prepared = prepare(model, state, real=fmt.real)
-    built = fmt.programs[program](prepared, state, reads)
+    # `dt` only when asked: a format record's builders need not know the option.
+    built = fmt.programs[program](prepared, state, reads, **({"dt": True} if dt else {}))
     closed = jax.make_jaxpr(built.fn)(*symbolic_specs(built))
     data = fmt.serialise(built, description)
     info = manifest(fmt, built, prepared, reads, data, closed)

@@ -48,6 +48,8 @@ def _notes(program: Program, reads: Reads, checks: list[dict[str, str]]) -> str:
         notes += f" Token ids must be in [0, {reads.vocab_size}) (others are clamped)."
     if any(name == "length" for name, _, _ in program.inputs):
         notes += " Each length must be in [1, the padded length]."
+    if any(name in ("dt", "dt_t") for name, _, _ in program.inputs):
+        notes += " Time steps must be positive (the gap before each position)."
     if checks:
         notes += " The exported program does not check its inputs (see 'unchecked')."
     if program.carry:

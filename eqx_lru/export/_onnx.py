@@ -139,6 +139,17 @@ class _Translator:
         exponent = g.const(np.asarray(y, eqn.outvars[0].aval.dtype))
         return [g.op1("Pow", [x, exponent])]
 
+    def _p_expm1(self, g, x, params, eqn):
+        # e^x - 1 without cancellation near 0 (ONNX has no Expm1): 2t / (1 - t) with
+        # t = tanh(x / 2) where |x| < 1, Exp(x) - 1 elsewhere (no cancellation there).
+        dtype = eqn.outvars[0].aval.dtype
+        one, two, half = (g.const(np.asarray(v, dtype)) for v in (1, 2, 0.5))
+        t = g.op1("Tanh", [g.op1("Mul", [x[0], half])])
+        small = g.op1("Div", [g.op1("Mul", [two, t]), g.op1("Sub", [one, t])])
+        large = g.op1("Sub", [g.op1("Exp", x), one])
+        near = g.op1("Less", [g.op1("Abs", x), one])
+        return [g.op1("Where", [near, small, large])]
+
     def _p_rsqrt(self, g, x, params, eqn):
         return [g.op1("Reciprocal", [g.op1("Sqrt", x)])]
 

@@ -13,6 +13,10 @@ symbolic `length` where it reads whole sequences:
   *carry) -> (out, *carry)`, `out` the output at position `length - 1` (every valid
   position's, zero at pads, for a model with per-position outputs) and the carry after
   it — for formats that cannot express the parallel scan (ONNX).
+
+With `dt=True` each program also reads time steps (irregular sampling; every core of the
+model must take them): `dt` `(batch, length)` after `length`, or `dt_t` `(batch,)` after
+`x_t` in the step.
 """
 
 import dataclasses
@@ -25,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._block import LRUBlock
+from .._core import AbstractRecurrentCore
 from .._model import LRUModel
 from .._retrieval import LRURetrievalModel
 
@@ -108,18 +113,41 @@ def _x_input(reads: Reads, *leading: Any) -> tuple[tuple, Any]:
     return (*leading, *shape), dtype
 
 
-def sequence_program(model, state, reads: Reads) -> Program:
-    """The whole-sequence call in inference mode, batched: `(x, length) -> (out,)`."""
+def check_takes_dt(model) -> None:
+    """An `ExportError` naming the first core of `model` that takes no time steps."""
+    is_core = lambda x: isinstance(x, AbstractRecurrentCore)  # noqa: E731
+    for core in (c for c in jax.tree_util.tree_leaves(model, is_leaf=is_core) if is_core(c)):
+        if not core.takes_dt:
+            raise ExportError(
+                f"`dt=True` exports time steps as an input, and {type(core).__name__} takes "
+                "none (`takes_dt` is False). Export without `dt`, or use cores that take "
+                "them (ComplexLRU, RealLRU, RGLRU, baselines.S5)."
+            )
 
-    def fn(x, length):
-        def one(x, length):
-            return model(x, state, length=length, inference=True)[0]
 
-        return (jax.vmap(one)(x, length),)
+def _steps(dt: bool, *leading: Any) -> list[tuple[str, tuple, Any]]:
+    """The time steps' input (none without `dt`)."""
+    if not dt:
+        return []
+    return [("dt" if "length" in leading else "dt_t", leading, jnp.float32)]
+
+
+def sequence_program(model, state, reads: Reads, *, dt: bool = False) -> Program:
+    """The whole-sequence call in inference mode, batched: `(x, length) -> (out,)`; with
+    `dt`, `(x, length, dt) -> (out,)`."""
+    if dt:
+        check_takes_dt(model)
+
+    def fn(x, length, *steps):
+        def one(x, length, *steps):
+            timed = {"dt": steps[0]} if steps else {}
+            return model(x, state, length=length, inference=True, **timed)[0]
+
+        return (jax.vmap(one)(x, length, *steps),)
 
     x_shape, x_dtype = _x_input(reads, "batch", "length")
     inputs = [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32)]
-    return Program("sequence", fn, inputs, ["out"])
+    return Program("sequence", fn, inputs + _steps(dt, "batch", "length"), ["out"])
 
 
 def _carry_names(tree) -> list[str]:
@@ -143,8 +171,9 @@ def check_causal(model, what: str) -> None:
         )
 
 
-def step_program(model, state, reads: Reads) -> Program:
-    """One position of a batch of streams: `(x_t, *carry) -> (y_t, *carry)`."""
+def step_program(model, state, reads: Reads, *, dt: bool = False) -> Program:
+    """One position of a batch of streams: `(x_t, *carry) -> (y_t, *carry)`; with `dt`,
+    `(x_t, dt_t, *carry) -> (y_t, *carry)`."""
     if isinstance(model, LRURetrievalModel):
         raise ExportError(
             "a two-tower LRURetrievalModel has no streaming step (its head needs both "
@@ -157,6 +186,8 @@ def step_program(model, state, reads: Reads) -> Program:
             "the step program (and ONNX's whole sequence, a loop over the step) needs "
             "both. Export the whole sequence as StableHLO, or add them."
         )
+    if dt:
+        check_takes_dt(model)
     try:
         init = model.init_carry()
     except (TypeError, ValueError) as e:
@@ -170,12 +201,14 @@ def step_program(model, state, reads: Reads) -> Program:
                 "describes a carry that starts at zeros only."
             )
 
-    def fn(x_t, *carry):
-        def one(x_t, *carry):
-            carry, y_t = model.step(jax.tree_util.tree_unflatten(treedef, carry), x_t, state)
+    def fn(x_t, *rest):
+        def one(x_t, *rest):
+            timed = {"dt": rest[0]} if dt else {}
+            carry = jax.tree_util.tree_unflatten(treedef, rest[1:] if dt else rest)
+            carry, y_t = model.step(carry, x_t, state, **timed)
             return (y_t, *jax.tree_util.tree_leaves(carry))
 
-        return jax.vmap(one)(x_t, *carry)
+        return jax.vmap(one)(x_t, *rest)
 
     x_shape, x_dtype = _x_input(reads, "batch")
     carry = [(n, ("batch", *leaf.shape), leaf.dtype) for n, leaf in zip(names, leaves, strict=True)]
@@ -183,7 +216,8 @@ def step_program(model, state, reads: Reads) -> Program:
         {"name": n, "shape": list(s), "dtype": str(np.dtype(d)), "init": "zeros"}
         for n, s, d in carry
     ]
-    return Program("step", fn, [("x_t", x_shape, x_dtype), *carry], ["y_t", *_next(names)], info)
+    inputs = [("x_t", x_shape, x_dtype), *_steps(dt, "batch"), *carry]
+    return Program("step", fn, inputs, ["y_t", *_next(names)], info)
 
 
 def _next(names: list[str]) -> list[str]:
@@ -203,16 +237,20 @@ def per_position(model, state, reads: Reads) -> bool:
     return out.ndim >= 1 and not isinstance(out.shape[0], int) and out.shape[0] == length
 
 
-def loop_program(model, state, reads: Reads) -> Program:
+def loop_program(model, state, reads: Reads, *, dt: bool = False) -> Program:
     """The whole sequence as the step in a loop, from a carry: `(x, length, *carry) ->
-    (out, *carry)` (see the module docstring)."""
-    step = step_program(model, state, reads)
+    (out, *carry)`, with `dt` `(x, length, dt, *carry) -> (out, *carry)` (see the module
+    docstring)."""
+    step = step_program(model, state, reads, dt=dt)
     each = per_position(model, state, reads)
 
-    def fn(x, length, *carry):
-        def body(loop, x_t):
+    def fn(x, length, *rest):
+        steps, carry = (rest[0], rest[1:]) if dt else (None, rest)
+
+        def body(loop, xs):
             t, last, carry = loop
-            y_t, *new = step.fn(x_t, *carry)
+            x_t, dt_t = xs
+            y_t, *new = step.fn(x_t, *([] if dt_t is None else [dt_t]), *carry)
             valid, final = t < length, t == length - 1
 
             def pick(mask, a, b):
@@ -222,13 +260,16 @@ def loop_program(model, state, reads: Reads) -> Program:
             last = pick(final, y_t, last)
             return (t + 1, last, carry), (pick(valid, y_t, jnp.zeros_like(y_t)) if each else None)
 
-        y0 = jax.eval_shape(step.fn, x[:, 0], *carry)[0]
+        first = [] if steps is None else [steps[:, 0]]
+        y0 = jax.eval_shape(step.fn, x[:, 0], *first, *carry)[0]
         start = (jnp.zeros((), jnp.int32), jnp.zeros(y0.shape, y0.dtype), list(carry))
-        (_, last, carry), ys = jax.lax.scan(body, start, jnp.swapaxes(x, 0, 1))
+        xs = (jnp.swapaxes(x, 0, 1), None if steps is None else jnp.swapaxes(steps, 0, 1))
+        (_, last, carry), ys = jax.lax.scan(body, start, xs)
         return (last if ys is None else jnp.swapaxes(ys, 0, 1), *carry)  # ys: None unless each
 
     x_shape, x_dtype = _x_input(reads, "batch", "length")
-    inputs = [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32), *step.inputs[1:]]
+    inputs = [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32)]
+    inputs += [*_steps(dt, "batch", "length"), *step.inputs[2 if dt else 1 :]]
     assert step.carry is not None  # for the type checker: a step program has its carry
     n = len(step.carry)
     return Program("sequence", fn, inputs, ["out", *step.outputs[1 : 1 + n]], step.carry)

@@ -12,6 +12,10 @@ Each is `fn(params, u)` on ONE sequence `u: (L, H) -> (L, H)` (the benchmark bat
   lists the methods compared on a backend.
 - `floor`: the two stacked real projections and the skip alone, no recurrence: what no LRU
   layer built on these matmuls can beat.
+- `rglru_phase-complex`, `rglru_phase-real`: `eqx_lru.RGLRU(H, phase=True)` (Griffin's
+  gates on H/2 rotating modes, one head) in its two forms with the default method: another
+  core, with its own parameters (no `B`, `C`: the state has the input's width, so `N` is
+  not used), timed beside the LRU.
 """
 
 import math
@@ -88,6 +92,13 @@ BASELINES = {
     "floor": "floor: the two real projections only",
 }
 FORMS = {"complex": "ComplexLRU", "real": "RealLRU"}
+#: Other cores of the layer table, in both forms: name -> (label, build(H, form, *, key)).
+CORES = {
+    "rglru_phase": (
+        "RGLRU(phase=True), H/2 modes",
+        lambda H, form, *, key: eqx_lru.RGLRU(H, phase=True, form=form, key=key),
+    ),
+}
 
 
 def methods(backend: str) -> list[str]:
@@ -110,12 +121,16 @@ def variants(backend: str, *, autodiff: bool = True) -> list[str]:
     and the real form's bfloat16 compute dtype with the default method."""
     names = ["app_a"] + (["scan_autodiff"] if autodiff else [])
     names += [f"{form}-{m}" for form in FORMS for m in methods(backend)]
-    return names + [f"real-{default_method()}-bf16", "floor"]
+    names += [f"real-{default_method()}-bf16", "floor"]
+    return names + [f"{core}-{form}" for core in CORES for form in FORMS]
 
 
 def label(name: str) -> str:
     if name in BASELINES:
         return BASELINES[name]
+    core, form = name.split("-")[:2]
+    if core in CORES:
+        return f"eqx_lru {CORES[core][0]}, {form} form, {default_method()}"
     form, method, *rest = name.split("-")
     return f"eqx_lru {FORMS[form]}, {method}" + (", bf16 compute" if rest else "")
 
@@ -132,6 +147,9 @@ def make(name: str, d_model: int, d_state: int, *, key, unroll: int | None = Non
     params = tuple(getattr(base, n) for n in PARAM_NAMES)
     if name in BASELINES:
         return {"app_a": app_a, "floor": floor, "scan_autodiff": scan_autodiff}[name], params
+    core, form = name.split("-")[:2]
+    if core in CORES:
+        return (lambda layer, u: layer(u)), CORES[core][1](d_model, form, key=key)
     form, method, *rest = name.split("-")
     kwargs = {"method": eqx_lru.Sequential(unroll=unroll) if unroll else method}
     if rest == ["bf16"]:

@@ -10,6 +10,8 @@ sequences (float32 unless the name says bf16):
   their cotangents; $2N$ real numbers per step, $s$ bytes each: 4, or 2 for bfloat16
   storage). Transitions repeated per step (App. A, the associative scan) count as one $X$.
 
+Other cores (`impls.CORES`) are not modelled.
+
 **Projections** (every LRU row): forward reads `u` and writes the drive ($U + X$), reads the
 states and `u` and writes `y` ($X + 2U$); backward reads the output cotangent and writes the
 states' ($U + X$), reads $\lambda$ with `u` and the states with the output cotangent for
@@ -33,6 +35,8 @@ The model ignores caches (everything is assumed to come from device memory once 
 and compute: it is a lower bound for the time of a memory-bound layer, exact only in its
 counting assumptions. Bandwidths are the vendors' peak figures.
 """
+
+from .impls import CORES
 
 # Peak memory bandwidth in GB/s by device kind (`jax.devices()[0].device_kind`), vendor
 # figures; the longest matching prefix wins.
@@ -80,8 +84,8 @@ def bytes_moved(
     if impl == "app_a":
         X = B * L * 2 * N * 4
         return int(3 * U + 2 * X + 8 * X + ((3 * X + 4 * U + 16 * X) if grad else 0))
-    if impl == "scan_autodiff":
-        return None
+    if impl == "scan_autodiff" or impl.split("-")[0] in CORES:
+        return None  # not modelled
     form, method, *rest = impl.split("-")
     X = B * L * 2 * N * (2 if rest == ["bf16"] else 4)
     total = 3 * U + 2 * X + _scan_passes(method, backward=False, L=L, segment=segment) * X

@@ -320,8 +320,9 @@ def _check_ring(config: RunConfig) -> None:
 def _core_fields(
     record: "cores.Core", values: dict[str, Any], given: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """`values` with the core's own settings taken from its defaults where absent and the
-    settings it does not use as None; a given flag it would not use is refused."""
+    """`values` with the core's own settings taken from its defaults where absent, the
+    settings it does not use as None and those it derives (`Core.derive`) where not
+    `given`; a given flag it would not use is refused."""
     unknown = [k for k in (*record.settings, *record.defaults) if k not in CORE_KEYS]
     if unknown:
         raise ConfigError(
@@ -343,6 +344,7 @@ def _core_fields(
     for k in record.settings:
         if out.get(k) is None:
             out[k] = record.defaults.get(k)
+    out.update({k: v for k, v in record.derive(out).items() if k not in given})
     return out
 
 

@@ -26,6 +26,7 @@ needs a setting of its own adds a field to `RunConfig` (group `"core"`) and name
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -64,6 +65,8 @@ class Core:
       (`"--core s4d {unused_reason}: --method sequential would not be used"`).
     - `check`: `config -> problem or None`, what the core cannot be built from (in flags'
       words, saying what to change); `RunConfig` raises it as its error.
+    - `derive`: `settings -> {name: value}`, settings that follow from the others unless
+      given as flags (the RG-LRU's state has its input's width: `d_state` is `d_model`).
     """
 
     name: str
@@ -76,6 +79,7 @@ class Core:
     official: Mapping[str, _official.Official] = dataclasses.field(default_factory=dict)
     unused_reason: str = "does not use them"
     check: Callable[[Any], str | None] = lambda config: None
+    derive: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda settings: {}
 
     def __post_init__(self):
         if not (isinstance(self.name, str) and self.name.isidentifier()):
@@ -128,7 +132,7 @@ def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
-# --------------------------------------------------------------------------- the three cores
+# --------------------------------------------------------------------------- the four cores
 
 
 def _lru(config, method) -> Callable:
@@ -176,6 +180,38 @@ def _check_s5(config) -> str | None:
     )
 
 
+def _rglru(config, method) -> Callable:
+    return functools.partial(
+        eqx_lru.RGLRU,
+        phase=True,
+        form=config.form,
+        r_min=config.r_min,
+        r_max=config.r_max,
+        max_phase=config.max_phase,
+        method=method,
+    )
+
+
+def _check_rglru(config) -> str | None:
+    if config.d_state != config.d_model:
+        return (
+            f"--core rglru keeps a state of its input's width (the RG-LRU has no input or "
+            f"output projection), so --d-state ({config.d_state}) must equal --d-model "
+            f"({config.d_model}): pass --d-state {config.d_model}."
+        )
+    if config.d_model % 2:
+        return (
+            f"--core rglru pairs the features into complex modes, so --d-model must be even; "
+            f"got {config.d_model}."
+        )
+    if config.r_min is not None and config.r_min <= 0:
+        return (
+            f"--core rglru needs --r-min > 0 (its decay sigmoid(Lambda) lies strictly inside "
+            f"(0, 1)); got {config.r_min}. Griffin's ring is --r-min 0.9 --r-max 0.999."
+        )
+    return None
+
+
 register(
     Core(
         name=DEFAULT,
@@ -210,5 +246,20 @@ register(
         official=_official.S5,
         unused_reason="is S5 (its settings: --blocks, --c-init, --dt-min, --dt-max)",
         check=_check_s5,
+    )
+)
+register(
+    Core(
+        name="rglru",
+        label="{form} RG-LRU",
+        factory=_rglru,
+        settings=("r_min", "r_max", "max_phase"),
+        forms=("complex", "real"),
+        # Griffin's ring and recurrentgemma's phases (no LRA record of its authors).
+        defaults=dict(r_min=0.9, r_max=0.999, max_phase=0.1 * math.pi),
+        unused_reason="is the RG-LRU with rotating modes (eqx_lru.RGLRU(phase=True); its "
+        "settings: the ring --r-min/--r-max and --max-phase)",
+        check=_check_rglru,
+        derive=lambda settings: {"d_state": settings["d_model"]},
     )
 )

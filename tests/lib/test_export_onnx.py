@@ -46,6 +46,10 @@ def _select(x):  # select_n with a boolean predicate, concatenate, split
     return (a - b,)
 
 
+def _expm1(x):  # expm1, accurate near 0 (ONNX has no Expm1; Exp(x) - 1 cancels there):
+    return (jnp.expm1(x) * 1e6,)  # scaled: the tiny values are compared to rtol, not atol
+
+
 CASES = {
     "lookup": (_lookup, lambda b: np.array([[0, 6, 9, -2]] * b, np.int32), (4,)),
     "dense": (_dense, lambda b: np.linspace(-1, 1, b * 3, dtype=np.float32).reshape(b, 3), (3,)),
@@ -56,6 +60,11 @@ CASES = {
     ),
     "checked": (_checked, lambda b: np.arange(b * 2, dtype=np.float32).reshape(b, 2), (2,)),
     "select": (_select, lambda b: np.linspace(-2, 2, b * 4, dtype=np.float32).reshape(b, 4), (4,)),
+    "expm1": (
+        _expm1,
+        lambda b: np.tile(np.array([-3, -0.9, -1e-6, 2e-7, 0.5, 2.5], np.float32), (b, 1)),
+        (6,),
+    ),
 }
 
 

@@ -1,0 +1,36 @@
+r"""`GatedMLP`: the channel-mixing layer of Griffin and Hawk (De et al. 2024)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from ._checks import Size, check_key, check_size
+
+
+class GatedMLP(eqx.Module):
+    r"""A GELU-gated MLP over features, one position at a time:
+
+    $$\operatorname{MLP}(z) = W_d \big(\operatorname{GELU}(W_g z + b_g) \odot
+    (W_v z + b_v)\big) + b_d,$$
+
+    $W_g, W_v \in \mathbb R^{E \times H}$ (one `up` layer of $2E$ outputs, gate first),
+    $W_d \in \mathbb R^{H \times E}$.
+    """
+
+    up: eqx.nn.Linear
+    down: eqx.nn.Linear
+
+    def __init__(self, d_model: Size, width: Size, *, dtype=None, key: PRNGKeyArray):
+        """**Arguments:** `d_model` ($H$, features in and out), `width` ($E$, the hidden
+        features), `dtype` of the weights, `key`."""
+        d_model, width = check_size("d_model", d_model), check_size("mlp_width", width)
+        check_key(key)
+        up_key, down_key = jax.random.split(key)
+        self.up = eqx.nn.Linear(d_model, 2 * width, dtype=dtype, key=up_key)
+        self.down = eqx.nn.Linear(width, d_model, dtype=dtype, key=down_key)
+
+    def __call__(self, z: Float[Array, " d_model"]) -> Float[Array, " d_model"]:
+        """One position, `(d_model,)`; batch over positions with `jax.vmap`."""
+        gate, value = jnp.split(self.up(z), 2)
+        return self.down(jax.nn.gelu(gate) * value)

@@ -1,0 +1,245 @@
+"""`HawkBlock` (Hawk's residual block: causal convolution, recurrent core, gated MLP): the
+float64 NumPy loop (plain, packed, padded, with `dt`, two cores), streaming by `step` and
+`chunk` equal to the call, packing equal to separate calls, in `LRUModel` (streaming,
+remat), over a sequence split into chunks (a named vmap axis), and bad arguments."""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from reference import hawk_loop, rglru_loop
+
+import eqx_lru
+
+H, N, L, K, E = 6, 8, 13, 3, 10  # d_model, d_state, length, conv taps, MLP width
+CORES = {
+    "rglru": functools.partial(eqx_lru.RGLRU, heads=2),
+    "rglru-phase-real": functools.partial(eqx_lru.RGLRU, heads=2, phase=True, form="real"),
+}
+
+
+def _block(core="rglru", dtype=jnp.float64, seed=0, **options):
+    block = eqx_lru.HawkBlock(
+        H, N, core=CORES.get(core, core), conv_width=K, mlp_width=E, dtype=dtype,
+        key=jax.random.PRNGKey(seed), **options,
+    )  # fmt: skip
+    # Non-trivial norms, biases and convolution, so that every parameter matters.
+    rng = np.random.default_rng(seed + 5)
+
+    def rand(x, scale=0.5):
+        return jnp.asarray(rng.normal(size=x.shape) * scale, x.dtype)
+
+    def leaves(b):
+        return (
+            b.norm.weight, b.mlp_norm.weight, b.conv.weight, b.conv.bias, b.linear_x.bias,
+            b.core.b_a, b.core.b_x,
+        )  # fmt: skip
+
+    new = [rand(x) + (1 if i < 2 else 0) for i, x in enumerate(leaves(block))]
+    return eqx.tree_at(leaves, block, new)
+
+
+def _params(block) -> dict:
+    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    return dict(
+        norm=f(block.norm.weight), mlp_norm=f(block.mlp_norm.weight),
+        W_x=f(block.linear_x.weight), b_x=f(block.linear_x.bias),
+        W_y=f(block.linear_y.weight), b_y=f(block.linear_y.bias),
+        conv_w=f(block.conv.weight), conv_b=f(block.conv.bias),
+        W_o=f(block.linear_out.weight), b_o=f(block.linear_out.bias),
+        W_up=f(block.mlp.up.weight), b_up=f(block.mlp.up.bias),
+        W_d=f(block.mlp.down.weight), b_d=f(block.mlp.down.bias),
+    )  # fmt: skip
+
+
+def _oracle_core(core, dt=None):
+    names = ("Lambda", "theta", "W_a", "b_a", "W_x", "b_x")
+    p = {n: None if getattr(core, n) is None else np.asarray(getattr(core, n)) for n in names}
+
+    def run(u, segment_ids, h0):
+        return rglru_loop(p, u, c=core.c, dt=dt, h0=h0, segment_ids=segment_ids)[0]
+
+    return run
+
+
+def _data(length=L, seed=1, dtype=jnp.float64):
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.normal(size=(length, H)), dtype)
+    return x, jnp.asarray(rng.uniform(0.3, 2.0, size=length), dtype)
+
+
+IDS = np.asarray([0] * 4 + [1] * 1 + [2] * 5 + [0] * 3)  # a 1-long sequence, and ids reused
+
+
+@eqx.filter_jit
+def _plain_packed_padded(block, x, dt, ids):
+    state = eqx.nn.State(block)
+    plain, _ = block(x, state)
+    packed, _ = block(x, state, segment_ids=ids, dt=dt)
+    padded, _ = block(x.at[9:].set(jnp.nan), state, length=9)  # garbage after `length`
+    return plain, packed, padded
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_matches_float64_loop(core):
+    with jax.enable_x64(True):
+        block = _block(core)
+        x, dt = _data()
+        p = _params(block)
+        plain, packed, padded = _plain_packed_padded(block, x, dt, jnp.asarray(IDS))
+        tol = dict(rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(plain, hawk_loop(p, x, _oracle_core(block.core)), **tol)
+        expected = hawk_loop(p, x, _oracle_core(block.core, dt), segment_ids=IDS)
+        np.testing.assert_allclose(packed, expected, **tol)
+        expected = hawk_loop(p, x[:9], _oracle_core(block.core))
+        np.testing.assert_allclose(padded[:9], expected, **tol)
+        assert np.all(np.asarray(padded[9:]) == 0)
+
+
+@eqx.filter_jit
+def _call_and_streams(block, x, dt):
+    """The call, `step` over every position, and two chunks (the first padded, the second
+    packed) from the first's carry: one compiled program."""
+    state = eqx.nn.State(block)
+    y, _ = block(x, state, dt=dt)
+    step = lambda c, xs: block.step(c, xs[0], state, dt=xs[1])  # noqa: E731
+    carry, streamed = jax.lax.scan(step, block.init_carry(), (x, dt))
+    first_carry, y1 = block.chunk(block.init_carry(), x[:8], state, length=5, dt=dt[:8])
+    ids = jnp.asarray([0] * (L - 6) + [1])  # the last position: a new sequence
+    last_carry, y2 = block.chunk(first_carry, x[5:], state, dt=dt[5:], segment_ids=ids)
+    alone, _ = block(x[-1:], state, dt=dt[-1:])
+    return y, streamed, carry, jnp.concatenate([y1[:5], y2[:-1]]), y1[5:], y2[-1], alone[0]
+
+
+def test_streaming_equals_call():
+    block = _block("rglru-phase-real", dtype=jnp.float32)
+    x, dt = _data(dtype=jnp.float32)
+    y, streamed, carry, chunked, pads, last, alone = _call_and_streams(block, x, dt)
+    np.testing.assert_allclose(streamed, y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(chunked, y[:-1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(last, alone, rtol=1e-5, atol=1e-5)
+    assert np.all(np.asarray(pads) == 0)
+    # The carry after all positions: the last K - 1 convolution inputs and the core's state.
+    assert carry["conv"].shape == (K - 1, N) and carry["core"].shape == (2, N // 2)
+
+
+@eqx.filter_jit
+def _training_and_many_streams(block, x, key):
+    state = eqx.nn.State(block)
+    called, _ = block(x, state, key=key, inference=False)
+    chunked_carry, chunked = block.chunk(block.init_carry(), x, state, inference=False, key=key)
+    garbage = jax.tree_util.tree_map(lambda c: c + 3.0, block.init_carry())
+    _, reset = block.chunk(garbage, x, state, reset=jnp.asarray(True))
+    _, fresh = block.chunk(block.init_carry(), x, state)
+    kept, empty = block.chunk(chunked_carry, x, state, length=0)
+
+    def loss(carry, carry_gradient):
+        _, y = block.chunk(carry, x, state, carry_gradient=carry_gradient)
+        return jnp.sum(y**2)
+
+    grads = [jax.grad(loss)(garbage, flag) for flag in (False, True)]
+    return called, chunked, reset, fresh, (kept, chunked_carry), empty, grads
+
+
+def test_training_chunks_and_many_streams():
+    """A training-mode chunk draws the call's dropout; `reset` starts from `init_carry()`;
+    an empty chunk keeps the carry; the carry's gradient flows only with
+    `carry_gradient=True`."""
+    block = _block(dtype=jnp.float32, dropout=0.3)
+    x, _ = _data(dtype=jnp.float32)
+    called, chunked, reset, fresh, (kept, carry), empty, grads = _training_and_many_streams(
+        block, x, jax.random.PRNGKey(7)
+    )
+    np.testing.assert_allclose(chunked, called, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(reset, fresh, rtol=0, atol=0)
+    assert bool(eqx.tree_equal(kept, carry)) and np.all(np.asarray(empty) == 0)
+    frozen, flowing = (jax.tree_util.tree_leaves(g) for g in grads)
+    assert all(np.all(np.asarray(g) == 0) for g in frozen)
+    assert all(np.any(np.asarray(g) != 0) for g in flowing)
+
+
+def test_packed_sequences_equal_separate_calls():
+    block = _block(dtype=jnp.float32)
+    x, _ = _data(dtype=jnp.float32)
+    starts = [0, 4, 5, 10, L]
+
+    @eqx.filter_jit
+    def packed_and_alone(block, x):
+        state = eqx.nn.State(block)
+        packed, _ = block(x, state, segment_ids=jnp.asarray(IDS))
+        alone = [block(x[a:b], state)[0] for a, b in zip(starts[:-1], starts[1:], strict=True)]
+        return packed, jnp.concatenate(alone)
+
+    packed, alone = packed_and_alone(block, x)
+    np.testing.assert_allclose(packed, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_in_model_streams_and_remats():
+    key = jax.random.PRNGKey(3)
+    make = functools.partial(eqx_lru.HawkBlock, conv_width=K, mlp_width=E)
+    build = functools.partial(eqx_lru.LRUModel, 5, 4, H, N, 2, pooling=None, block=make, key=key)
+    model, state = eqx.nn.make_with_state(build)()
+    remat_model = build(remat=True)
+    assert isinstance(model.blocks[0].core, eqx_lru.RGLRU)  # the default core
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(L, 5)), jnp.float32)
+
+    @eqx.filter_jit
+    def run(model, remat_model, x):
+        y, _ = model(x, state, inference=True)
+        remat, _ = remat_model(x, state, inference=True)
+        step = lambda c, x_t: model.step(c, x_t, state)  # noqa: E731
+        _, streamed = jax.lax.scan(step, model.init_carry(), x)
+        return y, remat, streamed
+
+    y, remat, streamed = run(model, remat_model, x)
+    np.testing.assert_allclose(remat, y, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(streamed, y, rtol=1e-5, atol=1e-5)
+    # The core is the optimiser's recurrent group; the convolution and projections are not.
+    labels = eqx_lru.lru_param_labels(model)
+    assert labels.blocks[0].core.Lambda == "recurrent"
+    assert labels.blocks[0].conv.weight != "recurrent"
+
+
+def test_sequence_split_across_chunks():
+    """Four chunks of a named vmap axis (the collectives of `SequenceParallel` and the
+    convolution's halo work over it as over a mesh axis) give the one-device call, with
+    padding and packed sequences that cross chunk boundaries."""
+    chunks, length = 4, 16
+    split = functools.partial(CORES["rglru"], method=eqx_lru.SequenceParallel("seq"))
+    one, many = _block(dtype=jnp.float32), _block(split, dtype=jnp.float32)
+    state = eqx.nn.State(one)
+    x, _ = _data(length=length, dtype=jnp.float32)
+    ids = jnp.asarray([0] * 3 + [1] * 6 + [2] * 7)  # boundaries inside chunks 0 and 2
+
+    @eqx.filter_jit
+    def split_and_whole(one, many, x, ids):
+        def run(x, ids):
+            return many(x, state, length=14, segment_ids=ids)[0]
+
+        y = jax.vmap(run, axis_name="seq")(x.reshape(chunks, -1, H), ids.reshape(chunks, -1))
+        return y, one(x, state, length=14, segment_ids=ids)[0]
+
+    y, expected = split_and_whole(one, many, x, ids)
+    np.testing.assert_allclose(y.reshape(length, H), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_arguments():
+    key = jax.random.PRNGKey(0)
+    with pytest.raises(ValueError, match="conv_width"):
+        eqx_lru.HawkBlock(H, N, conv_width=0, key=key)
+    with pytest.raises(ValueError, match="dropout"):
+        eqx_lru.HawkBlock(H, N, dropout=1.0, key=key)
+    with pytest.raises(ValueError, match="d_state"):  # the RG-LRU at the recurrence width
+        eqx_lru.HawkBlock(H, N, core=lambda d, n, **kw: eqx_lru.RGLRU(d, n + 1, **kw), key=key)
+    block = eqx_lru.HawkBlock(H, N, core=eqx_lru.baselines.S4D, conv_width=K, key=key)
+    state = eqx.nn.State(block)
+    x, dt = _data(dtype=jnp.float32)
+    with pytest.raises(TypeError, match="S4D takes no `dt`"):
+        block(x, state, dt=dt)
+    with pytest.raises(ValueError, match="d_model is 6"):
+        block(x[:, :4], state)
+    with pytest.raises(ValueError, match=r"carry\['conv'\]"):
+        block.step({"conv": jnp.zeros((K, N)), "core": block.core.init_state()}, x[0], state)
