@@ -10,6 +10,7 @@ from typing import Any
 import equinox as eqx
 import jax
 
+from ._files import write_pair
 from ._format import FORMATS, Format
 from ._manifest import manifest
 from ._prepare import prepare
@@ -90,34 +91,18 @@ def export(
     return Exported(data, info, fmt, built)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """`data` into `path` through a temporary file beside it, `fsync` and a rename (then
-    the folder synced): a reader never sees a partly written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # folders cannot be opened here: the rename is all there is
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write(exported: Exported, path: str | os.PathLike) -> Path:
+def write(exported: Exported, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Write the artifact to `path` and its manifest to `path` + `".json"` (the manifest's
-    `"artifact"` is the file name), each atomically; the folder is created. Returns
-    `path`."""
+    `"artifact"` is the file name) as one unit; the folder is created. Returns `path`.
+
+    Files at either name that export did not write (no manifest of ours beside the
+    artifact, or one whose SHA-256 is not the artifact's; a symbolic link) are replaced
+    only with `overwrite=True`; no write follows a link. The pair is replaced whole: a
+    crash leaves the old pair, the new one, or a manifest without an artifact, never an
+    artifact beside another's manifest; a full disk leaves the old pair untouched.
+
+    **Raises:** `ExportError` (one line) for files it would not replace, a folder it cannot
+    create or a write that fails (naming the path and the reason)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +110,6 @@ def write(exported: Exported, path: str | os.PathLike) -> Path:
         raise ExportError(
             f"{str(path.parent)!r} is not a writable folder ({e.strerror or e})."
         ) from None
-    _write_atomic(path, exported.data)
     info = {**exported.manifest, "artifact": path.name}
-    _write_atomic(path.with_name(path.name + ".json"), json.dumps(info, indent=1).encode())
+    write_pair(path, exported.data, json.dumps(info, indent=1).encode(), overwrite=overwrite)
     return path

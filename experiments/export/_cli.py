@@ -27,6 +27,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dest", type=output_folder, default=None, help="output folder (default RUN/export)"
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files at the artifact's or manifest's name that export did not write "
+        "(by default they are kept and the export refused)",
+    )
     return parser
 
 
@@ -41,7 +47,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     try:
-        artifact = export_run(args.run, args.format, step=args.step, dest=args.dest)
+        artifact = export_run(
+            args.run, args.format, step=args.step, dest=args.dest, overwrite=args.overwrite
+        )
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

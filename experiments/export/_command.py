@@ -53,12 +53,18 @@ def _run_metadata(run: Run, carry: bool) -> dict[str, Any]:
 
 
 def export_run(
-    run: str | Path, fmt: str, *, step: bool = False, dest: str | Path | None = None
+    run: str | Path,
+    fmt: str,
+    *,
+    step: bool = False,
+    dest: str | Path | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Export the run in folder `run` with `eqx_lru.export` (the whole sequence, the whole
     pair of a Retrieval run, or with `step` one streaming step) into `dest` (default
     `run/export`) as `model.<suffix>` or `step.<suffix>`; returns the artifact's path (the
-    manifest is the same path plus `.json`)."""
+    manifest is the same path plus `.json`). Files there that export did not write are
+    replaced only with `overwrite` (`eqx_lru.export.write`)."""
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}.")
     loaded = load_run(run)
@@ -83,4 +89,5 @@ def export_run(
             f"--dest {str(folder)!r} is not a writable folder ({e.strerror or e})."
         ) from None
     suffix = exported.format.suffix
-    return eqx_lru.export.write(exported, folder / (("step" if step else "model") + suffix))
+    artifact = folder / (("step" if step else "model") + suffix)
+    return eqx_lru.export.write(exported, artifact, overwrite=overwrite)
