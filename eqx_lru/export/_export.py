@@ -12,6 +12,7 @@ import jax
 
 from ._files import write_pair
 from ._format import FORMATS, Format
+from ._guard import guarded
 from ._manifest import manifest
 from ._prepare import prepare
 from ._program import ExportError, Program, Reads, reads_of, symbolic_specs
@@ -83,7 +84,7 @@ def export(
         state = eqx.nn.State(model)
     reads = reads if reads is not None else reads_of(model)
     prepared = prepare(model, state, real=fmt.real)
-    built = fmt.programs[program](prepared, state, reads)
+    built = guarded(fmt.programs[program](prepared, state, reads), reads)
     closed = jax.make_jaxpr(built.fn)(*symbolic_specs(built))
     data = fmt.serialise(built, description)
     info = manifest(fmt, built, prepared, reads, data, closed)

@@ -29,7 +29,19 @@ _STEP_NOTE = " The step's carry starts at zeros; feed the returned next_carry ba
 _MODEL_KEYS = ("core", "form", "depth", "d_model", "d_state", "pooling", "norm", "bidirectional")
 
 
-def _run_metadata(run: Run, carry: bool) -> dict[str, Any]:
+def _checks_note(run: Run, has_length: bool) -> str:
+    rules = ["token ids in [0, vocab_size)"] if run.tokens else []
+    if has_length:
+        rules.append(f"1 <= length <= x.shape[{2 if run.pair else 1}]")
+    if not rules:
+        return ""
+    return (
+        f"Inputs must have {' and '.join(rules)}; a row that breaks this gets NaN in every "
+        "floating-point output (see 'checked')."
+    )
+
+
+def _run_metadata(run: Run, carry: bool, has_length: bool) -> dict[str, Any]:
     """What the manifest says of the run beyond the library's fields: the task, the
     model's settings, the source checkpoint, and the notes of the trainer's programs."""
     config = run.config
@@ -39,8 +51,7 @@ def _run_metadata(run: Run, carry: bool) -> dict[str, Any]:
         "notes": (
             "Inference mode; batch norm folded. "
             + (_PAIR_NOTE if run.pair else "")
-            + "Inputs are not checked: token ids in [0, vocab_size) (others are clamped), "
-            + ("1 <= length <= x.shape[2]." if run.pair else "1 <= length <= x.shape[1].")
+            + _checks_note(run, has_length)
             + (_STEP_NOTE if carry else "")
         ),
         "source": {
@@ -80,7 +91,9 @@ def export_run(
         reads=reads,
         description=f"eqx_lru {name} from {loaded.checkpoint}",
     )
-    exported.manifest.update(_run_metadata(loaded, carry=bool(exported.program.carry)))
+    program = exported.program
+    has_length = any(name == "length" for name, _, _ in program.inputs)
+    exported.manifest.update(_run_metadata(loaded, bool(program.carry), has_length))
     folder = Path(dest) if dest is not None else Path(run) / "export"
     try:
         folder.mkdir(parents=True, exist_ok=True)
