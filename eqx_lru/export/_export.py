@@ -14,7 +14,7 @@ from ._files import write_pair
 from ._format import FORMATS, Format
 from ._guard import guarded
 from ._manifest import manifest
-from ._prepare import prepare
+from ._prepare import cores, prepare
 from ._program import ExportError, Program, Reads, reads_of, symbolic_specs
 
 
@@ -38,6 +38,26 @@ def _format(format: str | Format) -> Format:
             f"record; got {format!r}."
         )
     return FORMATS[format]
+
+
+def _untraceable(error: Exception, model, fmt: Format, program: str) -> Exception:
+    """`error`, raised while building, tracing or serialising the program, as one
+    `ExportError` line naming the cores, the format and the reason; `error` itself if it
+    is one already, or not an error of tracing (a bug is not hidden)."""
+    traced = isinstance(error, TypeError | NotImplementedError | ValueError)
+    if isinstance(error, ExportError) or not (
+        traced or type(error).__name__ == "InconclusiveDimensionOperation"
+    ):
+        return error
+    names = sorted({type(c).__name__ for c in cores(model)}) or [type(model).__name__]
+    lines = str(error).strip().splitlines() or [""]
+    reason = f"{type(error).__name__}: {lines[0][:300]}"
+    return ExportError(
+        f"format {fmt.name!r} cannot export the {program!r} program of this model "
+        f"({', '.join(names)}): tracing it with a symbolic batch and length failed ({reason}). "
+        "Export another program or format, or give the core a computation that takes a "
+        "symbolic length."
+    )
 
 
 def export(
@@ -72,7 +92,7 @@ def export(
 
     **Raises:** `ExportError` naming the problem and what to do (an unknown format or
     program, a bidirectional model for a step or loop, a core with no real form for a
-    real-only format).
+    real-only format, a model that cannot be traced with a symbolic batch and length).
     """
     fmt = _format(format)
     if program not in fmt.programs:
@@ -84,9 +104,12 @@ def export(
         state = eqx.nn.State(model)
     reads = reads if reads is not None else reads_of(model)
     prepared = prepare(model, state, real=fmt.real)
-    built = guarded(fmt.programs[program](prepared, state, reads), reads)
-    closed = jax.make_jaxpr(built.fn)(*symbolic_specs(built))
-    data = fmt.serialise(built, description)
+    try:
+        built = guarded(fmt.programs[program](prepared, state, reads), reads)
+        closed = jax.make_jaxpr(built.fn)(*symbolic_specs(built))
+        data = fmt.serialise(built, description)
+    except Exception as e:
+        raise _untraceable(e, prepared, fmt, program) from None
     info = manifest(fmt, built, prepared, reads, data, closed)
     info.update(metadata or {})
     return Exported(data, info, fmt, built)

@@ -141,6 +141,25 @@ class _Translator(ShapeOps):
     def _p_rsqrt(self, g, x, params, eqn):
         return [g.op1("Reciprocal", [g.op1("Sqrt", x)])]
 
+    def _p_expm1(self, g, x, params, eqn):
+        r"""$e^x - 1 = \tanh(x/2)\,(e^x + 1)$: no cancellation near 0 (ONNX has no Expm1)."""
+        dtype = eqn.outvars[0].aval.dtype
+        half, one = g.const(np.asarray(0.5, dtype)), g.const(np.asarray(1, dtype))
+        tanh = g.op1("Tanh", [g.op1("Mul", [x[0], half])])
+        return [g.op1("Mul", [tanh, g.op1("Add", [g.op1("Exp", x), one])])]
+
+    def _p_log1p(self, g, x, params, eqn):
+        r"""$\log(1 + x)$ as $\log(u)\, x / (u - 1)$ with $u = 1 + x$ ($x$ where $u = 1$):
+        the rounding of $u$ cancels (Goldberg); ONNX has no Log1p."""
+        dtype = eqn.outvars[0].aval.dtype
+        one = g.const(np.asarray(1, dtype))
+        u = g.op1("Add", [x[0], one])
+        shifted = g.op1("Sub", [u, one])
+        exact = g.op1("Equal", [shifted, g.const(np.asarray(0, dtype))])
+        safe = g.op1("Where", [exact, one, shifted])
+        ratio = g.op1("Div", [g.op1("Mul", [g.op1("Log", [u]), x[0]]), safe])
+        return [g.op1("Where", [exact, x[0], ratio])]
+
     def _p_ne(self, g, x, params, eqn):
         return [g.op1("Not", [g.op1("Equal", x)])]
 

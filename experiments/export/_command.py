@@ -83,14 +83,19 @@ def export_run(
         raise ExportError(_NO_PAIR_STEP)
     reads = Tokens(loaded.in_size) if loaded.tokens else Features(loaded.in_size)
     name = type(loaded.model).__name__  # LRUModel, or LRURetrievalModel
-    exported = eqx_lru.export.export(
-        loaded.model,
-        loaded.state,
-        format=fmt,
-        program="step" if step else "pair" if loaded.pair else "sequence",
-        reads=reads,
-        description=f"eqx_lru {name} from {loaded.checkpoint}",
-    )
+    try:
+        exported = eqx_lru.export.export(
+            loaded.model,
+            loaded.state,
+            format=fmt,
+            program="step" if step else "pair" if loaded.pair else "sequence",
+            reads=reads,
+            description=f"eqx_lru {name} from {loaded.checkpoint}",
+        )
+    except ExportError as e:  # the model cannot be exported so: say which run's core
+        config = loaded.config
+        flags = f"--core {config.core} ({config.form}) --format {fmt}" + (" --step" * step)
+        raise ExportError(f"{flags}: {e}") from None
     program = exported.program
     has_length = any(name == "length" for name, _, _ in program.inputs)
     exported.manifest.update(_run_metadata(loaded, bool(program.carry), has_length))

@@ -46,6 +46,10 @@ def _select(x):  # select_n with a boolean predicate, concatenate, split
     return (a - b,)
 
 
+def _accurate(x):  # expm1, log1p: no cancellation near 0 (ONNX has neither)
+    return (jnp.expm1(x), jnp.log1p(x))
+
+
 CASES = {
     "lookup": (_lookup, lambda b: np.array([[0, 6, 9, -2]] * b, np.int32), (4,)),
     "dense": (_dense, lambda b: np.linspace(-1, 1, b * 3, dtype=np.float32).reshape(b, 3), (3,)),
@@ -56,6 +60,11 @@ CASES = {
     ),
     "checked": (_checked, lambda b: np.arange(b * 2, dtype=np.float32).reshape(b, 2), (2,)),
     "select": (_select, lambda b: np.linspace(-2, 2, b * 4, dtype=np.float32).reshape(b, 4), (4,)),
+    "accurate": (
+        _accurate,
+        lambda b: np.array([[1e-7, -3e-6, 2e-4, 0.5, -0.9, 3.0]] * b, np.float32),
+        (6,),
+    ),
 }
 
 
@@ -84,3 +93,25 @@ def test_complex_values_and_unknown_primitives_are_refused():
     closed = jax.make_jaxpr(lambda x: (jnp.sort(x),))(np.ones(3, np.float32))
     with pytest.raises(NotImplementedError, match="no translation for the JAX primitive 'sort'"):
         _onnx.to_onnx(closed, ["x"], ["y"])
+
+
+def test_symbolic_length_shapes_and_values():
+    """Dimensions other than the batch (the length of a whole-sequence program) are read
+    from the input's shape: an iota and a broadcast of that size, the size as a value, and
+    `reduce_or` (what the exported programs' input checks use)."""
+
+    def fn(x):
+        size = x.shape[1]
+        position = jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)
+        bad = jnp.any(x > position, axis=1)
+        return (jnp.where(bad[:, None], jnp.nan, (x + size).astype(jnp.float32)),)
+
+    batch, length = jax.export.symbolic_shape("batch, length")
+    closed = jax.make_jaxpr(fn)(jax.ShapeDtypeStruct((batch, length), np.int32))
+    model = _onnx.to_onnx(closed, ["x"], ["y"], batch=batch)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b, n in ((1, 4), (3, 7)):
+        x = np.random.default_rng(n).integers(0, n + 1, (b, n)).astype(np.int32)
+        x[0] = np.arange(n)  # a row with no position above its index: finite
+        (got,) = session.run(None, {"x": x})
+        np.testing.assert_array_equal(got, np.asarray(fn(x)[0]))
