@@ -36,6 +36,7 @@ PUBLISHED = (
     "experiments/paper/figures/*",
     "experiments/ldstack/README.md",
     "experiments/ldstack/figures/*",
+    "experiments/lm/figures/*",
 )
 REQUIRED = (
     "experiments/bench/RESULTS-cpu.md",
