@@ -10,9 +10,11 @@ from typing import Any
 import equinox as eqx
 import jax
 
+from ._files import write_pair
 from ._format import FORMATS, Format
+from ._guard import guarded
 from ._manifest import manifest
-from ._prepare import prepare
+from ._prepare import cores, prepare
 from ._program import ExportError, Program, Reads, reads_of, symbolic_specs
 
 
@@ -36,6 +38,26 @@ def _format(format: str | Format) -> Format:
             f"record; got {format!r}."
         )
     return FORMATS[format]
+
+
+def _untraceable(error: Exception, model, fmt: Format, program: str) -> Exception:
+    """`error`, raised while building, tracing or serialising the program, as one
+    `ExportError` line naming the cores, the format and the reason; `error` itself if it
+    is one already, or not an error of tracing (a bug is not hidden)."""
+    traced = isinstance(error, TypeError | NotImplementedError | ValueError)
+    if isinstance(error, ExportError) or not (
+        traced or type(error).__name__ == "InconclusiveDimensionOperation"
+    ):
+        return error
+    names = sorted({type(c).__name__ for c in cores(model)}) or [type(model).__name__]
+    lines = str(error).strip().splitlines() or [""]
+    reason = f"{type(error).__name__}: {lines[0][:300]}"
+    return ExportError(
+        f"format {fmt.name!r} cannot export the {program!r} program of this model "
+        f"({', '.join(names)}): tracing it with a symbolic batch and length failed ({reason}). "
+        "Export another program or format, or give the core a computation that takes a "
+        "symbolic length."
+    )
 
 
 def export(
@@ -75,7 +97,7 @@ def export(
 
     **Raises:** `ExportError` naming the problem and what to do (an unknown format or
     program, a bidirectional model for a step or loop, a core with no real form for a
-    real-only format).
+    real-only format, a model that cannot be traced with a symbolic batch and length).
     """
     fmt = _format(format)
     if program not in fmt.programs:
@@ -92,43 +114,31 @@ def export(
             "would need one row of steps each): export without `dt`."
         )
     prepared = prepare(model, state, real=fmt.real)
-    # `dt` only when asked: a format record's builders need not know the option.
-    built = fmt.programs[program](prepared, state, reads, **({"dt": True} if dt else {}))
-    closed = jax.make_jaxpr(built.fn)(*symbolic_specs(built))
-    data = fmt.serialise(built, description)
+    try:
+        # `dt` only when asked: a format record's builders need not know the option.
+        options = {"dt": True} if dt else {}
+        built = guarded(fmt.programs[program](prepared, state, reads, **options), reads)
+        closed = jax.make_jaxpr(built.fn)(*symbolic_specs(built))
+        data = fmt.serialise(built, description)
+    except Exception as e:
+        raise _untraceable(e, prepared, fmt, program) from None
     info = manifest(fmt, built, prepared, reads, data, closed)
     info.update(metadata or {})
     return Exported(data, info, fmt, built)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """`data` into `path` through a temporary file beside it, `fsync` and a rename (then
-    the folder synced): a reader never sees a partly written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # folders cannot be opened here: the rename is all there is
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write(exported: Exported, path: str | os.PathLike) -> Path:
+def write(exported: Exported, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Write the artifact to `path` and its manifest to `path` + `".json"` (the manifest's
-    `"artifact"` is the file name), each atomically; the folder is created. Returns
-    `path`."""
+    `"artifact"` is the file name) as one unit; the folder is created. Returns `path`.
+
+    Files at either name that export did not write (no manifest of ours beside the
+    artifact, or one whose SHA-256 is not the artifact's; a symbolic link) are replaced
+    only with `overwrite=True`; no write follows a link. The pair is replaced whole: a
+    crash leaves the old pair, the new one, or a manifest without an artifact, never an
+    artifact beside another's manifest; a full disk leaves the old pair untouched.
+
+    **Raises:** `ExportError` (one line) for files it would not replace, a folder it cannot
+    create or a write that fails (naming the path and the reason)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +146,6 @@ def write(exported: Exported, path: str | os.PathLike) -> Path:
         raise ExportError(
             f"{str(path.parent)!r} is not a writable folder ({e.strerror or e})."
         ) from None
-    _write_atomic(path, exported.data)
     info = {**exported.manifest, "artifact": path.name}
-    _write_atomic(path.with_name(path.name + ".json"), json.dumps(info, indent=1).encode())
+    write_pair(path, exported.data, json.dumps(info, indent=1).encode(), overwrite=overwrite)
     return path

@@ -4,8 +4,9 @@ It says how to call the program without eqx_lru: its inputs and outputs (names, 
 with `"batch"`/`"length"` for the symbolic dimensions, dtypes), the carry's layout for a
 step or loop program, the form the program computes in, what the model reads (the
 vocabulary size of token ids, or the number of input features) and, for a classifier,
-the number of classes; which run-time checks of the library the exported program does not
-perform; and the library and JAX versions that wrote it.
+the number of classes; which checks the exported program performs (`"checked"`: an
+invalid row gets NaN outputs, `_guard.py`) and which run-time checks of the library it does
+not (`"unchecked"`); and the library and JAX versions that wrote it.
 """
 
 import hashlib
@@ -18,6 +19,7 @@ from .._model import LRUModel
 from .._retrieval import LRURetrievalModel
 from .._runtime_check import skipped_checks
 from ._format import Format
+from ._guard import checks_of
 from ._prepare import cores, is_complex
 from ._program import Features, Program, Reads, Tokens
 
@@ -42,16 +44,21 @@ def form_of(model) -> str:
     return "complex" if any(is_complex(c) for c in cores(model)) else "real"
 
 
-def _notes(program: Program, reads: Reads, checks: list[dict[str, str]]) -> str:
+def _notes(program: Program, reads: Reads, checked: list[dict[str, str]], unchecked: list) -> str:
     notes = "Inference mode (running batch-norm statistics, no dropout); batch norm folded."
     if isinstance(reads, Tokens):
-        notes += f" Token ids must be in [0, {reads.vocab_size}) (others are clamped)."
+        notes += f" Token ids must be in [0, {reads.vocab_size})."
     if any(name == "length" for name, _, _ in program.inputs):
         notes += " Each length must be in [1, the padded length]."
     if any(name in ("dt", "dt_t") for name, _, _ in program.inputs):
-        notes += " Time steps must be positive (the gap before each position)."
-    if checks:
-        notes += " The exported program does not check its inputs (see 'unchecked')."
+        notes += " Time steps must be positive and finite (the gap before each position)."
+    if checked:
+        notes += (
+            " A row that breaks these gets NaN in every floating-point output (see "
+            "'checked'); test isfinite before reading a class."
+        )
+    if unchecked:
+        notes += " The exported program does not perform the checks in 'unchecked'."
     if program.carry:
         notes += " The carry starts at zeros; feed the returned next_carry back."
     return notes
@@ -64,7 +71,9 @@ def manifest(
     `model` (prepared); `closed` is the program's jaxpr (its outputs and checks)."""
     from .. import __version__
 
-    checks = skipped_checks(closed)
+    checked = checks_of(program, reads)
+    covered = {c["check"] for c in checked}
+    unchecked = [c for c in skipped_checks(closed) if c["check"] not in covered]
     outputs = [
         {"name": n, "shape": [_dim(d) for d in a.shape], "dtype": str(a.dtype)}
         for n, a in zip(program.outputs, closed.out_avals, strict=True)
@@ -84,8 +93,9 @@ def manifest(
         "in_features": reads.size if isinstance(reads, Features) else None,
         "classes": classes_of(model, tuple(closed.out_avals[0].shape)),
         "exported_form": form_of(model),
-        "notes": _notes(program, reads, checks),
-        "unchecked": checks,
+        "notes": _notes(program, reads, checked, unchecked),
+        "checked": checked,
+        "unchecked": unchecked,
         "eqx_lru": __version__,
         "jax": jax.__version__,
     }

@@ -33,11 +33,12 @@ from onnx import TensorProto, helper
 
 from .._runtime_check import is_runtime_check
 from ._onnx_graph import ELEMENTWISE, Graph, onnx_dtype, same_dim, value_info
+from ._onnx_shapes import ShapeOps
 
 OPSET = 17
 
 
-class _Translator:
+class _Translator(ShapeOps):
     """Translate closed jaxprs into ONNX graphs (see the module docstring)."""
 
     def __init__(self, batch=None):
@@ -79,7 +80,7 @@ class _Translator:
             if (
                 concrete
                 and all(not isinstance(v, str) for v in vals)
-                and eqn.primitive.name != "scan"
+                and eqn.primitive.name not in ("scan", "dim_as_value")
             ):
                 outs = eqn.primitive.bind(*[jax.numpy.asarray(v) for v in vals], **eqn.params)
                 outs = outs if eqn.primitive.multiple_results else [outs]
@@ -139,22 +140,34 @@ class _Translator:
         exponent = g.const(np.asarray(y, eqn.outvars[0].aval.dtype))
         return [g.op1("Pow", [x, exponent])]
 
-    def _p_expm1(self, g, x, params, eqn):
-        # e^x - 1 without cancellation near 0 (ONNX has no Expm1): 2t / (1 - t) with
-        # t = tanh(x / 2) where |x| < 1, Exp(x) - 1 elsewhere (no cancellation there).
-        dtype = eqn.outvars[0].aval.dtype
-        one, two, half = (g.const(np.asarray(v, dtype)) for v in (1, 2, 0.5))
-        t = g.op1("Tanh", [g.op1("Mul", [x[0], half])])
-        small = g.op1("Div", [g.op1("Mul", [two, t]), g.op1("Sub", [one, t])])
-        large = g.op1("Sub", [g.op1("Exp", x), one])
-        near = g.op1("Less", [g.op1("Abs", x), one])
-        return [g.op1("Where", [near, small, large])]
-
     def _p_rsqrt(self, g, x, params, eqn):
         return [g.op1("Reciprocal", [g.op1("Sqrt", x)])]
 
+    def _p_expm1(self, g, x, params, eqn):
+        r"""$e^x - 1 = \tanh(x/2)\,(e^x + 1)$: no cancellation near 0 (ONNX has no Expm1)."""
+        dtype = eqn.outvars[0].aval.dtype
+        half, one = g.const(np.asarray(0.5, dtype)), g.const(np.asarray(1, dtype))
+        tanh = g.op1("Tanh", [g.op1("Mul", [x[0], half])])
+        return [g.op1("Mul", [tanh, g.op1("Add", [g.op1("Exp", x), one])])]
+
+    def _p_log1p(self, g, x, params, eqn):
+        r"""$\log(1 + x)$ as $\log(u)\, x / (u - 1)$ with $u = 1 + x$ ($x$ where $u = 1$):
+        the rounding of $u$ cancels (Goldberg); ONNX has no Log1p."""
+        dtype = eqn.outvars[0].aval.dtype
+        one = g.const(np.asarray(1, dtype))
+        u = g.op1("Add", [x[0], one])
+        shifted = g.op1("Sub", [u, one])
+        exact = g.op1("Equal", [shifted, g.const(np.asarray(0, dtype))])
+        safe = g.op1("Where", [exact, one, shifted])
+        ratio = g.op1("Div", [g.op1("Mul", [g.op1("Log", [u]), x[0]]), safe])
+        return [g.op1("Where", [exact, x[0], ratio])]
+
     def _p_ne(self, g, x, params, eqn):
         return [g.op1("Not", [g.op1("Equal", x)])]
+
+    def _p_is_finite(self, g, x, params, eqn):
+        # Neither NaN nor ±inf (ONNX has IsNaN and IsInf, no IsFinite).
+        return [g.op1("Not", [g.op1("Or", [g.op1("IsNaN", x), g.op1("IsInf", x)])])]
 
     def _p_square(self, g, x, params, eqn):
         return [g.op1("Mul", [x[0], x[0]])]
@@ -193,8 +206,8 @@ class _Translator:
         return self._reduce(g, "ReduceMin", x, params)
 
     def _reduce(self, g, op, x, params):
-        axes = g.const(np.asarray(params["axes"], np.int64), "axes")
         if op == "ReduceSum":
+            axes = g.const(np.asarray(params["axes"], np.int64), "axes")
             return [g.op1(op, [x[0], axes], keepdims=0)]
         return [g.op1(op, [x[0]], axes=list(params["axes"]), keepdims=0)]  # opset 17
 
@@ -219,106 +232,6 @@ class _Translator:
             result = g.op1("Cast", [result], to=onnx_dtype(out_dtype))
         return [result]
 
-    def _p_broadcast_in_dim(self, g, x, params, eqn):
-        shape, dims = params["shape"], params["broadcast_dimensions"]
-        in_shape = eqn.invars[0].aval.shape
-        if list(dims) != sorted(dims):
-            raise NotImplementedError("ONNX export: broadcast_in_dim with permuted dimensions.")
-        value = x[0]
-        missing = [i for i in range(len(shape)) if i not in dims]
-        if missing:
-            value = g.op1("Unsqueeze", [value, g.const(np.asarray(missing, np.int64), "axes")])
-        grown = [
-            d
-            for i, d in enumerate(dims)
-            if in_shape[i] is not shape[d] and not same_dim(in_shape[i], shape[d])
-        ]
-        if not missing and not grown:
-            return [g.op1("Identity", [value])]
-        # Expand broadcasts both ways: dims the operand has keep size 1 in the target.
-        target = [
-            1 if (i in dims and same_dim(in_shape[dims.index(i)], shape[i])) else shape[i]
-            for i in range(len(shape))
-        ]
-        return [g.op1("Expand", [value, g.shape(target)])]
-
-    def _p_reshape(self, g, x, params, eqn):
-        return [g.op1("Reshape", [x[0], g.shape(params["new_sizes"], infer_one=True)])]
-
-    def _p_squeeze(self, g, x, params, eqn):
-        return [
-            g.op1("Squeeze", [x[0], g.const(np.asarray(params["dimensions"], np.int64), "axes")])
-        ]
-
-    def _p_expand_dims(self, g, x, params, eqn):
-        return [
-            g.op1("Unsqueeze", [x[0], g.const(np.asarray(params["dimensions"], np.int64), "axes")])
-        ]
-
-    def _p_transpose(self, g, x, params, eqn):
-        return [g.op1("Transpose", x, perm=list(params["permutation"]))]
-
-    def _p_concatenate(self, g, x, params, eqn):
-        return [g.op1("Concat", x, axis=int(params["dimension"]))]
-
-    def _p_stack(self, g, x, params, eqn):
-        axis = g.const(np.asarray([params["axis"]], np.int64), "axes")
-        return [
-            g.op1("Concat", [g.op1("Unsqueeze", [v, axis]) for v in x], axis=int(params["axis"]))
-        ]
-
-    def _p_split(self, g, x, params, eqn):
-        sizes = g.const(np.asarray(params["sizes"], np.int64), "sizes")
-        return g.op("Split", [x[0], sizes], n_out=len(params["sizes"]), axis=int(params["axis"]))
-
-    def _p_slice(self, g, x, params, eqn):
-        starts, limits = params["start_indices"], params["limit_indices"]
-        strides = params["strides"] or (1,) * len(starts)
-        axes = [
-            i
-            for i, (s, e, d) in enumerate(
-                zip(starts, limits, eqn.invars[0].aval.shape, strict=True)
-            )
-            if not (s == 0 and same_dim(e, d))
-        ]
-        if not axes:
-            return [g.op1("Identity", x)]
-        if any(not isinstance(limits[i], int | np.integer) for i in axes):
-            raise NotImplementedError("ONNX export: a slice with a symbolic bound.")
-        consts = [np.asarray([v[i] for i in axes], np.int64) for v in (starts, limits)]
-        consts += [np.asarray(axes, np.int64), np.asarray([strides[i] for i in axes], np.int64)]
-        return [g.op1("Slice", [x[0], *(g.const(c, "slice") for c in consts)])]
-
-    def _p_gather(self, g, x, params, eqn):
-        """The gathers of an embedding lookup (`weight[ids]`): whole slices along the
-        trailing operand dimensions, the indexed (leading) dimensions clamped as JAX's
-        default `mode=clip`/`promise_in_bounds` would."""
-        dn, sizes = params["dimension_numbers"], params["slice_sizes"]
-        operand_shape = eqn.invars[0].aval.shape
-        index_map = tuple(dn.start_index_map)
-        kept = [k for k, d in enumerate(index_map) if sizes[d] != operand_shape[d]]
-        dims = [index_map[k] for k in kept]
-        whole = [d for d in range(len(operand_shape)) if d not in dims]
-        out_rank = len(eqn.outvars[0].aval.shape)
-        offset = tuple(dn.offset_dims)
-        if (
-            dims != list(range(len(dims)))
-            or any(sizes[d] != 1 for d in dims)
-            or any(sizes[d] != operand_shape[d] for d in whole)
-            or dn.operand_batching_dims
-            or offset != tuple(range(out_rank - len(offset), out_rank))
-        ):
-            raise NotImplementedError(f"ONNX export: a gather other than a table lookup ({dn}).")
-        operand, indices = x
-        idx = g.op1("Gather", [indices, g.const(np.asarray(kept, np.int64), "kept")], axis=-1)
-        idx = g.op1("Cast", [idx], to=TensorProto.INT64)
-        limit = np.asarray([operand_shape[d] - 1 for d in dims], np.int64)
-        idx = g.op1(
-            "Max", [g.op1("Min", [idx, g.const(limit, "hi")]), g.const(np.zeros_like(limit), "lo")]
-        )
-        rows = g.op1("GatherND", [operand, idx])
-        return [g.op1("Reshape", [rows, g.shape(eqn.outvars[0].aval.shape, infer_one=True)])]
-
     def _p_unvmap_any(self, g, x, params, eqn):
         """Equinox's "any element, over the batch too" (its `error_if` predicate)."""
         as_int = g.op1("Cast", x, to=TensorProto.INT32)
@@ -327,8 +240,13 @@ class _Translator:
     def _p_unvmap_max(self, g, x, params, eqn):
         return [g.op1("ReduceMax", x, keepdims=0)]
 
-    def _p_iota(self, g, x, params, eqn):
-        raise NotImplementedError("ONNX export: an iota of symbolic size.")
+    def _p_reduce_or(self, g, x, params, eqn):
+        as_int = g.op1("Cast", x, to=TensorProto.INT32)
+        return [g.op1("Cast", self._reduce(g, "ReduceMax", [as_int], params), to=TensorProto.BOOL)]
+
+    def _p_reduce_and(self, g, x, params, eqn):
+        as_int = g.op1("Cast", x, to=TensorProto.INT32)
+        return [g.op1("Cast", self._reduce(g, "ReduceMin", [as_int], params), to=TensorProto.BOOL)]
 
     # ------------------------------------------------------------------ scan → Loop
 
@@ -352,7 +270,7 @@ class _Translator:
         trip = g.op1("Shape", [xs[0]], start=0, end=1)
         trip = g.op1("Reshape", [trip, g.const(np.asarray([], np.int64), "scalar")])
         # The body graph: (iteration, condition, *carry) -> (condition, *carry, *ys).
-        b = Graph(self.fresh, g.batch, g.batch_value)
+        b = Graph(self.fresh, g.dims)
         i_name, cond_in = self.fresh("iter"), self.fresh("cond")
         body_carry = [self.fresh("carry") for _ in carry]
         x_t = [b.op1("Gather", [x, i_name], axis=0) for x in xs]
@@ -420,9 +338,11 @@ def to_onnx(
     if len(input_names) != len(jaxpr.invars) or len(output_names) != len(jaxpr.outvars):
         raise ValueError("to_onnx: one name per input and per output.")
     translator = _Translator(batch)
-    g = Graph(translator.fresh, batch, None)
-    if batch is not None:
-        g.batch_value = g.op1("Shape", [input_names[0]], start=0, end=1)
+    g = Graph(translator.fresh, [])
+    for name, var in zip(input_names, jaxpr.invars, strict=True):
+        for axis, d in enumerate(var.aval.shape):
+            if not isinstance(d, int | np.integer) and not any(same_dim(d, k) for k, _ in g.dims):
+                g.dims.append((d, g.op1("Shape", [name], start=axis, end=axis + 1)))
     outs = translator.run(g, jaxpr, list(closed.consts), list(input_names))
     for out_name, value in zip(output_names, outs, strict=True):
         g.nodes.append(helper.make_node("Identity", [translator.name(g, value)], [out_name]))

@@ -27,12 +27,20 @@ def onnx_dtype(dtype) -> int:
 class Graph:
     """Nodes, initializers and names of one ONNX graph (the main graph or a Loop body)."""
 
-    def __init__(self, namer: Callable[[str], str], batch: Any, batch_value: str | None):
+    def __init__(self, namer: Callable[[str], str], dims: list[tuple[Any, str]]):
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.fresh = namer
-        self.batch = batch  # the symbolic batch dimension (a jax.export dim), or None
-        self.batch_value = batch_value  # the name of an int64 [1] tensor holding it
+        #: `(dim, name)`: each symbolic dimension (a `jax.export` dim) and the name of an
+        #: int64 `[1]` tensor holding its value (shared with the graphs inside this one).
+        self.dims = dims
+
+    def dim(self, d: Any) -> str:
+        """The name of an int64 `[1]` tensor holding the symbolic dimension `d`."""
+        for known, name in self.dims:
+            if same_dim(known, d):
+                return name
+        raise NotImplementedError(f"ONNX export: a dimension {d} that no input of the program has.")
 
     def const(self, value: np.ndarray, hint: str = "c") -> str:
         name = self.fresh(hint)
@@ -48,8 +56,8 @@ class Graph:
         return self.op(op_type, inputs, **attrs)[0]
 
     def shape(self, dims: Sequence[Any], *, infer_one: bool = False) -> str:
-        """An int64 shape tensor for `dims` (ints and the symbolic batch). `infer_one`:
-        a lone symbolic dimension becomes -1 (for Reshape)."""
+        """An int64 shape tensor for `dims` (ints and symbolic dimensions of the inputs).
+        `infer_one`: a lone symbolic dimension becomes -1 (for Reshape)."""
         symbolic = [i for i, d in enumerate(dims) if not isinstance(d, int | np.integer)]
         if not symbolic:
             return self.const(np.asarray(dims, np.int64), "shape")
@@ -62,12 +70,8 @@ class Graph:
         for d in dims:
             if isinstance(d, int | np.integer):
                 parts.append(self.const(np.asarray([d], np.int64), "dim"))
-            elif self.batch is not None and self.batch_value is not None and d == self.batch:
-                parts.append(self.batch_value)
             else:
-                raise NotImplementedError(
-                    f"ONNX export: a dimension {d} that is not the batch size."
-                )
+                parts.append(self.dim(d))
         return self.op1("Concat", parts, axis=0)
 
 

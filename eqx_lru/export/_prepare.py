@@ -33,12 +33,20 @@ def _is_core(x) -> bool:
 
 def _sequential(core):
     """`core` scanning with `Sequential()` (`lax.scan`), the one method that takes a
-    symbolic length: the same function. Other fields are shared, not copied."""
+    symbolic length, and running its recurrence where it would compute by FFT convolution
+    (`baselines.S4D`'s `mode="convolution"`, whose FFT needs a concrete length): the same
+    function. Other fields are shared, not copied."""
     method = getattr(core, "method", None)
-    if not isinstance(method, AbstractScanMethod) or isinstance(method, Sequential):
+    changes = {}
+    if isinstance(method, AbstractScanMethod) and not isinstance(method, Sequential):
+        changes["method"] = Sequential()
+    if getattr(core, "mode", None) == "convolution":
+        changes["mode"] = "recurrence"
+    if not changes:
         return core
     core = copy.copy(core)
-    object.__setattr__(core, "method", Sequential())  # a static field of a frozen module
+    for name, value in changes.items():
+        object.__setattr__(core, name, value)  # static fields of a frozen module
     return core
 
 
@@ -78,8 +86,9 @@ def prepare(model, state: eqx.nn.State, *, real: bool = False):
     r"""`model` for export: every `MaskedBatchNorm` folded into an affine map with its
     running statistics ($s = w / \sqrt{\sigma^2 + \varepsilon}$, $t = \beta - \mu s$, in
     float64), every core scanning sequentially (`lax.scan`: the same function, and the
-    one method that takes a symbolic length), and with `real` every core in its real form
-    (an `ExportError` naming a core that has none)."""
+    one method that takes a symbolic length; S4D's convolution mode runs its recurrence),
+    and with `real` every core in its real form (an `ExportError` naming a core that has
+    none)."""
 
     def fold(node):
         if not isinstance(node, MaskedBatchNorm):

@@ -51,6 +51,7 @@ import eqx_lru
 from eqx_lru.ablation import ABLATION_CORES, AbstractDenseRNN
 
 from ..lra.synthetic import generate_listops
+from ..lra.tasks import LISTOPS
 from ._common import DEFAULT_OUT, plt, save_figure, save_json
 
 # rung -> (label, paper section, tables, paper test accuracy in % as (mean, s.e.) on
@@ -77,7 +78,7 @@ LISTOPS_VOCAB = ("<pad>", *map(str, range(10)), "[MIN", "[MAX", "[MED", "[SM", "
 NUM_CLASSES = 10  # both tasks
 RECALL_CHANNELS = 10
 AXIS_NAME = "batch"
-TASKS = ("recall", "listops")
+TASKS = ("recall", LISTOPS)  # the ladder's own recall, and the LRA registry's ListOps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,11 +116,11 @@ DEFAULTS = {
         n_train=64, n_test=32, length=12, min_length=0, max_length=0, depth=1, d_model=8,
         d_state=8, steps=4, batch_size=8, lr=3e-3, log_every=4,
     ),
-    ("listops", False): dict(
+    (LISTOPS, False): dict(
         n_train=8000, n_test=1000, length=0, min_length=100, max_length=300, depth=2,
         d_model=64, d_state=64, steps=1200, batch_size=32, lr=3e-3, log_every=100,
     ),
-    ("listops", True): dict(
+    (LISTOPS, True): dict(
         n_train=64, n_test=32, length=0, min_length=8, max_length=30, depth=1, d_model=8,
         d_state=8, steps=4, batch_size=8, lr=3e-3, log_every=4,
     ),
@@ -486,7 +487,7 @@ def plot(results: dict, out: Path) -> Path:
             top = 100 * (np.nan_to_num(mean) + (se if math.isfinite(se) else 0))
             ax.text(x, max(top, np.nanmax(acc)) + 2, f"{int(np.sum(r['diverged']))} diverged",
                     ha="center", va="bottom", fontsize=7, color="tab:red")  # fmt: skip
-        if s["task"] == "listops":
+        if s["task"] == LISTOPS:
             ax.plot(x, RUNGS[r["rung"]][3][0][0], "_", color="tab:red", ms=22, mew=2, zorder=4,
                     label="paper (full-size LRA ListOps)" if x == 0 else None)  # fmt: skip
     ax.axhline(100 * results["majority_test_accuracy"], color="gray", ls="--", lw=1,
@@ -568,8 +569,8 @@ def _parser() -> argparse.ArgumentParser:
     ):  # fmt: skip
         p.add_argument(f"--{name.replace('_', '-')}", type=checked[kind],
                        help=f"[recall: {full[name]}, --fast {fast[name]}; listops: "
-                       f"{DEFAULTS['listops', False][name]}, --fast "
-                       f"{DEFAULTS['listops', True][name]}]")  # fmt: skip
+                       f"{DEFAULTS[LISTOPS, False][name]}, --fast "
+                       f"{DEFAULTS[LISTOPS, True][name]}]")  # fmt: skip
     p.add_argument("--lr-factor", type=checked[float], default=0.5,
                    help="recurrent parameters get lr × this [0.5: Table 9, ListOps]")  # fmt: skip
     p.add_argument("--weight-decay", type=number(float, low=0), default=0.05)

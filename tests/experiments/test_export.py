@@ -22,7 +22,10 @@ read it from the checkpoint) with non-trivial batch-norm running statistics. The
   damaged or foreign checkpoint is refused with one line naming the file.
 """
 
+import errno
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -625,3 +628,38 @@ def test_retrieval_step_fails_with_one_line(fmt, retrieval_run, tmp_path, capsys
     assert "has no streaming step" in err[0], err
     assert "export the whole-pair program: drop --step" in err[0], err
     assert not list(tmp_path.iterdir())
+
+
+def test_files_it_did_not_write_and_a_full_disk_are_one_line(run, tmp_path, capsys, monkeypatch):
+    """The command silently replaced a `model.stablehlo` it did not write, and a full disk
+    was a traceback that could leave an artifact without its manifest (issue 27): now one
+    `error:` line each, the files there untouched; `--overwrite` replaces them."""
+    from eqx_lru.export import _files
+
+    artifact = tmp_path / "model.stablehlo"
+    artifact.write_bytes(b"the user's model")
+    argv = ["--run", str(run[0]), "--format", "stablehlo", "--dest", str(tmp_path)]
+    assert export.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert "has no manifest beside it" in err[0] and "--overwrite" in err[0], err
+    assert artifact.read_bytes() == b"the user's model"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.stablehlo"]
+
+    assert export.main([*argv, "--overwrite"]) == 0
+    manifest = json.loads((tmp_path / "model.stablehlo.json").read_text())
+    written = artifact.read_bytes()
+    assert manifest["sha256"] == hashlib.sha256(written).hexdigest()
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_files, "_write_fd", full)
+    capsys.readouterr()
+    assert export.main(argv) == 2  # its own pair now: replaced without --overwrite, but
+    err = capsys.readouterr().err.strip().splitlines()  # the disk is full
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert "No space left on device" in err[0] and "untouched" in err[0], err
+    assert artifact.read_bytes() == written
+    assert json.loads((tmp_path / "model.stablehlo.json").read_text()) == manifest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.stablehlo", "model.stablehlo.json"]

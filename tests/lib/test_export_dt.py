@@ -86,6 +86,18 @@ def test_stablehlo_programs_take_dt(model):
         np.testing.assert_allclose(ys, streamed, rtol=1e-5, atol=1e-6)
         for a, b in zip(final, carry, strict=True):
             np.testing.assert_allclose(a, np.asarray(b), rtol=1e-5, atol=1e-6)
+    # A step that is not positive and finite at a valid position: that row is NaN (the
+    # library raises there); at a pad it is ignored, as the library ignores it.
+    x, lengths, dt = _inputs(3, 7, 3)
+    dt[0, 2], dt[1, 6] = -1.0, np.nan  # row 1's length is 4: position 6 is a pad
+    got = np.asarray(program.call(x, lengths, dt)[0])
+    assert np.isnan(got[0]).all() and np.isfinite(got[1:]).all()
+    zeros = [np.zeros((3, *s), d) for s, d in specs]
+    y, *_ = stepper.call(x[:, 0], np.array([1.0, 0.0, np.inf], np.float32), *zeros)
+    assert np.isfinite(np.asarray(y[0])).all() and np.isnan(np.asarray(y[1:])).all()
+    rules = {c["check"]: c["rule"] for c in sequence.manifest["checked"]}
+    assert rules["dt"] == "dt > 0 and finite at every position before length"
+    assert {c["check"]: c["rule"] for c in step.manifest["checked"]}["dt"] == "dt_t > 0 and finite"
 
 
 def test_onnx_programs_take_dt_in_the_real_form(model):

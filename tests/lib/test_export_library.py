@@ -219,15 +219,20 @@ def test_manifest_describes_the_program(tagger, tmp_path):
     assert manifest["eqx_lru"] == eqx_lru.__version__ and manifest["jax"] == jax.__version__
 
 
-def test_manifest_of_a_model_names_classes_and_unchecked_inputs():
+def test_manifest_of_a_model_names_classes_and_the_checks():
+    """The library's checks of `length` and token ids are skipped in an exported program
+    (they raise), and the program checks them itself (NaN rows, tests/lib/
+    test_export_invalid_rows.py): `checked`, not `unchecked` (which listed them before)."""
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
         VOCAB, 3, D_MODEL, D_STATE, 1, encoder="embedding", key=jax.random.PRNGKey(0)
     )
     manifest = eqx_lru.export.export(model, state).manifest
     assert manifest["vocab_size"] == VOCAB and manifest["classes"] == 3
     assert manifest["inputs"][0]["shape"] == ["batch", "length"]
-    assert {c["check"] for c in manifest["unchecked"]} == {"length", "token_ids"}
-    assert "does not check its inputs" in manifest["notes"]
+    assert [c["check"] for c in manifest["checked"]] == ["length", "token_ids"]
+    assert manifest["checked"][1]["rule"] == f"0 <= x < {VOCAB} at every position before length"
+    assert manifest["unchecked"] == []
+    assert "gets NaN in every floating-point output" in manifest["notes"]
 
 
 def _stablehlo_text(program, description):

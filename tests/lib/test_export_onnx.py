@@ -46,8 +46,12 @@ def _select(x):  # select_n with a boolean predicate, concatenate, split
     return (a - b,)
 
 
-def _expm1(x):  # expm1, accurate near 0 (ONNX has no Expm1; Exp(x) - 1 cancels there):
-    return (jnp.expm1(x) * 1e6,)  # scaled: the tiny values are compared to rtol, not atol
+def _accurate(x):  # expm1, log1p: no cancellation near 0 (ONNX has neither)
+    return (jnp.expm1(x), jnp.log1p(x))
+
+
+def _finite(x):  # is_finite: neither NaN nor ±inf (ONNX has no IsFinite)
+    return (jnp.isfinite(x),)
 
 
 CASES = {
@@ -60,9 +64,14 @@ CASES = {
     ),
     "checked": (_checked, lambda b: np.arange(b * 2, dtype=np.float32).reshape(b, 2), (2,)),
     "select": (_select, lambda b: np.linspace(-2, 2, b * 4, dtype=np.float32).reshape(b, 4), (4,)),
-    "expm1": (
-        _expm1,
-        lambda b: np.tile(np.array([-3, -0.9, -1e-6, 2e-7, 0.5, 2.5], np.float32), (b, 1)),
+    "accurate": (
+        _accurate,
+        lambda b: np.array([[1e-7, -3e-6, 2e-4, 0.5, -0.9, 3.0]] * b, np.float32),
+        (6,),
+    ),
+    "finite": (
+        _finite,
+        lambda b: np.array([[np.nan, np.inf, -np.inf, 0.0, -2.5, 3e38]] * b, np.float32),
         (6,),
     ),
 }
@@ -93,3 +102,25 @@ def test_complex_values_and_unknown_primitives_are_refused():
     closed = jax.make_jaxpr(lambda x: (jnp.sort(x),))(np.ones(3, np.float32))
     with pytest.raises(NotImplementedError, match="no translation for the JAX primitive 'sort'"):
         _onnx.to_onnx(closed, ["x"], ["y"])
+
+
+def test_symbolic_length_shapes_and_values():
+    """Dimensions other than the batch (the length of a whole-sequence program) are read
+    from the input's shape: an iota and a broadcast of that size, the size as a value, and
+    `reduce_or` (what the exported programs' input checks use)."""
+
+    def fn(x):
+        size = x.shape[1]
+        position = jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)
+        bad = jnp.any(x > position, axis=1)
+        return (jnp.where(bad[:, None], jnp.nan, (x + size).astype(jnp.float32)),)
+
+    batch, length = jax.export.symbolic_shape("batch, length")
+    closed = jax.make_jaxpr(fn)(jax.ShapeDtypeStruct((batch, length), np.int32))
+    model = _onnx.to_onnx(closed, ["x"], ["y"], batch=batch)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b, n in ((1, 4), (3, 7)):
+        x = np.random.default_rng(n).integers(0, n + 1, (b, n)).astype(np.int32)
+        x[0] = np.arange(n)  # a row with no position above its index: finite
+        (got,) = session.run(None, {"x": x})
+        np.testing.assert_array_equal(got, np.asarray(fn(x)[0]))
