@@ -21,14 +21,13 @@ fills settings added since it was written) merged with the flags that may change
 """
 
 import dataclasses
-import math
-import struct
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .._flags import number
 from . import _signals, cores, tasks
+from ._numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
 
 __all__ = [
     "ConfigError",
@@ -91,12 +90,6 @@ def _run(help: str, check=None, **options) -> Any:
     """A setting of how the run goes (may change on --resume)."""
     return _setting(help, role="run", group="run", check=check, **options)
 
-
-#: The largest int32: the device's step counter, the optimiser's count and array sizes.
-INT32_MAX = 2**31 - 1
-#: The smallest normal and the largest finite float32: learning rates and steps Delta
-#: outside them round to 0 (a NaN schedule) or infinity in the float32 computations.
-FLOAT32_TINY, FLOAT32_MAX = 2.0**-126, (2 - 2.0**-23) * 2.0**127
 
 _POSITIVE_INT = number(int, low=1, high=INT32_MAX, open_high=False, why="a 32-bit integer")
 _STEPS = number(
@@ -221,11 +214,13 @@ class RunConfig:
                 f"--core {self.core} has the form(s) {', '.join(core.forms)}, not "
                 f"--form {self.form}."
             )
-        _check_ring(self)
-        _check_rates(self)
-        problem = core.check(self)
-        if problem is not None:
-            raise ConfigError(problem)
+        for problem in (
+            ring_problem(self.r_min, self.r_max, self.max_phase),
+            rates_problem(self.lr, self.lr_factor, self.weight_decay),
+            core.check(self),
+        ):
+            if problem is not None:
+                raise ConfigError(problem)
         if self.dt_min is not None and self.dt_max is not None and self.dt_min > self.dt_max:
             raise ConfigError(f"need --dt-min <= --dt-max, got {self.dt_min} > {self.dt_max}.")
 
@@ -338,53 +333,6 @@ def _check_field(config: RunConfig, field: dataclasses.Field) -> None:
             meta["check"](str(value))
         except Exception as e:  # argparse.ArgumentTypeError, with the flag's check's words
             raise ConfigError(f"{flag(field.name)}: {e}.") from None
-
-
-def _check_ring(config: RunConfig) -> None:
-    """The ring of the LRU's eigenvalues: 0 <= r_min <= r_max < 1, with r_max's square
-    a normal float32 and r_max below 1 in float32 (else nu_log = +-inf at init)."""
-    r_min, r_max = config.r_min, config.r_max
-    if r_min is not None and r_max is not None:
-        if not 0 <= r_min <= r_max < 1:
-            raise ConfigError(f"need 0 <= --r-min <= --r-max < 1, got [{r_min}, {r_max}].")
-        if r_max * r_max < FLOAT32_TINY:
-            raise ConfigError(
-                f"--r-max {r_max}: its square underflows float32, so every eigenvalue would "
-                "have modulus 0 and the initial nu_log be infinite; use --r-max >= 1.1e-19 "
-                "(the paper's rings lie in [0.5, 0.9999])."
-            )
-        if _float32(r_max) >= 1:
-            raise ConfigError(
-                f"--r-max {r_max} rounds to 1 in float32 (no decay: nu_log = -inf at init); "
-                "use --r-max <= 0.99999994."
-            )
-    if config.max_phase is not None and not 0 < config.max_phase <= 2 * math.pi:
-        raise ConfigError(f"--max-phase must lie in (0, 2*pi], got {config.max_phase}.")
-
-
-def _float32(x: float) -> float:
-    """`x` rounded to float32 (to nearest)."""
-    return struct.unpack("f", struct.pack("f", x))[0]
-
-
-def _check_rates(config: RunConfig) -> None:
-    """The recurrent parameters' rate (`lr x lr_factor`) and the decay step (`lr x
-    weight_decay`) within float32, where the optimiser computes them."""
-    products = (
-        ("--lr-factor", config.lr_factor, True),
-        ("--weight-decay", config.weight_decay, False),
-    )
-    for name, factor, positive in products:
-        if config.lr is None or factor is None:
-            continue
-        product = config.lr * factor
-        if product > FLOAT32_MAX or (positive and product < FLOAT32_TINY):
-            raise ConfigError(
-                f"--lr {config.lr:g} x {name} {factor:g} = {product:g} is outside float32's "
-                f"range [{FLOAT32_TINY:g}, {FLOAT32_MAX:g}], where the optimiser computes it "
-                "(the schedule would be 0, NaN or infinite); choose values whose product lies "
-                "in it."
-            )
 
 
 def _core_fields(
