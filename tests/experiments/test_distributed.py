@@ -191,8 +191,14 @@ def _refused(data, tmp_path, processes, per_rank, *, devices=1, env=None, timeou
     [
         # Different seeds trained "replicated" copies that diverged, and reported success.
         (2, {0: ["--seed", "1"]}, "--seed is 1 on process 0; 0 on process 1"),
-        # A model flag on one of three processes aborted inside gloo with a stack dump.
-        (3, {2: ["--d-model", "16"]}, "--d-model is 8 on process 0; 8 on process 1; 16 on"),
+        # A model flag on one of three processes aborted inside gloo with a stack dump
+        # (batch 6: three devices).
+        (
+            3,
+            {0: ["--batch-size", "6"], 1: ["--batch-size", "6"]}
+            | {2: ["--batch-size", "6", "--d-model", "16"]},
+            "--d-model is 8 on process 0; 8 on process 1; 16 on",
+        ),
     ],
     ids=["seed", "model-flag-of-3"],
 )
