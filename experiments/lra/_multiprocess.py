@@ -93,14 +93,14 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-_KINDS = {"usage": (UsageError, 2), "run": (RunError, 1)}
+_KINDS = {"usage": UsageError, "run": RunError}
 
 
 def settle(stage: Callable[[], T]) -> T:
-    """Run `stage` on every process; if it raises `UsageError` or `RunError` (or a
-    `ValueError` subclass the trainer reports, such as a checkpoint error) on any process,
-    every process raises the first such failure, naming its process. With one process,
-    just `stage()`."""
+    """Run `stage` on every process; if it raises `UsageError` or `RunError` on any
+    process, every process raises the first such failure, naming its process (marked
+    `shared`: no process needs to tell the others). Another exception propagates on its
+    process alone (`train.main` publishes it). With one process, just `stage()`."""
     if not _multi():
         return stage()
     result, failure = None, None
@@ -114,7 +114,7 @@ def settle(stage: Callable[[], T]) -> T:
     for index, failed in enumerate(failures):
         if failed is not None:
             kind, message = failed
-            error = _KINDS[kind][0](f"process {index} of {len(failures)}: {message}")
+            error = _KINDS[kind](f"process {index} of {len(failures)}: {message}")
             error.shared = True  # every process raises it: no need to tell the others
             raise error
     return result
