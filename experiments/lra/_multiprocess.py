@@ -120,19 +120,23 @@ def settle(stage: Callable[[], T]) -> T:
     return result
 
 
-#: Where the sources are that define what a run computes.
-_SOURCES = ("eqx_lru", "experiments")
-_LIBRARIES = ("jax", "jaxlib", "equinox", "optax", "numpy")
+_LIBRARIES = ("eqx_lru", "jax", "jaxlib", "equinox", "optax", "numpy")
 
 
 def code_digest() -> list[tuple[str, Any]]:
-    """The code a process runs: the SHA-256 of every `.py` file of `eqx_lru` and
-    `experiments/` (by relative path) and the versions of Python and the libraries."""
-    root = Path(__file__).resolve().parents[2]
+    """The code a process runs: the SHA-256 of every `.py` file of `eqx_lru` (where it is
+    imported from) and `experiments/` (by relative path), and the versions of Python and
+    the libraries."""
+    import eqx_lru
+
     digest = hashlib.sha256()
-    for folder in _SOURCES:
-        for path in sorted((root / folder).rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    for name, folder in (
+        ("eqx_lru", Path(eqx_lru.__file__).resolve().parent),
+        ("experiments", Path(__file__).resolve().parents[1]),
+    ):
+        for path in sorted(folder.rglob("*.py")):
+            digest.update(f"{name}/{path.relative_to(folder)}".encode() + b"\0")
+            digest.update(path.read_bytes())
     versions = {}
     for name in _LIBRARIES:
         try:
