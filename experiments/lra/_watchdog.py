@@ -34,13 +34,20 @@ __all__ = ["before", "Watchdog", "current"]
 _PREFIX = "lra_watchdog"
 
 
-def _exit(message: str, code: int) -> None:
-    """Say `message` as one `error:` line and end the process now (no atexit handlers:
-    JAX's shutdown barrier would wait for peers that are gone)."""
+def _say(message: str) -> None:
+    """`message` as one `error:` line on stderr, now (from any thread)."""
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
+        sys.stderr.flush()
     with contextlib.suppress(OSError):
         os.write(2, f"error: {message}\n".encode())
+
+
+def _exit(message: str | None, code: int) -> None:
+    """Say `message` (if any) and end the process now (no atexit handlers: JAX's shutdown
+    barrier would wait for peers that are gone)."""
+    if message is not None:
+        _say(message)
     os._exit(code)
 
 
@@ -106,8 +113,10 @@ class Watchdog:
             _CURRENT = None
 
     def fail(self, message: str, code: int) -> None:
-        """Stop this process with `message` and `code`, and every other with it."""
+        """Stop this process with `message` and `code`, and every other with it. The line
+        comes first: if process 0 goes first, JAX's runtime ends this process at once."""
         self._stop.set()
+        _say(message)
         with contextlib.suppress(Exception):
             text = json.dumps({"message": message, "code": code})
             self.client.key_value_set(f"{_PREFIX}/failed/{self.index}", text)
@@ -117,7 +126,7 @@ class Watchdog:
                 if len(seen) >= self.count - 1:
                     break
                 time.sleep(0.1)
-        _exit(message, code)
+        _exit(None, code)
 
     def _run(self) -> None:
         last: dict[int, tuple[str, float]] = {}
@@ -157,7 +166,10 @@ class Watchdog:
                 self.client.key_value_set(f"{_PREFIX}/seen/{peer}/{self.index}", "1")
             failure = json.loads(value)
             self._stop.set()
-            _exit(f"process {peer} of {self.count}: {failure['message']}", failure["code"])
+            _say(f"process {peer} of {self.count}: {failure['message']}")
+            if self.index == 0:  # it hosts JAX's coordinator: let the failed process end first
+                time.sleep(2)
+            _exit(None, failure["code"])
 
     def _stale(self, last: dict[int, tuple[str, float]], done: set[str]) -> int | None:
         now = time.monotonic()

@@ -50,11 +50,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_TRAIN = [sys.executable, "-m", "experiments.lra.train"]
+#: The trainer with a bug at its first validation (a process that fails on its own).
+_BUGGY = """
+import sys
+from experiments.lra import _training, train
+
+def validate(self, c):
+    raise RuntimeError("an injected bug")
+
+_training.Loop.validate = validate
+sys.exit(train.main(sys.argv[1:], hard_abort=True))
+"""
+_COMMANDS = {"buggy": [sys.executable, "-c", _BUGGY]}
+
+
 def _start(
-    args, *, processes: int, devices: int, logs: Path, per_rank=None, env=None
+    args, *, processes: int, devices: int, logs: Path, per_rank=None, env=None, rank_command=None
 ) -> list[subprocess.Popen]:
     """`processes` trainer processes of `devices` CPU devices each, one process group each;
-    `per_rank`: extra arguments of some ranks; `env`: extra variables."""
+    `per_rank`: extra arguments of some ranks; `env`: extra variables; `rank_command`: the
+    name of another command (`_COMMANDS`) for some ranks."""
+    rank_command = rank_command or {}
     env = {**os.environ, **(env or {})}
     env.update(
         XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
@@ -72,7 +89,7 @@ def _start(
         out = open(logs / f"{rank}.log", "w")  # noqa: SIM115 (closed with the process)
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "experiments.lra.train", *args]
+                [*_COMMANDS.get(rank_command.get(rank), _TRAIN), *args]
                 + list((per_rank or {}).get(rank, [])),
                 env={**env, "JAX_PROCESS_ID": str(rank)},
                 cwd=REPO,
@@ -294,6 +311,25 @@ def test_a_signal_to_one_process_stops_every_process_at_one_step(name, data, tmp
         (said,) = [x for x in ended[0][1].splitlines() if x.startswith("Stopped at step")]
         step = int(said.split("Stopped at step ")[1].split("/")[0])
     assert json.loads((out / "last.json").read_text())["step"] == step
+
+
+def test_a_process_failing_alone_stops_the_others_with_its_line(data, tmp_path):
+    """A bug on process 1 only, at its first validation (process 0 waits for it inside the
+    evaluation's collectives): process 1 prints its traceback and one line, and process 0
+    stops within seconds with that line, naming process 1 (it waited for the heartbeat
+    timeout, then aborted in the runtime)."""
+    out, logs = tmp_path / "run", tmp_path / "logs"
+    procs = _start(_args(data, out), processes=2, devices=2, logs=logs, rank_command={1: "buggy"})
+    ended = _finish(procs, logs, 300)
+    (code0, text0), (code1, text1) = ended
+    assert code1 == 1 and "RuntimeError: an injected bug" in text1
+    assert [x for x in text1.splitlines() if x.startswith("error:")] == [
+        "error: RuntimeError: an injected bug (a bug: see the traceback above)."
+    ]
+    assert code0 == 1
+    assert _error_line(text0) == (
+        "error: process 1 of 2: RuntimeError: an injected bug (a bug: see the traceback above)."
+    )
 
 
 @pytest.mark.parametrize("victim", [1, 0])
