@@ -3,8 +3,13 @@
 # ./.venv, installs eqx_lru with its extras there (again only when pyproject.toml changes),
 # then runs the job:
 #   ./dev.sh demo   the main job: a short offline demo (no download)
-#   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change)
+#   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change):
+#                   about 30 minutes on two CPU cores. `test --quick`: the library's fast
+#                   tests only (tests/lib, not marked slow), a few minutes
 #   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository
+#   ./dev.sh release-check  build the sdist and wheel, check them (twine, their files, one
+#                   version everywhere), install the wheel into a fresh virtual environment
+#                   and run the README example there (.ci/release_check.py)
 #   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
 #   ./dev.sh docs   the documentation site (MkDocs, strict) into site/; `docs serve` to preview
 #   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
@@ -63,7 +68,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-extras=experiments,test,docs,export
+extras=experiments,test,docs,export,release
 if [ "${1:-}" = gpu-check ] && command -v nvidia-smi >/dev/null 2>&1; then
     extras=$extras,cuda
 fi
@@ -83,6 +88,11 @@ case "$job" in
         # PYTEST_WORKERS=0 runs it in one process. Several processes share a GPU, so none
         # preallocates most of its memory unless you say so.
         export XLA_PYTHON_CLIENT_PREALLOCATE="${XLA_PYTHON_CLIENT_PREALLOCATE:-false}"
+        if [ "${1:-}" = --quick ]; then
+            # The quick tier: the library's tests that are not marked slow.
+            shift
+            set -- tests/lib -m "not slow" "$@"
+        fi
         # --dist loadgroup: tests marked xdist_group (a docs page's code blocks, which
         # share a namespace) stay on one worker.
         exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@" ;;
@@ -91,6 +101,7 @@ case "$job" in
         # `ruff check --fix .` repair most of what these report.
         .venv/bin/python -m ruff check .
         exec .venv/bin/python -m ruff format --check . ;;
+    release-check) exec .venv/bin/python .ci/release_check.py "$@" ;;
     bench) exec .venv/bin/python -m experiments.bench "$@" ;;
     gpu-check) exec .venv/bin/python -m experiments.gpu_check "$@" ;;
     docs)
@@ -99,5 +110,5 @@ case "$job" in
         export NO_MKDOCS_2_WARNING=1
         if [ "${1:-}" = serve ]; then shift; exec .venv/bin/mkdocs serve "$@"; fi
         exec .venv/bin/mkdocs build --strict "$@" ;;
-    *) echo "usage: ./dev.sh {demo|test|lint|test-newest|bench|gpu-check|docs} [args...]" >&2; exit 2 ;;
+    *) echo "usage: ./dev.sh {demo|test [--quick]|lint|release-check|test-newest|bench|gpu-check|docs} [args...]" >&2; exit 2 ;;
 esac

@@ -1,5 +1,8 @@
 """eqx_lru: Linear Recurrent Units in Equinox, in complex-diagonal and real-Jordan form."""
 
+from ._version import package_version as _package_version
+
+# isort: split
 # The layers, their initialisation and conversion between forms
 from ._convert import to_complex as to_complex
 from ._convert import to_real as to_real
@@ -23,6 +26,7 @@ from ._model import LRUModel as LRUModel
 from ._norm import MaskedBatchNorm as MaskedBatchNorm
 from ._padding import valid_mask as valid_mask
 from ._padding import where_valid as where_valid
+from ._pool import StreamPool as StreamPool
 from ._retrieval import LRURetrievalModel as LRURetrievalModel
 
 # isort: split
@@ -51,9 +55,10 @@ from ._scan import linear_recurrence as linear_recurrence
 from ._sequence_parallel import SequenceParallel as SequenceParallel
 
 # isort: split
-# Subpackages: the paper's ablation ladder, and the baseline cores (S4D, S5, LDS)
+# Subpackages: the paper's ablation ladder, the baseline cores (S4D, S5, LDS), export
 from . import ablation as ablation
 from . import baselines as baselines
+from . import export as export
 
 __all__ = [
     "AbstractAlgebra",
@@ -79,9 +84,11 @@ __all__ = [
     "RotationScaling",
     "SequenceParallel",
     "Sequential",
+    "StreamPool",
     "ablation",
     "baselines",
     "default_method",
+    "export",
     "gamma_log_init",
     "linear_recurrence",
     "lru_init",
@@ -99,4 +106,4 @@ __all__ = [
     "where_valid",
 ]
 
-__version__ = "0.1.0"
+__version__ = _package_version()

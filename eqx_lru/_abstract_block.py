@@ -15,7 +15,7 @@ import abc
 from typing import ClassVar
 
 import equinox as eqx
-from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree
+from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree
 
 #: The name (`jax.ad_checkpoint.checkpoint_name`) under which a block's `scan_body` may
 #: mark an intermediate value for the enclosing rematerialised scan over blocks
@@ -94,11 +94,23 @@ class AbstractBlock(eqx.Module):
 
 
 class AbstractStreamingBlock(AbstractBlock):
-    r"""A block that also runs as an RNN in inference mode: `init_carry()`, then `step`
-    position by position or `chunk` over chunks, each equal to the call in inference
-    mode on the sequence so far. `LRUModel.init_carry`/`step`/`chunk` need every block to
-    subclass this. A block whose configuration cannot stream (a bidirectional
+    r"""A block that also runs as an RNN: `init_carry()`, then `step` position by position
+    or `chunk` over chunks, each equal to the call on the sequence so far. `step` is in
+    inference mode; `chunk` is in inference mode by default and trains with
+    `inference=False` (truncated backpropagation through time: the incoming carry is a
+    constant unless `carry_gradient=True`). `LRUModel.init_carry`/`step`/`chunk` need every
+    block to subclass this. A block whose configuration cannot stream (a bidirectional
     `LRUBlock`) raises a `ValueError` saying why from these methods.
+
+    **Many streams.** Under `jax.vmap` every stream has its own `reset` (start a new
+    sequence from `init_carry()` at this call) and its own chunk `length` (0: nothing new,
+    the carry is kept), so one call serves streams at different points of their sequences.
+
+    **Stream options.** The model passes `length` to `chunk` on every call and each other
+    option only when it differs from its default (`segment_ids`, `inference=False`, `key`,
+    `carry_gradient=True`; see `stream_options`), so a block written before an option
+    existed still runs every call that does not use it. The model applies `reset` to its
+    whole carry itself and gives its blocks the carry to start from.
     """
 
     @abc.abstractmethod
@@ -111,9 +123,12 @@ class AbstractStreamingBlock(AbstractBlock):
         carry: PyTree[ArrayLike],
         x_t: Float[ArrayLike, " d_model"],
         state: eqx.nn.State,
+        *,
+        reset: Bool[ArrayLike, ""] | None = None,
     ) -> tuple[PyTree[Array], Float[Array, " d_model"]]:
-        r"""One position in inference mode: $(c_{t-1}, x_t) \mapsto (c_t, y_t)$; `state`
-        is read, not updated. **Returns:** `(carry, y_t)`."""
+        r"""One position in inference mode: $(c_{t-1}, x_t) \mapsto (c_t, y_t)$, from
+        `init_carry()` instead of `carry` when `reset` is true; `state` is read, not
+        updated. **Returns:** `(carry, y_t)`."""
 
     @abc.abstractmethod
     def chunk(
@@ -124,11 +139,56 @@ class AbstractStreamingBlock(AbstractBlock):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        reset: Bool[ArrayLike, ""] | None = None,
+        inference: bool = True,
+        key: PRNGKeyArray | None = None,
+        carry_gradient: bool = False,
     ) -> tuple[PyTree[Array], Float[Array, "length d_model"]]:
-        """The next chunk of a stream in parallel, in inference mode, from `carry`; the
-        first of packed `segment_ids` continues the stream, later ones start afresh.
-        **Returns:** `(carry, y)`: the carry after the last valid position (`length`),
-        and the outputs, zero at padded positions."""
+        """The next chunk of a stream in parallel, from `carry` (from `init_carry()` when
+        `reset` is true); the first of packed `segment_ids` continues the stream, later
+        ones start afresh. `inference=False` is training mode (`key` for randomness such as
+        dropout); gradients do not flow into the incoming carry unless `carry_gradient`.
+        **Returns:** `(carry, y)`: the carry after the last valid position (`length`, which
+        may be 0: the carry is kept), and the outputs, zero at padded positions."""
+
+
+#: The defaults of the stream options a model passes to its blocks only when they differ
+#: (see `AbstractStreamingBlock`).
+_STREAM_DEFAULTS = {"segment_ids": None, "inference": True, "key": None, "carry_gradient": False}
+
+
+def stream_options(**given) -> dict:
+    """The keyword arguments of a block's `chunk` beyond `length`: each of `given` only when
+    it differs from its default (see `AbstractStreamingBlock`)."""
+    unknown = set(given) - set(_STREAM_DEFAULTS)
+    if unknown:
+        raise TypeError(f"Unknown stream options {sorted(unknown)}.")
+    return {name: value for name, value in given.items() if value is not _STREAM_DEFAULTS[name]}
+
+
+def step_block(
+    block: AbstractStreamingBlock,
+    carry: PyTree[Array],
+    x_t: Array,
+    state: eqx.nn.State,
+    **options,
+) -> tuple[PyTree[Array], Array]:
+    """The one place a model runs a block's `step`: `block.step(carry, x_t, state,
+    **stream_options(**options))` (no option differs from its default today)."""
+    return block.step(carry, x_t, state, **stream_options(**options))
+
+
+def chunk_block(
+    block: AbstractStreamingBlock,
+    carry: PyTree[Array],
+    x: Array,
+    state: eqx.nn.State,
+    length,
+    **options,
+) -> tuple[PyTree[Array], Array]:
+    """The one place a model runs a block's `chunk`: `block.chunk(carry, x, state,
+    length=length, **stream_options(**options))`."""
+    return block.chunk(carry, x, state, length=length, **stream_options(**options))
 
 
 def call_options(length, key, inference, **later) -> dict:

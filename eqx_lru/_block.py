@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from beartype import beartype
 from jax.ad_checkpoint import checkpoint_name
-from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
+from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
@@ -24,7 +24,8 @@ from ._core import AbstractRecurrentCore
 from ._core_factory import Core, build_core, core_factory
 from ._glu import GLU
 from ._norm import MaskedBatchNorm
-from ._padding import check_length, valid_mask, where_valid
+from ._padding import check_length, where_valid
+from ._streams import chunk_mask, keep_when_empty, start_carry
 from ._surface import check_carry, check_features, checks_first
 
 # The checks that run before the type checker of the block's public methods (one line per
@@ -76,7 +77,10 @@ class LRUBlock(AbstractStreamingBlock):
 
     **Streaming.** A causal (unidirectional) block is also an RNN: `init_carry()`, then
     `step` position by position or `chunk` over chunks in parallel, carrying the core's
-    state; inference mode only, equal to the call in inference mode. A bidirectional block
+    state, equal to the call on the whole sequence. `step` is inference mode; `chunk`
+    also trains (`inference=False`: truncated backpropagation through time, with layer
+    norm or no norm; batch norm's statistics span whole sequences, so it refuses). Under
+    `jax.vmap` each stream has its own `reset` and chunk `length`. A bidirectional block
     refuses (its output depends on later positions). A carry that differs from
     `init_carry()` in structure, shapes or dtypes is refused, naming the first difference.
 
@@ -96,7 +100,7 @@ class LRUBlock(AbstractStreamingBlock):
     rematerialised scan over blocks (`LRUModel(remat=True)`) calls `scan_body` instead.
     """
 
-    norm: MaskedBatchNorm | eqx.nn.LayerNorm
+    norm: MaskedBatchNorm | eqx.nn.LayerNorm | None
     core: AbstractRecurrentCore
     reverse_core: AbstractRecurrentCore | None
     glu: GLU
@@ -109,7 +113,7 @@ class LRUBlock(AbstractStreamingBlock):
         d_state: Size,
         *,
         core: Core = "complex",
-        norm: Literal["batch", "layer"] = "batch",
+        norm: Literal["batch", "layer"] | None = "batch",
         bidirectional: bool = False,
         dropout: float = 0.0,
         glu: Literal["full", "half"] = "full",
@@ -129,6 +133,8 @@ class LRUBlock(AbstractStreamingBlock):
         - `norm`: `"batch"` (`MaskedBatchNorm`, what the paper used) or `"layer"`
             (`eqx.nn.LayerNorm`, per position; no batch axis needed). With layer norm the
             block still takes and returns a state, unchanged, so model code is uniform.
+            `None`: no norm (the recurrence reads the residual stream itself); what
+            training by chunks needs besides layer norm.
         - `bidirectional`: add a reverse core (own parameters) and sum the two outputs.
         - `dropout`: dropout rate after the GLU (active in training mode only).
         - `glu`: `"full"` or `"half"` (see `GLU`).
@@ -159,8 +165,10 @@ class LRUBlock(AbstractStreamingBlock):
             self.norm = MaskedBatchNorm(d_model, axis_name, dtype=dtype)
         elif norm == "layer":
             self.norm = eqx.nn.LayerNorm(d_model, dtype=dtype)
+        elif norm is None:
+            self.norm = None
         else:
-            raise ValueError(f"`norm` must be 'batch' or 'layer', got {norm!r}.")
+            raise ValueError(f"`norm` must be 'batch', 'layer' or None, got {norm!r}.")
         self.core = build_core(core, d_model, d_state, dtype=dtype, key=core_key)
         self.reverse_core = (
             build_core(core, d_model, d_state, dtype=dtype, key=reverse_key)
@@ -285,6 +293,8 @@ class LRUBlock(AbstractStreamingBlock):
         carry: PyTree[ArrayLike],
         x_t: Float[ArrayLike, " d_model"],
         state: eqx.nn.State,
+        *,
+        reset: Bool[ArrayLike, ""] | None = None,
     ) -> tuple[PyTree[Array], Float[Array, " d_model"]]:
         r"""One position in inference mode (running batch-norm statistics, no dropout),
         the recurrence by the core's `step`: $(c_{t-1}, x_t) \mapsto (c_t, y_t)$.
@@ -294,11 +304,15 @@ class LRUBlock(AbstractStreamingBlock):
         - `carry`: the recurrent state, from `init_carry()`, `step` or `chunk`.
         - `x_t`: one position, shape `(d_model,)`.
         - `state`: the block's `eqx.nn.State` (read, not updated).
+        - `reset`: a boolean scalar; `True` starts a new sequence at this position (from
+            `init_carry()`, whatever `carry` holds). Under `jax.vmap` one per stream, so
+            one slot restarts while the others continue. `None`: `False`.
 
         **Returns:** `(carry, y_t)`. Repeated from `init_carry()` over a sequence (e.g. by
         `jax.lax.scan`): the block's call in inference mode, position by position.
         """
         core = self._causal_core("step")
+        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=True)
         x_t = jnp.asarray(x_t)
         z = _normalise(self, x_t[None], state, None, inference=True)[0][0]
         carry, h = core.step(carry, z)
@@ -314,9 +328,14 @@ class LRUBlock(AbstractStreamingBlock):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        reset: Bool[ArrayLike, ""] | None = None,
+        inference: bool = True,
+        key: PRNGKeyArray | None = None,
+        carry_gradient: bool = False,
     ) -> tuple[PyTree[Array], Float[Array, "length d_model"]]:
-        r"""The next chunk of a stream, in parallel and in inference mode, starting from
-        `carry` (chunked prefill).
+        r"""The next chunk of a stream in parallel, starting from `carry`: chunked
+        prefill (inference mode, the default) or a training chunk of truncated
+        backpropagation through time (`inference=False`).
 
         **Arguments:**
 
@@ -326,11 +345,27 @@ class LRUBlock(AbstractStreamingBlock):
         - `state`: the block's `eqx.nn.State` (read, not updated).
         - `length`: the number of valid leading positions of the chunk, the rest being
             padding with any content (so chunks of different lengths share one padded
-            shape and one compilation); `None`: all valid.
+            shape and one compilation); 0 is allowed (a stream with nothing new in a call
+            over many streams: the carry is kept, the outputs are zero). `None`: all valid.
         - `segment_ids`: packed sequences in the chunk, as in the call (a new sequence
             wherever the value changes): the first continues the stream from `carry`, each
             later one starts from the zero state, so a chunk may end one sequence and start
             the next. `None`: one sequence.
+        - `reset`: a boolean scalar; `True` starts a new sequence at the chunk's first
+            position (from `init_carry()`, whatever `carry` holds). Under `jax.vmap` one per
+            stream. `None`: `False`.
+        - `inference`: `True` (default, as this method always was): running batch-norm
+            statistics, no dropout. `False`: training mode, dropout with `key`; a block
+            with batch norm refuses (its statistics span whole sequences of the batch,
+            which a chunk does not have): use `norm="layer"` or `norm=None`. Unlike the
+            call, the block's own inference flags (`eqx.nn.inference_mode`) are not read.
+        - `key`: for dropout in training mode (needed when `dropout > 0`); the same key
+            gives the call's dropout masks on a chunk of the same shape.
+        - `carry_gradient`: `False` (default): the incoming carry is a constant of the
+            gradient (`jax.lax.stop_gradient`), so gradients are exact within the chunk and
+            stop at its start (truncated backpropagation through time). `True`: gradients
+            flow into the carry (e.g. through a `jax.lax.scan` over chunks: the gradient of
+            the whole sequence).
 
         **Returns:** `(carry, y)`: the state after the chunk's last valid position (with
         `segment_ids`: that of the last sequence), and the outputs, zero at padded
@@ -339,18 +374,26 @@ class LRUBlock(AbstractStreamingBlock):
         """
         core = self._causal_core("chunk")
         sharding.refuse(self, "`LRUBlock.chunk`")
+        if not inference and isinstance(self.norm, MaskedBatchNorm):
+            raise ValueError(
+                "`LRUBlock.chunk(..., inference=False)` cannot train a block with batch norm "
+                "(`norm='batch'`): its statistics are over whole sequences of the batch, and "
+                "a chunk holds a part of each, so chunked training would not be the "
+                "training of the whole sequences. Use `norm='layer'` or `norm=None` to "
+                "train by chunks, or train with the block's call on whole sequences."
+            )
         x = jnp.asarray(x)
         check_length(x, "x")
         segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        mask = valid_mask(length, x.shape[0])
+        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=carry_gradient)
+        mask, valid = chunk_mask(length, x.shape[0])
         x = where_valid(mask, x)
-        z, _ = _normalise(self, x, state, mask, inference=True)
-        # The validated length (`valid_mask` checks its range).
-        valid = None if mask is None else jnp.sum(mask, dtype=jnp.int32)
+        z, _ = _normalise(self, x, state, mask, inference=True)  # batch norm: running stats
         z = where_valid(mask, z)
-        h, carry = core.run(z, initial_state=carry, length=valid, segment_ids=segment_ids)
-        h = jax.vmap(self.glu)(jax.nn.gelu(h))
-        return carry, where_valid(mask, x + h)
+        last = None if valid is None else jnp.maximum(valid, 1)  # 0: the carry is kept below
+        h, new = core.run(z, initial_state=carry, length=last, segment_ids=segment_ids)
+        y = _residual(self, x, h, mask, key, inference)
+        return keep_when_empty(valid, new, carry), y
 
 
 def _normalise(block: LRUBlock, x, state, mask, inference):
@@ -359,6 +402,8 @@ def _normalise(block: LRUBlock, x, state, mask, inference):
         # Over a sequence split across devices, the statistics span the chunks too.
         norm = sharding.with_sequence_axis(block.norm, sharding.sequence_axis(block))
         return norm(x, state, mask=mask, inference=inference)
+    if block.norm is None:
+        return x, state
     return jax.vmap(block.norm)(x), state
 
 
@@ -410,10 +455,16 @@ def _forward(
         h = checkpoint_name(h, block.remat_name)
     else:
         h = _sum_of_directions((block.core, block.reverse_core, z), segment_ids)
+    return _residual(block, x, h, mask, key, inference), state
+
+
+def _residual(block: LRUBlock, x, h, mask, key, inference):
+    r"""The block after its recurrence $h$: $x + \operatorname{Dropout}(\operatorname{GLU}(
+    \operatorname{GELU}(h)))$, zero at padded positions."""
     h = jax.vmap(block.glu)(jax.nn.gelu(h))
     key = sharding.chunk_key(key, sharding.sequence_axis(block))  # a chunk's own masks
     h = block.dropout(h, key=key, inference=inference)
-    return where_valid(mask, x + h), state
+    return where_valid(mask, x + h)
 
 
 @eqx.filter_custom_vjp

@@ -5,11 +5,12 @@ argument, and says how to fix it."""
 import math
 import os
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
+
+from ._runtime_check import runtime_check
 
 #: A size argument: a Python or NumPy integer.
 Size = int | np.integer
@@ -286,7 +287,8 @@ def check_length(length, size: Dim, what: str = "") -> Array:
     scalar; a `ValueError` naming `length` unless it is a scalar integer with
     `1 <= length <= size`: at once when `length` is concrete (a Python, NumPy or JAX value:
     also inside `jax.shard_map` and `jit` when it is not an argument), else inside `jit`
-    an `eqx.error_if`. `what` describes `size` in the message ("the padded length")."""
+    a run-time error (`runtime_check`: as `eqx.error_if`, skipped in an exported program).
+    `what` describes `size` in the message ("the padded length")."""
     bound = f"{what} {size}".strip()
     if not isinstance(length, jax.core.Tracer):
         value = np.asarray(length)
@@ -299,7 +301,9 @@ def check_length(length, size: Dim, what: str = "") -> Array:
     # value beyond int32 would wrap into range on the cast), in int32 otherwise.
     wide = length if length.dtype.itemsize >= 4 else length.astype(jnp.int32)
     bad = (wide < 1) | (wide > size)
-    return eqx.error_if(length.astype(jnp.int32), bad, f"`length` must be between 1 and {bound}.")
+    return runtime_check(
+        length.astype(jnp.int32), bad, f"`length` must be between 1 and {bound}.", check="length"
+    )
 
 
 def _check_length_type(dtype, shape) -> None:

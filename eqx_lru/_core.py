@@ -3,7 +3,7 @@ r"""`AbstractRecurrentCore`: the contract every recurrent core of the library fo
 A core maps one input sequence $u_0, \dots, u_{L-1}$ to one output sequence through a
 recurrent state $x$,
 
-$$x_k = f(x_{k-1}, u_k), \qquad y_k = g(x_k, u_k), \qquad x_{-1} = \text{init\_state}(),$$
+$$x_k = f(x_{k-1}, u_k), \qquad y_k = g(x_k, u_k), \qquad x_{-1} = \text{init_state}(),$$
 
 and can be run three ways that agree: in parallel over a whole sequence (`__call__`, `run`),
 one token at a time (`step`), or over chunks that carry the state from one to the next

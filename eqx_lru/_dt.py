@@ -14,21 +14,21 @@ processed is the gap since `initial_state` (it has no effect from the zero state
 bidirectional block gives its reverse core `reverse_steps(dt)`.
 """
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from ._checks import Dim
+from ._runtime_check import runtime_check
 
 
 def check_dt(dt: ArrayLike, length: Dim | None, dtype) -> Float[Array, "*length"]:
     """`dt` as an array of the parameters' real floating `dtype`: shape `(length,)` (one
     step per position) or `()` (one step for every position); `length=None` (for `step`)
     accepts `()` only. Shape and dtype errors are `ValueError`s naming `dt`; a step that is
-    not positive and finite is a `ValueError` when `dt` is concrete, an `eqx.error_if`
-    under `jit`/`vmap` (which `jax.export` lowers with a symbolic length too)."""
+    not positive and finite is a `ValueError` when `dt` is concrete, a run-time error
+    under `jit`/`vmap` (`runtime_check`: an exported program skips it)."""
     dt = jnp.asarray(dt)
     shapes = "()" if length is None else f"({length},) (one per position) or ()"
     if dt.shape not in ((), (length,)) or (length is None and dt.shape != ()):
@@ -50,12 +50,9 @@ def check_dt(dt: ArrayLike, length: Dim | None, dtype) -> Float[Array, "*length"
         if values.size:
             raise ValueError(message.format(values[0]))
         return dt
-    # The check on one scalar, added back to `dt` (+0): `jax.export` with a symbolic length
-    # cannot lower `eqx.error_if` on a length-long array.
-    zero = eqx.error_if(
-        jnp.zeros((), dt.dtype), jnp.any(bad), message.format("a value that is not")
-    )
-    return dt + zero
+    # A run-time check that an exported program skips (`jax.export` can neither serialise
+    # `eqx.error_if`'s host callback nor lower it with a symbolic length).
+    return runtime_check(dt, bad, message.format("a value that is not"), check="dt")
 
 
 def reverse_steps(dt: Float[ArrayLike, " length"]) -> Float[Array, " length"]:

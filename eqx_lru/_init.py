@@ -25,8 +25,8 @@ def ring_init(
     r"""Eigenvalues uniform on the ring $r_\min \le |\lambda| \le r_\max$ (Lemma 3.2).
 
     With $u_1, u_2 \sim U[0, 1]$: $\nu = -\tfrac12 \log(u_1 (r_\max^2 - r_\min^2) + r_\min^2)$
-    and $\theta = \text{max\_phase} \cdot u_2$, so $|\lambda|^2 = e^{-2\nu}$ is uniform on
-    $[r_\min^2, r_\max^2]$ and $\arg\lambda$ uniform on $[0, \text{max\_phase}]$.
+    and $\theta = \text{max_phase} \cdot u_2$, so $|\lambda|^2 = e^{-2\nu}$ is uniform on
+    $[r_\min^2, r_\max^2]$ and $\arg\lambda$ uniform on $[0, \text{max_phase}]$.
 
     **Returns:** `(nu_log, theta_log)` $= (\log\nu, \log\theta)$, so that
     $\lambda = \exp(-e^{\nu_{\log}} + i e^{\theta_{\log}})$.

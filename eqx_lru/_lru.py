@@ -325,7 +325,7 @@ class AbstractLRU(AbstractModalCore):
         - `d_model`: $H$, the input and output features.
         - `d_state`: $N$, the number of complex modes (`RealLRU` stores $2N$ reals).
         - `r_min`, `r_max`: the ring $r_\min \le |\lambda| \le r_\max \le 1$ of Lemma 3.2.
-        - `max_phase`: phases are initialised uniform on $[0, \text{max\_phase}]$ (§3.4).
+        - `max_phase`: phases are initialised uniform on $[0, \text{max_phase}]$ (§3.4).
         - `method`: the scan method, an `eqx_lru.AbstractScanMethod` (`Sequential(unroll=…)`,
             `Associative()`, `Auto()`, …) or a string shortcut `"auto"`, `"sequential"`,
             `"associative"`, `"pallas"` (see `eqx_lru.scan_method`); stored as the object.

@@ -8,14 +8,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
+from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from . import _sharding as sharding
-from ._abstract_block import AbstractBlock, AbstractStreamingBlock, call_block
+from ._abstract_block import (
+    AbstractBlock,
+    AbstractStreamingBlock,
+    call_block,
+    chunk_block,
+    step_block,
+)
 from ._block import LRUBlock
 from ._block_scan import scan_blocks, stack_blocks
 from ._checks import Size, check_key, check_segment_ids, check_size, float_dtype
-from ._padding import check_length, segment_index, valid_mask, where_valid
+from ._padding import check_length, segment_index, where_valid
+from ._runtime_check import runtime_check
+from ._streams import chunk_mask, start_carry
 from ._surface import check_carry, checks_first
 
 Pooling = Literal["mean", "last"] | None
@@ -98,12 +106,15 @@ class LRUModel(eqx.Module):
     the outputs (and, with `num_segments=`, the pooled output) it would get alone, and
     batch-norm statistics are those of the sequences as separate rows.
 
-    **Streaming.** A model of causal blocks runs as an RNN in inference mode:
-    `init_carry()`, then `step` per token (generation loops under `jax.lax.scan`) or
-    `chunk` per chunk (prefill), each returning the output for the stream so far — with
-    `pooling="mean"` a running mean, whose sum and count travel in the carry. A carry that
-    differs from `init_carry()` (another model's, one block short, `None`) is refused,
-    naming the first path that differs.
+    **Streaming.** A model of causal blocks runs as an RNN: `init_carry()`, then `step`
+    per token (generation loops under `jax.lax.scan`, inference mode) or `chunk` per chunk
+    (prefill in inference mode, or training by truncated backpropagation through time with
+    `inference=False`), each returning the output for the stream so far — with
+    `pooling="mean"` a running mean, whose sum and count travel in the carry. Under
+    `jax.vmap` every stream has its own `reset` and chunk `length` (see
+    `eqx_lru.StreamPool` for slots of streams that come and go).
+    A carry that differs from `init_carry()` (another model's, one block short,
+    `None`) is refused, naming the first path that differs.
 
     One example per call: batch with `jax.vmap(model, axis_name="batch", in_axes=(0, None),
     out_axes=(0, None))` (the axis name is needed by batch norm in training mode).
@@ -390,20 +401,22 @@ class LRUModel(eqx.Module):
 
     def _readout(self, carry: dict, h: Array, mask: Array | None) -> tuple[dict, Array]:
         """The outputs of a chunk's (or a step's) last-block features `h`, `(n, d_model)`,
-        and the carry's running sum for mean pooling."""
+        and the carry's running sum for mean pooling. A chunk with no valid position
+        gives zero outputs."""
         if self.pooling is None:
             out = h if self.head is None else jax.vmap(self.head)(h)
             return carry, where_valid(mask, out)
+        size = h.shape[0] if mask is None else jnp.sum(mask, dtype=jnp.int32)
         if self.pooling == "mean":
             total = carry["sum"] + jnp.sum(where_valid(mask, h), axis=0).astype(carry["sum"].dtype)
-            size = h.shape[0] if mask is None else jnp.sum(mask, dtype=jnp.int32)
             count = carry["count"] + size
             carry = dict(carry, sum=total, count=count)
-            pooled = (total / count.astype(total.dtype)).astype(h.dtype)
+            # `max`: no 0/0 (whose gradient would be nan) for a stream with nothing yet.
+            pooled = (total / jnp.maximum(count, 1).astype(total.dtype)).astype(h.dtype)
         else:
-            last = h.shape[0] - 1 if mask is None else jnp.sum(mask, dtype=jnp.int32) - 1
-            pooled = h[last]
-        return carry, pooled if self.head is None else self.head(pooled)
+            pooled = h[jnp.maximum(size - 1, 0)]
+        out = pooled if self.head is None else self.head(pooled)
+        return carry, out if mask is None else jnp.where(size > 0, out, 0)
 
     @checks_first(_check_step)
     @jaxtyped(typechecker=beartype)
@@ -412,6 +425,8 @@ class LRUModel(eqx.Module):
         carry: PyTree[ArrayLike],
         x_t: Integer[ArrayLike, ""] | Float[ArrayLike, " in_size"],
         state: eqx.nn.State,
+        *,
+        reset: Bool[ArrayLike, ""] | None = None,
     ) -> tuple[PyTree[Array], Float[Array, " out_size"]]:
         r"""One position of a stream in inference mode (running batch-norm statistics,
         no dropout): every block's `step`, then the head.
@@ -422,6 +437,10 @@ class LRUModel(eqx.Module):
         - `x_t`: one token id, an integer scalar (`encoder="embedding"`), or one feature
             vector of shape `(in_size,)` (`encoder="linear"`).
         - `state`: the model's `eqx.nn.State` (read, not updated).
+        - `reset`: a boolean scalar; `True` starts a new sequence at this position (from
+            `init_carry()`, whatever `carry` holds: every block's state and the running
+            sum and count of mean pooling). Under `jax.vmap` one per stream, so one slot
+            starts a new request while the others continue. `None`: `False`.
 
         **Returns:** `(carry, out_t)`: the output for the stream so far, as `__call__` in
         inference mode on the prefix $x_0, \dots, x_t$ would return it — with
@@ -435,10 +454,11 @@ class LRUModel(eqx.Module):
         """
         streaming = self._streaming_blocks("step")
         x_t = self._check_input(x_t, position=True)
+        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=True)
         h = self._encode(x_t[None], None)[0]
         blocks = []
         for block, block_carry in zip(streaming, carry["blocks"], strict=True):
-            block_carry, h = block.step(block_carry, h, state)
+            block_carry, h = step_block(block, block_carry, h, state)
             blocks.append(block_carry)
         carry, out = self._readout(dict(carry, blocks=tuple(blocks)), h[None], None)
         return carry, out[0] if self.pooling is None else out
@@ -453,9 +473,14 @@ class LRUModel(eqx.Module):
         *,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        reset: Bool[ArrayLike, ""] | None = None,
+        inference: bool = True,
+        key: PRNGKeyArray | None = None,
+        carry_gradient: bool = False,
     ) -> tuple[PyTree[Array], Float[Array, "..."]]:
-        r"""The next chunk of a stream, in parallel and in inference mode, from `carry`
-        (chunked prefill): every block's `chunk`.
+        r"""The next chunk of a stream, in parallel, from `carry`: every block's `chunk`.
+        Chunked prefill in inference mode (the default), or a training chunk of truncated
+        backpropagation through time (`inference=False`).
 
         **Arguments:**
 
@@ -464,24 +489,39 @@ class LRUModel(eqx.Module):
         - `state`: the model's `eqx.nn.State` (read, not updated).
         - `length`: the number of valid leading positions of the chunk, the rest being
             padding with any content; `None`: all valid. Pad chunks of different lengths
-            to one shape to compile once.
+            to one shape to compile once. 0 is allowed (a stream with nothing new in a
+            call over many streams): the carry is kept and the output is zero.
         - `segment_ids`: packed sequences in the chunk (see `LRUBlock.chunk`): the first
             continues the stream, each later one starts from the zero state, and the
             returned carry is the last one's. Only with `pooling=None` (a pooled output
             would have to end every sequence but the last).
+        - `reset`: a boolean scalar; `True` starts a new sequence at the chunk's first
+            position (from `init_carry()`, the running sum and count of mean pooling
+            included). Under `jax.vmap` one per stream. `None`: `False`.
+        - `inference`: `True` (default, as this method always was): running batch-norm
+            statistics, no dropout. `False`: training mode (dropout with `key`, split
+            across the blocks as the call does); batch norm refuses (its statistics span
+            whole sequences): build the blocks with `norm="layer"` or `norm=None`. The
+            modules' own inference flags are not read.
+        - `key`: for dropout in training mode; a chunk from `init_carry()` with key `k`
+            gives the call's outputs with key `k`.
+        - `carry_gradient`: `False` (default): the incoming carry is a constant of the
+            gradient (`jax.lax.stop_gradient`): exact gradients within the chunk, none
+            into earlier chunks (truncated backpropagation through time). `True`:
+            gradients flow into the carry, so a `jax.lax.scan` of chunks has the
+            gradient of the whole sequence.
 
         **Returns:** `(carry, out)`: the carry after the chunk's last valid position, and
-        what `__call__` in inference mode returns for the stream so far (all chunks
-        since `init_carry()`): with `pooling=None` this chunk's outputs,
-        `(length, out_size)`, zero at pads; with pooling the pooled output
-        `(out_size,)` of the whole stream so far (`"last"`: at the chunk's last valid
-        position; `"mean"`: over every valid position of every chunk). Chunks of any
-        lengths give the outputs and final carry of `step` position by position.
+        what `__call__` returns for the stream so far (all chunks since `init_carry()` or
+        the last reset): with `pooling=None` this chunk's outputs, `(length, out_size)`,
+        zero at pads; with pooling the pooled output `(out_size,)` of the whole stream so
+        far (`"last"`: at the chunk's last valid position; `"mean"`: over every valid
+        position of every chunk). Chunks of any lengths give the outputs and final carry
+        of `step` position by position.
         """
         streaming = self._streaming_blocks("chunk")
         sharding.refuse(self, "`LRUModel.chunk`")
         x = self._check_input(x)
-        packed = {}
         if segment_ids is not None:
             if self.pooling is not None:
                 raise ValueError(
@@ -491,13 +531,17 @@ class LRUModel(eqx.Module):
                     "`init_carry()`, or pool packed sequences with the model's call "
                     "(`segment_ids=`, `num_segments=`)."
                 )
-            packed = dict(segment_ids=check_segment_ids(segment_ids, x.shape[0]))
-        mask = valid_mask(length, x.shape[0])
+            segment_ids = check_segment_ids(segment_ids, x.shape[0])
+        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=carry_gradient)
+        mask, valid = chunk_mask(length, x.shape[0])
         h = self._encode(x, mask)
-        valid = None if mask is None else jnp.sum(mask, dtype=jnp.int32)
+        options = dict(segment_ids=segment_ids, inference=inference, carry_gradient=carry_gradient)
         blocks = []
-        for block, block_carry in zip(streaming, carry["blocks"], strict=True):
-            block_carry, h = block.chunk(block_carry, h, state, length=valid, **packed)
+        keys = _split(key, len(streaming))
+        for block, block_carry, block_key in zip(streaming, carry["blocks"], keys, strict=True):
+            block_carry, h = chunk_block(
+                block, block_carry, h, state, valid, key=block_key, **options
+            )
             blocks.append(block_carry)
         return self._readout(dict(carry, blocks=tuple(blocks)), h, mask)
 
@@ -517,11 +561,12 @@ def _pool_segments(
     valid = jnp.ones(size, bool) if mask is None else mask
     index = segment_index(segment_ids)
     found = jnp.max(jnp.where(valid, index, -1)) + 1
-    index = eqx.error_if(
+    index = runtime_check(
         index,
         found > num_segments,
         f"`segment_ids` holds more packed sequences than `num_segments={num_segments}`: "
         "raise `num_segments` (the number of pooled outputs).",
+        check="num_segments",
     )
     target = jnp.where(valid, index, num_segments)  # padding goes out of range: dropped
     counts = jax.ops.segment_sum(valid.astype(jnp.int32), target, num_segments)
@@ -537,7 +582,8 @@ def _pool_segments(
 
 def _check_token_ids(x: Array, vocab_size: int) -> Array:
     """`x`, with an error if an id is outside `[0, vocab_size)`: a `ValueError` naming the
-    first bad id when `x` is concrete, an `eqx.error_if` under `jit`/`vmap`."""
+    first bad id when `x` is concrete, a run-time error under `jit`/`vmap` (`runtime_check`:
+    an exported program does not check it)."""
     message = (
         f"Token ids must be in [0, {vocab_size}) — `in_size`, the vocabulary size of the "
         "embedding (JAX would silently clamp them); got {}. Positions at or after `length` "
@@ -550,4 +596,4 @@ def _check_token_ids(x: Array, vocab_size: int) -> Array:
         if ids.size:
             raise ValueError(message.format(f"id {ids[0]} (at {np.argmax(np.asarray(bad))})"))
         return x
-    return eqx.error_if(x, bad, message.format("an id out of that range"))
+    return runtime_check(x, bad, message.format("an id out of that range"), check="token_ids")

@@ -103,7 +103,7 @@ def lru_schedule(
     r"""The learning-rate schedule of §D.2, an `optax.Schedule`.
 
     Linear warmup from `init_value` to `learning_rate` over the first
-    $w = \lfloor \text{warmup\_fraction} \cdot \text{total\_steps} \rceil$ steps, then cosine
+    $w = \lfloor \text{warmup_fraction} \cdot \text{total_steps} \rceil$ steps, then cosine
     decay to `end_value` at step `total_steps` (constant afterwards):
 
     $$\eta(s) = \begin{cases} \eta_0 + (\eta_\max - \eta_0)\, s / w & s < w \\

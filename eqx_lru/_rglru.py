@@ -66,7 +66,7 @@ SQRT_MAX_GRADIENT = 1000.0
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def bounded_sqrt(x: Array, max_gradient: float) -> Array:
     r"""$\sqrt x$, with a derivative at most `max_gradient` (the cotangent is computed at
-    $\max(x, 1/(4 \cdot \text{max\_gradient}^2))$)."""
+    $\max(x, 1/(4 \cdot \text{max_gradient}^2))$)."""
     del max_gradient
     return jnp.sqrt(x)
 
@@ -171,7 +171,7 @@ class RGLRU(AbstractStatesCore):
         - `c`: the gate's exponent scale (8 in Griffin).
         - `r_min`, `r_max`: $\sigma(\Lambda)$ starts uniform in area on this ring,
             $0 < r_\min \le r_\max < 1$ (default Griffin's $[0.9, 0.999]$).
-        - `max_phase`: with `phase`, $\theta \sim U[0, \text{max\_phase}]$ (default
+        - `max_phase`: with `phase`, $\theta \sim U[0, \text{max_phase}]$ (default
             recurrentgemma's $0.1\pi$).
         - `method`, `precision`, `dtype`, `key`: as `eqx_lru.ComplexLRU` (`precision` is
             the gates' matmuls').

@@ -3,7 +3,7 @@ r"""Initialisation of the RG-LRU (Griffin, De et al. 2024), as pure functions of
 - $\Lambda$: $a = \sigma(\Lambda)$ uniform in area on the ring $r_\min \le a \le r_\max$
     ($a^2 \sim U[r_\min^2, r_\max^2]$), i.e. $\Lambda = \operatorname{logit}(a)$; Griffin
     and recurrentgemma use $[0.9, 0.999]$.
-- $\theta$ (the phases of the complex variant): uniform on $[0, \text{max\_phase}]$
+- $\theta$ (the phases of the complex variant): uniform on $[0, \text{max_phase}]$
     (recurrentgemma: $[0, 0.1\pi]$).
 - The gates' block-diagonal weights: normal with variance $1/H$ ($H$ = `d_model`, the
     fan-in recurrentgemma's initialiser computes for its `(heads, H/heads, out/heads)`

@@ -41,7 +41,7 @@ from ._algebra import AbstractAlgebra as AbstractAlgebra
 from ._algebra import Block2x2 as Block2x2
 from ._algebra import Diagonal as Diagonal
 from ._algebra import RotationScaling as RotationScaling
-from ._methods import AbstractScanMethod, Auto, scan_method
+from ._methods import AbstractScanMethod, Auto, Sequential, scan_method
 from ._storage import AbstractStorage, Identity
 
 # What `method=` accepts: an `AbstractScanMethod` or a string shortcut (see `scan_method`).
@@ -251,7 +251,12 @@ def recurrence(
     Internal entry point for the layers: `b` and the result are in the stored form,
     `a` and `initial_state` in the algebra's. Shapes are the caller's responsibility.
     """
-    method = scan_method(method).resolve()
+    method = scan_method(method)
+    if isinstance(method, Auto) and not isinstance(b.shape[0], int):
+        # A symbolic length (a program traced for `jax.export`): `lax.scan` is the one
+        # method that takes it, so "auto" scans sequentially there on every backend.
+        method = Sequential()
+    method = method.resolve()
     # Storage maps act on arrays with a leading length (or block) axis.
     state = jax.eval_shape(storage.load, jax.ShapeDtypeStruct((1,) + b.shape[1:], b.dtype))
     state_shape = state.shape[1:]

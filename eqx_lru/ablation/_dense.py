@@ -30,7 +30,7 @@ from ._core import AbstractAblationCore
 
 
 def _glorot(key: PRNGKeyArray, shape: tuple[int, int], dtype) -> Array:
-    r"""Glorot normal, $\mathcal N(0, 2/(\text{fan\_in} + \text{fan\_out}))$. For the
+    r"""Glorot normal, $\mathcal N(0, 2/(\text{fan_in} + \text{fan_out}))$. For the
     square $A$ this is $\mathcal N(0, 1/N)$, under which the spectrum fills the unit disk
     (Thm. 3.1, Fig. 2)."""
     fan_out, fan_in = shape
@@ -58,7 +58,7 @@ class AbstractDenseRNN(AbstractAblationCore):
     $x_{-1} = 0$ (paper eq. 1; no bias, as there).
 
     **Fields:** `A` `(d_state, d_state)`, `B` `(d_state, d_model)`, `C` `(d_model, d_state)`,
-    all Glorot normal $\mathcal N(0, 2/(\text{fan\_in} + \text{fan\_out}))$ as in the
+    all Glorot normal $\mathcal N(0, 2/(\text{fan_in} + \text{fan_out}))$ as in the
     paper's vanilla RNN (§3.1; $\mathcal N(0, 1/N)$ for $A$);
     `D` `(d_model,)` $\sim \mathcal N(0, 1)$, elementwise like the LRU's, so every rung of
     the ladder has the same skip.

@@ -18,7 +18,7 @@ pooling; `experiments.lra.steps.build_model`), in inference mode.
 - **Re-running the parallel call** on the growing prefix (what a model without a
   recurrent state must do for each new token): one call of the whole-sequence model at
   L = 1,024 and 4,096 (batch 1), and its XLA temp.
-- **onnxruntime's step**: the same model exported by `experiments.export` (real form,
+- **onnxruntime's step**: the same model exported by `eqx_lru.export` (real form,
   batch norm folded) and run by onnxruntime (one intra-op thread), same windows.
 
 Times are medians over the timed tokens of each window.
@@ -173,28 +173,43 @@ def parallel_prefix(grid, form, length) -> dict:
     }
 
 
+#: Why an ONNX measurement is missing, when onnxruntime is.
+NO_ONNXRUNTIME = "onnxruntime is not installed (pip install -e '.[export]')"
+
+
+def onnx_step_session(model, state):
+    """The model's step exported to ONNX by `eqx_lru.export` (real form, batch norm folded,
+    symbolic batch) in an onnxruntime session with one intra-op thread: `(session, input
+    names, carry zeros)`, `carry_zeros(batch)` the carry of `batch` new streams. The one
+    place the benchmarks reach the exporter."""
+    import onnxruntime as ort
+
+    import eqx_lru.export
+
+    exported = eqx_lru.export.export(model, state, format="onnx", program="step")
+    program = exported.program
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(exported.data, options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def carry_zeros(batch):
+        return [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in program.carry]
+
+    return session, names, carry_zeros
+
+
 def onnx_step(grid, batch) -> dict:
     try:
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401
     except ImportError:
-        return {
-            "batch": batch,
-            "error": "onnxruntime is not installed (pip install -e '.[export]')",
-        }
-    from experiments import export
+        return {"batch": batch, "error": NO_ONNXRUNTIME}
 
     model, state = _model(grid, "complex")
     vocab = model.encoder.num_embeddings
-    program = export.step_program(
-        export.prepare(model, state, real=True), state, tokens=True, in_size=vocab
-    )
-    data = export.export_onnx(program)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
+    session, names, carry_zeros = onnx_step_session(model, state)
     rng = np.random.default_rng(0)
-    zeros = [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in program.carry]
+    zeros = carry_zeros(batch)
 
     def make_stream(start):
         box = {"carry": zeros}

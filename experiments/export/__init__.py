@@ -43,10 +43,11 @@ batch of examples (`batch` and `length` are symbolic: one artifact serves every 
   — in any Python with JAX, without eqx_lru or this repository. The model's form is kept
   (complex states stay complex).
 - `onnx`: the real form (a complex-form model is converted with `eqx_lru.to_real` first:
-  the same function, real arithmetic), written by `_onnx.py` (a jaxpr → ONNX translator;
-  why not jax2onnx is said there) and run by onnxruntime. Constants are folded at export:
-  batch norm becomes one scale and shift per channel. The whole-sequence ONNX model runs
-  the step in an ONNX `Loop` over the positions (the recurrence, not the parallel scan):
+  the same function, real arithmetic), written by `eqx_lru/export/_onnx.py` (a jaxpr →
+  ONNX translator; why not jax2onnx is said there) and run by onnxruntime. Constants are
+  folded at export: batch norm becomes one scale and shift per channel. The whole-sequence
+  ONNX model runs the step in an ONNX `Loop` over the positions (the recurrence, not the
+  parallel scan):
   `(x, length, *carry) -> (out, *carry)`, starting from a carry (zeros for a new
   sequence, or the carry of an earlier call: chunked prefill) and returning the one after
   the last valid position; `out` is the output at position `length - 1` (with
@@ -56,7 +57,13 @@ batch of examples (`batch` and `length` are symbolic: one artifact serves every 
 
 The exported programs do not check their inputs: token ids must be in `[0, vocab_size)`
 (out-of-range ids are clamped, as JAX does) and `1 <= length <= x.shape[1]` (`x.shape[2]`
-for a pair).
+for a pair); the manifest's `unchecked` lists the checks the library performs and the
+exported program does not.
+
+This command is a thin layer over the library's `eqx_lru.export` (which exports any model
+or block built with the library): it finds and loads the trusted checkpoint of a run,
+adds the run's task, model settings and source checkpoint to the manifest, and writes
+`model.<suffix>` or `step.<suffix>`.
 
 The scan method of the run (`--method`) is replaced by `"sequential"` (`lax.scan`, the
 one method that takes a symbolic length); the function is the same.
@@ -66,9 +73,7 @@ model or a Retrieval run with `--step`, a model ONNX cannot express...: one `err
 """
 
 import dataclasses
-import hashlib
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +81,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
 
 import eqx_lru
+from eqx_lru.export import FORMATS as _LIBRARY_FORMATS
+from eqx_lru.export import ExportError, Features, Tokens, prepare
 
 __all__ = [
     "ExportError",
@@ -86,19 +92,11 @@ __all__ = [
     "Run",
     "load_run",
     "prepare",
-    "parallel_program",
-    "step_program",
     "export_run",
     "main",
 ]
 
-FORMATS = ("stablehlo", "onnx")
-_SUFFIX = {"stablehlo": ".stablehlo", "onnx": ".onnx"}
-
-
-class ExportError(ValueError):
-    """A run, flag or model that cannot be exported; the message says what to do."""
-
+FORMATS = tuple(_LIBRARY_FORMATS)
 
 # --------------------------------------------------------------------------- loading
 
@@ -247,300 +245,35 @@ def _stored_rows(path: Path, like, leaf) -> int:
     raise ExportError(f"{path} is truncated: it lacks the embedding. Restore it or re-train.")
 
 
-# --------------------------------------------------------------------------- preparing
+# --------------------------------------------------------------------------- exporting
 
 _NO_PAIR_STEP = (
     "--step: a Retrieval run (two-tower model) has no streaming step (its head needs both "
     "documents whole); export the whole-pair program: drop --step (--format stablehlo)."
 )
 
-
-class _Affine(eqx.Module):
-    """Batch norm in inference mode, folded: `x * scale + shift` per channel, one
-    position at a time (the block calls a norm that is not a `MaskedBatchNorm` per
-    position, as it does `eqx.nn.LayerNorm`)."""
-
-    scale: Float[Array, " channels"]
-    shift: Float[Array, " channels"]
-
-    def __call__(self, x: Float[Array, " channels"], *, key=None) -> Float[Array, " channels"]:
-        del key
-        return x * self.scale + self.shift
-
-
-def prepare(model: eqx.Module, state: eqx.nn.State, *, real: bool = False) -> eqx.Module:
-    """`model` for export: every `MaskedBatchNorm` folded into an affine map with its
-    running statistics ($s = w / \\sqrt{\\sigma^2 + \\varepsilon}$, $t = \\beta - \\mu s$,
-    in float64), and with `real` every `ComplexLRU` converted by `eqx_lru.to_real`."""
-
-    def fold(node):
-        if not isinstance(node, eqx_lru.MaskedBatchNorm):
-            return node
-        mean, var = (np.asarray(v, np.float64) for v in node.running_stats(state))
-        weight, bias = np.asarray(node.weight, np.float64), np.asarray(node.bias, np.float64)
-        scale = weight / np.sqrt(var + node.eps)
-        dtype = node.weight.dtype
-        return _Affine(jnp.asarray(scale, dtype), jnp.asarray(bias - mean * scale, dtype))
-
-    is_norm = lambda x: isinstance(x, eqx_lru.MaskedBatchNorm)  # noqa: E731
-    model = jax.tree_util.tree_map(fold, model, is_leaf=is_norm)
-    return eqx_lru.to_real(model) if real else model
-
-
-@dataclasses.dataclass
-class Program:
-    """A batched function ready for export: `fn(*inputs) -> tuple(outputs)`."""
-
-    fn: Callable
-    inputs: list[tuple[str, tuple, Any]]  # name, shape (str for symbolic dims), dtype
-    outputs: list[str]
-    carry: list[dict[str, Any]] | None = None
-
-
-def _dims(names: str):
-    return jax.export.symbolic_shape(names)
-
-
-def parallel_program(model, state, *, tokens: bool, in_size: int) -> Program:
-    """The whole-sequence call in inference mode, batched: `(x, length) -> (out,)`. For a
-    two-tower `LRURetrievalModel` the whole pair: `x` `(batch, 2, length, ...)`, `length`
-    `(batch, 2)`, `out` the logits `(batch, classes)`."""
-
-    def fn(x, length):
-        def one(x, length):
-            return model(x, state, length=length, inference=True)[0]
-
-        return (jax.vmap(one)(x, length),)
-
-    pair = (2,) if isinstance(model, eqx_lru.LRURetrievalModel) else ()
-    x_shape = ("batch", *pair, "length") + (() if tokens else (in_size,))
-    x_dtype = jnp.int32 if tokens else jnp.float32
-    inputs = [("x", x_shape, x_dtype), ("length", ("batch", *pair), jnp.int32)]
-    return Program(fn, inputs, ["out"])
-
-
-class _Streamed(eqx.Module):
-    """A Retrieval model's encoder as the ONNX model runs it: one document, the step in a
-    loop over its positions from a zero carry (`loop`, the `fn` of
-    `_sequence_step_program`; `carry` the shapes and dtypes of its carry for one stream),
-    called as `LRURetrievalModel` calls its encoder: `(x, state, length=) -> (pooled,
-    state)`."""
-
-    loop: Callable
-    carry: tuple[tuple[tuple[int, ...], Any], ...] = eqx.field(static=True)
-
-    def __call__(self, x, state, *, length, key=None, inference=None):
-        del key, inference
-        carry = [jnp.zeros((1, *shape), dtype) for shape, dtype in self.carry]
-        return self.loop(x[None], length[None], *carry)[0][0], state
-
-
-def _pair_loop_program(model, state, *, tokens: bool, in_size: int) -> Program:
-    """A Retrieval model's whole pair with each document's encoder run as a recurrence
-    (`_Streamed`): `(x, length) -> (out,)` as `parallel_program`, for ONNX."""
-    loop = _sequence_step_program(model.encoder, state, tokens=tokens, in_size=in_size)
-    carry = tuple((tuple(shape[1:]), np.dtype(dtype)) for _, shape, dtype in loop.inputs[2:])
-    streamed = _Streamed(loop.fn, carry)
-    return parallel_program(
-        eqx.tree_at(lambda m: m.encoder, model, streamed), state, tokens=tokens, in_size=in_size
-    )
-
-
-def _carry_names(tree) -> list[str]:
-    names = []
-    for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
-        names.append(".".join(["carry", *parts]))
-    return names
-
-
-def step_program(model, state, *, tokens: bool, in_size: int) -> Program:
-    """One position of a batch of streams: `(x_t, *carry) -> (y_t, *carry)`."""
-    if isinstance(model, eqx_lru.LRURetrievalModel):
-        raise ExportError(_NO_PAIR_STEP)
-    try:
-        init = model.init_carry()
-    except (TypeError, ValueError) as e:
-        raise ExportError(f"--step: {e}") from None
-    leaves, treedef = jax.tree_util.tree_flatten(init)
-    names = _carry_names(init)
-    for name, leaf in zip(names, leaves, strict=True):
-        if np.any(np.asarray(leaf) != 0):
-            raise ExportError(f"--step: the initial carry {name} is not zero; cannot describe it.")
-
-    def fn(x_t, *carry):
-        def one(x_t, *carry):
-            carry, y_t = model.step(jax.tree_util.tree_unflatten(treedef, carry), x_t, state)
-            return (y_t, *jax.tree_util.tree_leaves(carry))
-
-        return jax.vmap(one)(x_t, *carry)
-
-    x = ("x_t", ("batch",), jnp.int32) if tokens else ("x_t", ("batch", in_size), jnp.float32)
-    carry = [(n, ("batch", *leaf.shape), leaf.dtype) for n, leaf in zip(names, leaves, strict=True)]
-    info = [
-        {"name": n, "shape": list(s), "dtype": str(np.dtype(d)), "init": "zeros"}
-        for n, s, d in carry
-    ]
-    return Program(fn, [x, *carry], ["y_t", *("next_" + n for n in names)], info)
-
-
-def _sequence_step_program(model, state, *, tokens: bool, in_size: int) -> Program:
-    """The whole sequence as the step in a loop, from a carry: `(x, length, *carry) ->
-    (out, *carry)` — `out` at the last valid position (the pooled output, or with
-    `pooling=None` every position's), the carry after it. What the ONNX whole-sequence
-    model runs (a `Loop`), since it cannot express the parallel scan."""
-    step = step_program(model, state, tokens=tokens, in_size=in_size)
-    n = len(step.carry)
-    per_position = getattr(model, "pooling", "mean") is None
-
-    def fn(x, length, *carry):
-        def body(loop, x_t):
-            t, last, carry = loop
-            y_t, *new = step.fn(x_t, *carry)
-            valid, final = t < length, t == length - 1
-
-            def pick(mask, a, b):
-                return jnp.where(mask.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
-
-            carry = [pick(valid, a, b) for a, b in zip(new, carry, strict=True)]
-            last = pick(final, y_t, last)
-            return (t + 1, last, carry), (
-                pick(valid, y_t, jnp.zeros_like(y_t)) if per_position else None
-            )
-
-        y0 = jax.eval_shape(step.fn, x[:, 0], *carry)[0]
-        start = (jnp.zeros((), jnp.int32), jnp.zeros(y0.shape, y0.dtype), list(carry))
-        (_, last, carry), ys = jax.lax.scan(body, start, jnp.swapaxes(x, 0, 1))
-        return (jnp.swapaxes(ys, 0, 1) if per_position else last, *carry)
-
-    x_shape = ("batch", "length") if tokens else ("batch", "length", in_size)
-    x_dtype = jnp.int32 if tokens else jnp.float32
-    inputs = [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32), *step.inputs[1:]]
-    return Program(fn, inputs, ["out", *step.outputs[1 : 1 + n]], step.carry)
-
-
-# --------------------------------------------------------------------------- exporting
-
-
-def _specs(program: Program):
-    scope = _dims("batch, length")
-    named = {"batch": scope[0], "length": scope[1]}
-    return [
-        jax.ShapeDtypeStruct(tuple(named.get(d, d) for d in shape), dtype)
-        for _, shape, dtype in program.inputs
-    ], named["batch"]
-
-
-class _NoRuntimeChecks:
-    """`eqx.error_if` (token ids, lengths) off while tracing: its host callback cannot be
-    serialized, and `on_error="nan"` needs concrete shapes. Equinox reads the setting when
-    it traces its (jitted) check, so JAX's trace caches are cleared on the way in (a check
-    traced earlier in this process would be reused) and out (so later code checks again)."""
-
-    def __enter__(self):
-        from equinox import _errors
-
-        self.module, self.saved = _errors, _errors.EQX_ON_ERROR
-        _errors.EQX_ON_ERROR = "off"
-        jax.clear_caches()
-
-    def __exit__(self, *exc):
-        self.module.EQX_ON_ERROR = self.saved
-        jax.clear_caches()
-
-
-def export_stablehlo(program: Program) -> bytes:
-    """`jax.export` of `program`, serialized."""
-    specs, _ = _specs(program)
-    with _NoRuntimeChecks():
-        exported = jax.export.export(jax.jit(program.fn))(*specs)
-    return bytes(exported.serialize())
-
-
-def export_onnx(program: Program, *, doc: str = "") -> bytes:
-    """The ONNX model of `program` (see `_onnx.py`), serialized."""
-    from . import _onnx
-
-    specs, batch = _specs(program)
-    with _NoRuntimeChecks():
-        closed = jax.make_jaxpr(program.fn)(*specs)
-    try:
-        model = _onnx.to_onnx(
-            closed, [n for n, _, _ in program.inputs], program.outputs, batch=batch, doc=doc
-        )
-    except (TypeError, NotImplementedError) as e:
-        raise ExportError(str(e)) from None
-    return model.SerializeToString()
-
-
 _PAIR_NOTE = (
     "x[:, 0] and x[:, 1] are the two documents of each pair, each padded to the common "
     "length; length[:, 0] and length[:, 1] their valid lengths. "
 )
 
+_STEP_NOTE = " The step's carry starts at zeros; feed the returned next_carry back."
+_MODEL_KEYS = ("core", "form", "depth", "d_model", "d_state", "pooling", "norm", "bidirectional")
 
-def _manifest(
-    run: Run,
-    model,
-    program: Program,
-    fmt: str,
-    step: bool,
-    artifact: Path,
-    data: bytes,
-    converted: bool,
-) -> dict[str, Any]:
-    out_avals = None
-    specs, _ = _specs(program)
-    with _NoRuntimeChecks():
-        out_avals = jax.eval_shape(program.fn, *specs)
-    outputs = [
-        {
-            "name": n,
-            "shape": [str(d) if not isinstance(d, int) else d for d in a.shape],
-            "dtype": str(a.dtype),
-        }
-        for n, a in zip(program.outputs, out_avals, strict=True)
-    ]
+
+def _run_metadata(run: Run, carry: bool) -> dict[str, Any]:
+    """What the manifest says of the run beyond the library's fields: the task, the
+    model's settings, the source checkpoint, and the notes of the trainer's programs."""
     cfg = run.cfg
     return {
-        "format": fmt,
-        "program": "step" if step else "pair" if run.pair else "sequence",
-        "artifact": artifact.name,
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "inputs": [
-            {"name": n, "shape": list(s), "dtype": str(np.dtype(d))} for n, s, d in program.inputs
-        ],
-        "outputs": outputs,
-        "carry": program.carry,
-        "vocab_size": run.in_size if run.tokens else None,
-        "in_features": None if run.tokens else run.in_size,
         "task": cfg.get("task"),
-        "model": {
-            k: cfg.get(k)
-            for k in (
-                "core",
-                "form",
-                "depth",
-                "d_model",
-                "d_state",
-                "pooling",
-                "norm",
-                "bidirectional",
-                "glu",
-            )
-        },
-        "exported_form": "real" if converted or cfg.get("form") == "real" else cfg.get("form"),
+        "model": {k: cfg.get(k) for k in (*_MODEL_KEYS, "glu")},
         "notes": (
             "Inference mode; batch norm folded. "
             + (_PAIR_NOTE if run.pair else "")
             + "Inputs are not checked: token ids in [0, vocab_size) (others are clamped), "
             + ("1 <= length <= x.shape[2]." if run.pair else "1 <= length <= x.shape[1].")
-            + (
-                " The step's carry starts at zeros; feed the returned next_carry back."
-                if program.carry
-                else ""
-            )
+            + (_STEP_NOTE if carry else "")
         ),
         "source": {
             "checkpoint": str(run.checkpoint),
@@ -548,50 +281,30 @@ def _manifest(
             "val_accuracy": run.meta.get("val_accuracy"),
             "sha256": run.meta.get("sha256"),
         },
-        "jax": jax.__version__,
     }
 
 
 def export_run(
     run: str | Path, fmt: str, *, step: bool = False, dest: str | Path | None = None
 ) -> Path:
-    """Export the run in folder `run` (see the module docstring); returns the artifact's
-    path (the manifest is the same path plus `.json`)."""
+    """Export the run in folder `run` (see the module docstring) with `eqx_lru.export`;
+    returns the artifact's path (the manifest is the same path plus `.json`)."""
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}.")
     loaded = load_run(run)
     if loaded.pair and step:
         raise ExportError(_NO_PAIR_STEP)
-    real = fmt == "onnx"
-    converted = real and loaded.cfg.get("form") == "complex" and loaded.cfg.get("core") == "lru"
-    model = prepare(loaded.model, loaded.state, real=real)
-    sizes = dict(tokens=loaded.tokens, in_size=loaded.in_size)
-    if step or real:
-        bidirectional = [
-            i
-            for i, b in enumerate(getattr(_sequence_model(model), "blocks", ()))
-            if getattr(b, "reverse_core", None) is not None
-        ]
-        if bidirectional:
-            what = "--step" if step else "--format onnx (which runs the model as a recurrence)"
-            raise ExportError(
-                f"{what} needs a causal model, and this run's blocks are bidirectional (each "
-                "output depends on later positions). Export the whole sequence with "
-                "--format stablehlo instead."
-            )
-    if step:
-        program = step_program(model, loaded.state, **sizes)
-    elif real and loaded.pair:
-        program = _pair_loop_program(model, loaded.state, **sizes)
-    elif real:
-        program = _sequence_step_program(model, loaded.state, **sizes)
-    else:
-        program = parallel_program(model, loaded.state, **sizes)
-    if fmt == "stablehlo":
-        data = export_stablehlo(program)
-    else:
-        name = type(loaded.model).__name__  # LRUModel, or LRURetrievalModel
-        data = export_onnx(program, doc=f"eqx_lru {name} from {loaded.checkpoint}")
+    reads = Tokens(loaded.in_size) if loaded.tokens else Features(loaded.in_size)
+    name = type(loaded.model).__name__  # LRUModel, or LRURetrievalModel
+    exported = eqx_lru.export.export(
+        loaded.model,
+        loaded.state,
+        format=fmt,
+        program="step" if step else "pair" if loaded.pair else "sequence",
+        reads=reads,
+        description=f"eqx_lru {name} from {loaded.checkpoint}",
+    )
+    exported.manifest.update(_run_metadata(loaded, carry=bool(exported.program.carry)))
     folder = Path(dest) if dest is not None else Path(run) / "export"
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -599,15 +312,8 @@ def export_run(
         raise ExportError(
             f"--dest {str(folder)!r} is not a writable folder ({e.strerror or e})."
         ) from None
-    artifact = folder / (("step" if step else "model") + _SUFFIX[fmt])
-    from experiments.lra import _checkpoint as ckpt
-
-    ckpt.write_atomic(artifact, data)
-    manifest = _manifest(loaded, model, program, fmt, step, artifact, data, converted)
-    ckpt.write_atomic(
-        artifact.with_name(artifact.name + ".json"), json.dumps(manifest, indent=1).encode()
-    )
-    return artifact
+    suffix = exported.format.suffix
+    return eqx_lru.export.write(exported, folder / (("step" if step else "model") + suffix))
 
 
 def _parser():

@@ -1,8 +1,8 @@
 r"""Lemma 3.2 / Figs. 2–3: eigenvalues sampled uniformly on a ring, checked with KS tests.
 
 `eqx_lru.ring_init` samples $\nu = -\tfrac12\log(u_1(r_\max^2 - r_\min^2) + r_\min^2)$ and
-$\theta = \text{max\_phase}\cdot u_2$. If $\lambda = e^{-\nu + i\theta}$ is uniform on the ring
-then $|\lambda|^2 \sim U[r_\min^2, r_\max^2]$ and $\arg\lambda \sim U[0, \text{max\_phase}]$;
+$\theta = \text{max_phase}\cdot u_2$. If $\lambda = e^{-\nu + i\theta}$ is uniform on the ring
+then $|\lambda|^2 \sim U[r_\min^2, r_\max^2]$ and $\arg\lambda \sim U[0, \text{max_phase}]$;
 this script tests both with Kolmogorov–Smirnov for the paper's rings (Table 8, incl. PathX's
 $[0.999, 0.9999]$ with phase $\pi/10$), and puts the unit-disk ring next to the eigenvalues
 of a Glorot dense matrix, which it matches in the large-width limit (Thm. 3.1, Fig. 2).

@@ -1,7 +1,10 @@
 """The documentation site builds, documents every public name, and its examples run.
 
 - `test_site_builds_strictly`: `mkdocs build --strict` of `mkdocs.yml` into a temporary
-  folder (any warning, e.g. a broken link, anchor or reference entry, fails it).
+  folder (any warning, e.g. a broken link, anchor or reference entry, or a formula that
+  does not convert, fails it); the built site works offline: no page loads a script or
+  stylesheet from another host, and its maths is MathML (rendered at build time), with no
+  TeX left and no stray backslash (`\\text{max\\_phase}` showed one).
 - `test_every_public_name_has_a_reference_entry`: every name in `__all__` of `eqx_lru`,
   `eqx_lru.ablation` and `eqx_lru.baselines` is documented by a `::: path` entry of the
   API reference (`docs/api/*.md`), under its own path or under another public path that
@@ -29,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import jax
 import numpy as np
@@ -37,11 +41,11 @@ import pytest
 # The repository root (the folder holding pyproject.toml), wherever under tests/ this is.
 ROOT = next(p for p in pathlib.Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 DOCS = ROOT / "docs"
-PUBLIC_MODULES = ("eqx_lru", "eqx_lru.ablation", "eqx_lru.baselines")
+PUBLIC_MODULES = ("eqx_lru", "eqx_lru.ablation", "eqx_lru.baselines", "eqx_lru.export")
 #: How many ```python {.no-run} blocks the pages may hold (see the module docstring).
 NO_RUN_ALLOWED = 0
-#: Blocks that take more than a few seconds (they train or compile a trainer step).
-SLOW_MARKERS = ("train.run(", "for step in range(steps)")
+#: Blocks that take more than a few seconds (they train, compile a trainer step, or export).
+SLOW_MARKERS = ("train.run(", "for step in range(steps)", "eqx_lru.export.export(")
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*)$")
 
@@ -337,4 +341,45 @@ def test_site_builds_strictly(tmp_path):
     assert "eqx_lru.ComplexLRU" in layers and "::: eqx_lru" not in layers
     # The measured tables published from experiments/ are pages of the site.
     assert (site / "experiments" / "bench" / "RESULTS-cpu" / "index.html").is_file()
+    _check_offline(site)
     shutil.rmtree(site)
+
+
+def _check_offline(site: pathlib.Path) -> None:
+    """Every page of `site` loads its scripts and stylesheets from the site itself, and its
+    maths is MathML, rendered when the site was built (no MathJax, no TeX left)."""
+    pages = sorted(site.rglob("*.html"))
+    external = re.compile(r"""<(?:script|link)\b[^>]*\b(?:src|href)=["'](?:https?:)?//""")
+    remote = {
+        p.relative_to(site).as_posix(): m[0]
+        for p in pages
+        for m in external.finditer(p.read_text())
+        if 'rel="canonical"' not in m[0] and "rel=canonical" not in m[0]
+    }
+    assert not remote, f"pages that load from another host: {remote}"
+    maths = [p for p in pages if 'class="arithmatex"' in p.read_text()]
+    assert len(maths) >= 10, f"only {len(maths)} pages with maths: is arithmatex on?"
+    for page in maths:
+        text = page.read_text()
+        left = re.findall(r'class="arithmatex">\s*\\[(\[]', text)
+        assert not left, f"{page.relative_to(site)}: maths left as TeX ({len(left)} formulas)"
+        assert "<math" in text and "\\_" not in "".join(re.findall(r"<mtext>.*?</mtext>", text))
+    layers = (site / "api" / "layers" / "index.html").read_text()
+    assert "<mtext>max_phase</mtext>" in layers
+    # The site links to the repository: pyproject.toml's address, in mkdocs.yml's repo_url.
+    repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert f'href="{repository["Repository"]}"' in (site / "index.html").read_text()
+
+
+def test_the_pages_a_newcomer_asks_for():
+    """The export guide, the data generator's page and the FAQ exist (their code blocks
+    run above), and the development page and the FAQ say how long the suite takes and
+    name the quick tier that `./dev.sh test --quick` runs."""
+    faq = (DOCS / "faq.md").read_text()
+    for topic in ("jax.vmap", "two forms", "scan method", "export", "GPU", "tests take"):
+        assert topic in faq, f"docs/faq.md does not answer about {topic!r}"
+    assert "python -m experiments.lra.generate" in (DOCS / "guides" / "data.md").read_text()
+    assert "eqx_lru.export.export(" in (DOCS / "guides" / "export.md").read_text()
+    development = (DOCS / "development.md").read_text()
+    assert "./dev.sh test --quick" in development and "minutes" in development
+    assert "--quick ]; then" in (ROOT / "dev.sh").read_text()

@@ -332,7 +332,7 @@ def test_bad_precision_raises():
 def test_all_lists_the_public_names():
     """`eqx_lru.__all__` is exactly the package's public re-exports (update it with them)."""
     public = {n for n in vars(eqx_lru) if not n.startswith("_")}
-    subpackages = ("ablation", "baselines")
+    subpackages = ("ablation", "baselines", "export")
     public -= {n for n, v in vars(eqx_lru).items() if type(v) is type(eqx_lru)}
     public |= set(subpackages)
     assert sorted(eqx_lru.__all__) == sorted(public)

@@ -42,9 +42,22 @@ def test_one_python_example():
     assert len(blocks) == 1, f"README.md should hold one python example, has {len(blocks)}"
 
 
+def _repository() -> str:
+    """The repository address of `[project.urls]` in pyproject.toml."""
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+
+
 def test_links_resolve():
+    """Links are absolute (a package index page shows the README without the repository
+    around it): files of the repository are linked as `<Repository>/blob/main/<path>`, and
+    each such path exists."""
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _text())
-    local = [link for link in links if not re.match(r"^[a-z]+://", link)]
+    relative = [link for link in links if not re.match(r"^[a-z]+://", link)]
+    assert not relative, f"README.md has relative links, broken on a package index: {relative}"
+    prefix = _repository().rstrip("/") + "/blob/main/"
+    local = [link[len(prefix) :] for link in links if link.startswith(prefix)]
     assert any(link.startswith("docs/") for link in local), "README.md links into no docs page"
     missing = [link for link in local if not (ROOT / link).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"

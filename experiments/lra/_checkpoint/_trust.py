@@ -9,7 +9,7 @@ checks its fields.
 """
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ def check_bound(
     *,
     run_id: str | None,
     settings: Mapping[str, Any] | None,
+    keys: Sequence[str] = TRAINING_KEYS,
 ) -> None:
     """Refuse the checkpoint `path` (its JSON `meta`) if it belongs to another run.
 
@@ -59,16 +60,18 @@ def check_bound(
 
     - `run_id`: the run's id (`config.json`'s `run_id`); None: not compared.
     - `settings`: the run's settings (`config.json`); None: not compared.
+    - `keys`: the settings that bind a run (default: the LRA trainer's
+        `config.TRAINING_KEYS`; the language model passes its own).
 
-    **Raises:** `NotBound` if a training setting (`config.TRAINING_KEYS`) that both the
-    checkpoint's `config` and `settings` hold differs, or else if the checkpoint records a
-    run id other than `run_id`.
+    **Raises:** `NotBound` if a training setting (`keys`) that both the checkpoint's
+    `config` and `settings` hold differs, or else if the checkpoint records a run id other
+    than `run_id`.
     """
     theirs = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     settings = settings or {}
     diff = {
         k: (theirs[k], settings[k])
-        for k in TRAINING_KEYS
+        for k in keys
         if k in theirs and k in settings and theirs[k] != settings[k]
     }
     if diff:

@@ -1,4 +1,4 @@
-"""A jaxpr → ONNX translator for the programs `experiments.export` writes.
+"""A jaxpr → ONNX translator for the programs `eqx_lru.export` writes.
 
 Why not a converter from the package index: jax2onnx (0.17) converts these programs
 (a `jax.vmap` over `LRUModel.step`, or a `lax.scan` of it) into graphs that onnxruntime
@@ -12,7 +12,8 @@ few, so this module writes the ONNX graph with the `onnx` package directly:
   evaluated at export time, so the graph holds the *folded* values: batch norm in
   inference mode becomes one scale and one shift, the LRU's transition
   $\\lambda = e^{-e^{\\nu} + i e^{\\theta}}$ and $\\gamma B$ are stored, not recomputed;
-- equations whose outputs are never used are dropped (e.g. the `eqx.error_if` checks);
+- equations whose outputs are never used are dropped; the library's run-time checks
+  (`runtime_check`) pass their value through, unchecked, and their predicates are dropped;
 - `jit`, `custom_jvp_call` and `custom_vjp_call` are inlined, `scan` becomes an ONNX
   `Loop`; any other primitive outside the table below raises `NotImplementedError`
   naming it.
@@ -21,75 +22,19 @@ Real dtypes only: a complex value anywhere raises (convert with `eqx_lru.to_real
 """
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.extend as jex
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from .._runtime_check import is_runtime_check
+from ._onnx_graph import ELEMENTWISE, Graph, onnx_dtype, same_dim, value_info
 
 OPSET = 17
-_SYMBOLIC = object()  # marks a dimension that is not a Python int
-
-
-def _dtype(dtype) -> int:
-    dtype = np.dtype(dtype)
-    if np.issubdtype(dtype, np.complexfloating):
-        raise TypeError(
-            "ONNX export computes in real arithmetic only, and this program has a complex "
-            f"value ({dtype}). Convert the model with `eqx_lru.to_real` first; cores without a "
-            "real form (e.g. S5's complex state) export with --format stablehlo only."
-        )
-    return helper.np_dtype_to_tensor_dtype(dtype)
-
-
-class _Graph:
-    """Nodes, initializers and names of one ONNX graph (the main graph or a Loop body)."""
-
-    def __init__(self, namer: Callable[[str], str], batch: Any, batch_value: str | None):
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self.fresh = namer
-        self.batch = batch  # the symbolic batch dimension (a jax.export dim), or None
-        self.batch_value = batch_value  # the name of an int64 [1] tensor holding it
-
-    def const(self, value: np.ndarray, hint: str = "c") -> str:
-        name = self.fresh(hint)
-        self.initializers.append(numpy_helper.from_array(np.asarray(value), name))
-        return name
-
-    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, **attrs) -> list[str]:
-        outs = [self.fresh(op_type.lower()) for _ in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), outs, **attrs))
-        return outs
-
-    def op1(self, op_type: str, inputs: Sequence[str], **attrs) -> str:
-        return self.op(op_type, inputs, **attrs)[0]
-
-    def shape(self, dims: Sequence[Any], *, infer_one: bool = False) -> str:
-        """An int64 shape tensor for `dims` (ints and the symbolic batch). `infer_one`:
-        a lone symbolic dimension becomes -1 (for Reshape)."""
-        symbolic = [i for i, d in enumerate(dims) if not isinstance(d, int | np.integer)]
-        if not symbolic:
-            return self.const(np.asarray(dims, np.int64), "shape")
-        if infer_one and len(symbolic) == 1:
-            return self.const(
-                np.asarray([-1 if i in symbolic else d for i, d in enumerate(dims)], np.int64),
-                "shape",
-            )
-        parts = []
-        for d in dims:
-            if isinstance(d, int | np.integer):
-                parts.append(self.const(np.asarray([d], np.int64), "dim"))
-            elif self.batch is not None and self.batch_value is not None and d == self.batch:
-                parts.append(self.batch_value)
-            else:
-                raise NotImplementedError(
-                    f"ONNX export: a dimension {d} that is not the batch size."
-                )
-        return self.op1("Concat", parts, axis=0)
 
 
 class _Translator:
@@ -104,7 +49,7 @@ class _Translator:
 
     # ------------------------------------------------------------------ environment
 
-    def run(self, g: _Graph, jaxpr, consts: Sequence[Any], inputs: Sequence[Any]) -> list[Any]:
+    def run(self, g: Graph, jaxpr, consts: Sequence[Any], inputs: Sequence[Any]) -> list[Any]:
         """Translate `jaxpr` into `g`. `consts`/`inputs` are NumPy arrays (constants) or
         ONNX names (strings); returns the outputs the same way."""
         env: dict[Any, Any] = {}
@@ -121,6 +66,9 @@ class _Translator:
         needed = _needed(jaxpr)
         for eqn in jaxpr.eqns:
             if not any(v in needed for v in eqn.outvars if not _dropped(v)):
+                continue
+            if is_runtime_check(eqn):  # the value, unchecked: an ONNX model cannot raise
+                env[eqn.outvars[0]] = read(eqn.invars[0])
                 continue
             vals = [read(v) for v in eqn.invars]
             concrete = all(
@@ -141,21 +89,21 @@ class _Translator:
                     env[var] = val
         return [read(v) for v in jaxpr.outvars]
 
-    def name(self, g: _Graph, value: Any) -> str:
+    def name(self, g: Graph, value: Any) -> str:
         """`value` as an ONNX name (constants become initializers)."""
         if isinstance(value, str):
             return value
         value = np.asarray(value)
-        _dtype(value.dtype)
+        onnx_dtype(value.dtype)
         return g.const(value)
 
     # ------------------------------------------------------------------ primitives
 
-    def translate(self, g: _Graph, eqn, vals: list[Any]) -> list[Any]:
+    def translate(self, g: Graph, eqn, vals: list[Any]) -> list[Any]:
         prim, params = eqn.primitive.name, eqn.params
         out_avals = [v.aval for v in eqn.outvars]
         for aval in out_avals:
-            _dtype(aval.dtype)
+            onnx_dtype(aval.dtype)
         if prim in ("jit", "pjit", "closed_call", "core_call", "remat", "checkpoint"):
             sub = params.get("jaxpr") or params.get("call_jaxpr")
             return self._inline(g, sub, vals)
@@ -168,11 +116,11 @@ class _Translator:
         handler = getattr(self, f"_p_{prim}", None)
         if handler is not None:
             return handler(g, names, params, eqn)
-        if prim in _ELEMENTWISE:
-            return [g.op1(_ELEMENTWISE[prim], names)]
+        if prim in ELEMENTWISE:
+            return [g.op1(ELEMENTWISE[prim], names)]
         raise NotImplementedError(
             f"ONNX export: no translation for the JAX primitive {prim!r} (in {eqn}). Export "
-            "with --format stablehlo, or add it to experiments/export/_onnx.py."
+            "as StableHLO, or add it to eqx_lru/export/_onnx.py."
         )
 
     def _inline(self, g, sub, vals):
@@ -203,7 +151,7 @@ class _Translator:
         return [g.op1("Max", [g.op1("Min", [v, hi]), lo])]
 
     def _p_convert_element_type(self, g, x, params, eqn):
-        return [g.op1("Cast", x, to=_dtype(params["new_dtype"]))]
+        return [g.op1("Cast", x, to=onnx_dtype(params["new_dtype"]))]
 
     def _p_copy(self, g, x, params, eqn):
         return [g.op1("Identity", x)]
@@ -255,7 +203,7 @@ class _Translator:
         result = g.op1("Einsum", x, equation=equation)
         out_dtype = eqn.outvars[0].aval.dtype
         if out_dtype != eqn.invars[0].aval.dtype:
-            result = g.op1("Cast", [result], to=_dtype(out_dtype))
+            result = g.op1("Cast", [result], to=onnx_dtype(out_dtype))
         return [result]
 
     def _p_broadcast_in_dim(self, g, x, params, eqn):
@@ -270,13 +218,13 @@ class _Translator:
         grown = [
             d
             for i, d in enumerate(dims)
-            if in_shape[i] is not shape[d] and not _same(in_shape[i], shape[d])
+            if in_shape[i] is not shape[d] and not same_dim(in_shape[i], shape[d])
         ]
         if not missing and not grown:
             return [g.op1("Identity", [value])]
         # Expand broadcasts both ways: dims the operand has keep size 1 in the target.
         target = [
-            1 if (i in dims and _same(in_shape[dims.index(i)], shape[i])) else shape[i]
+            1 if (i in dims and same_dim(in_shape[dims.index(i)], shape[i])) else shape[i]
             for i in range(len(shape))
         ]
         return [g.op1("Expand", [value, g.shape(target)])]
@@ -318,7 +266,7 @@ class _Translator:
             for i, (s, e, d) in enumerate(
                 zip(starts, limits, eqn.invars[0].aval.shape, strict=True)
             )
-            if not (s == 0 and _same(e, d))
+            if not (s == 0 and same_dim(e, d))
         ]
         if not axes:
             return [g.op1("Identity", x)]
@@ -371,7 +319,7 @@ class _Translator:
 
     # ------------------------------------------------------------------ scan → Loop
 
-    def _scan(self, g: _Graph, eqn, vals):
+    def _scan(self, g: Graph, eqn, vals):
         p = eqn.params
         n_consts, n_carry = p["num_consts"], p["num_carry"]
         body: jex.core.ClosedJaxpr = p["jaxpr"]
@@ -391,7 +339,7 @@ class _Translator:
         trip = g.op1("Shape", [xs[0]], start=0, end=1)
         trip = g.op1("Reshape", [trip, g.const(np.asarray([], np.int64), "scalar")])
         # The body graph: (iteration, condition, *carry) -> (condition, *carry, *ys).
-        b = _Graph(self.fresh, g.batch, g.batch_value)
+        b = Graph(self.fresh, g.batch, g.batch_value)
         i_name, cond_in = self.fresh("iter"), self.fresh("cond")
         body_carry = [self.fresh("carry") for _ in carry]
         x_t = [b.op1("Gather", [x, i_name], axis=0) for x in xs]
@@ -413,59 +361,18 @@ class _Translator:
                 helper.make_tensor_value_info(cond_in, TensorProto.BOOL, []),
             ]
             + [
-                _value_info(n, v.aval)
+                value_info(n, v.aval)
                 for n, v in zip(
                     body_carry, body.jaxpr.invars[n_consts : n_consts + n_carry], strict=True
                 )
             ],
             [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, [])]
-            + [_value_info(n, a) for n, a in zip(body_outs[1:], avals, strict=True)],
+            + [value_info(n, a) for n, a in zip(body_outs[1:], avals, strict=True)],
             initializer=b.initializers,
         )
         true = g.const(np.asarray(True), "true")
         loop_outs = g.op("Loop", [trip, true, *carry_names], n_out=n_carry + len(ys), body=graph)
         return loop_outs
-
-
-_ELEMENTWISE = {
-    "add": "Add",
-    "sub": "Sub",
-    "mul": "Mul",
-    "div": "Div",
-    "neg": "Neg",
-    "exp": "Exp",
-    "log": "Log",
-    "cos": "Cos",
-    "sin": "Sin",
-    "tanh": "Tanh",
-    "logistic": "Sigmoid",
-    "sqrt": "Sqrt",
-    "abs": "Abs",
-    "sign": "Sign",
-    "max": "Max",
-    "min": "Min",
-    "pow": "Pow",
-    "erf": "Erf",
-    "floor": "Floor",
-    "ceil": "Ceil",
-    "lt": "Less",
-    "gt": "Greater",
-    "le": "LessOrEqual",
-    "ge": "GreaterOrEqual",
-    "eq": "Equal",
-    "and": "And",
-    "or": "Or",
-    "not": "Not",
-    "rem": "Mod",
-    "stop_gradient": "Identity",
-}
-
-
-def _same(a, b) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # an inconclusive symbolic comparison
-        return False
 
 
 def _dropped(var) -> bool:
@@ -477,16 +384,10 @@ def _needed(jaxpr) -> set:
     needed = {v for v in jaxpr.outvars if not isinstance(v, jex.core.Literal)}
     for eqn in reversed(jaxpr.eqns):
         if any(v in needed for v in eqn.outvars if not _dropped(v)):
-            needed.update(v for v in eqn.invars if not isinstance(v, jex.core.Literal))
+            # A run-time check needs only its value: the predicate is not computed.
+            invars = eqn.invars[:1] if is_runtime_check(eqn) else eqn.invars
+            needed.update(v for v in invars if not isinstance(v, jex.core.Literal))
     return needed
-
-
-def _onnx_dims(shape) -> list:
-    return [int(d) if isinstance(d, int | np.integer) else str(d) for d in shape]
-
-
-def _value_info(name: str, aval) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, _dtype(aval.dtype), _onnx_dims(aval.shape))
 
 
 def to_onnx(
@@ -506,7 +407,7 @@ def to_onnx(
     if len(input_names) != len(jaxpr.invars) or len(output_names) != len(jaxpr.outvars):
         raise ValueError("to_onnx: one name per input and per output.")
     translator = _Translator(batch)
-    g = _Graph(translator.fresh, batch, None)
+    g = Graph(translator.fresh, batch, None)
     if batch is not None:
         g.batch_value = g.op1("Shape", [input_names[0]], start=0, end=1)
     outs = translator.run(g, jaxpr, list(closed.consts), list(input_names))
@@ -515,14 +416,14 @@ def to_onnx(
     graph = helper.make_graph(
         g.nodes,
         name,
-        [_value_info(n, v.aval) for n, v in zip(input_names, jaxpr.invars, strict=True)],
-        [_value_info(n, v.aval) for n, v in zip(output_names, jaxpr.outvars, strict=True)],
+        [value_info(n, v.aval) for n, v in zip(input_names, jaxpr.invars, strict=True)],
+        [value_info(n, v.aval) for n, v in zip(output_names, jaxpr.outvars, strict=True)],
         initializer=g.initializers,
     )
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="eqx_lru experiments.export",
+        producer_name="eqx_lru",
         doc_string=doc,
     )
     model.ir_version = 8  # onnxruntime >= 1.15 reads it

@@ -1,0 +1,233 @@
+r"""The programs an export writes: batched functions of named inputs, in inference mode.
+
+A model (or block) is exported through the contract every model and block of the library
+follows: the call `model(x, state, *, length=, inference=True) -> (out, state)` on one
+sequence, and for streaming `model.init_carry()` and `model.step(carry, x_t, state) ->
+(carry, y_t)`. Each program is that contract `jax.vmap`ped over a symbolic `batch`, with a
+symbolic `length` where it reads whole sequences:
+
+- `sequence_program`: the parallel call, `(x, length) -> (out,)`;
+- `step_program`: one position of `batch` streams, `(x_t, *carry) -> (y_t, *carry)`, the
+  carry a flat list of arrays, zeros at the start of a stream;
+- `loop_program`: the whole sequence as the step in a loop from a carry, `(x, length,
+  *carry) -> (out, *carry)`, `out` the output at position `length - 1` (every valid
+  position's, zero at pads, for a model with per-position outputs) and the carry after
+  it — for formats that cannot express the parallel scan (ONNX).
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._block import LRUBlock
+from .._model import LRUModel
+from .._retrieval import LRURetrievalModel
+
+
+class ExportError(ValueError):
+    """A model, program or format that cannot be exported; the message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokens:
+    """Inputs that are token ids: int32, one id per position, in `[0, vocab_size)`."""
+
+    vocab_size: int
+
+    def position(self) -> tuple[tuple[int, ...], Any]:
+        return (), jnp.int32
+
+
+@dataclasses.dataclass(frozen=True)
+class Features:
+    """Inputs that are feature vectors: `(size,)` per position, of `dtype`."""
+
+    size: int
+    dtype: Any = jnp.float32
+
+    def position(self) -> tuple[tuple[int, ...], Any]:
+        return (self.size,), jnp.dtype(self.dtype)
+
+
+Reads = Tokens | Features
+
+
+def reads_of(model: eqx.Module) -> Reads:
+    """What one position of `model`'s input is: the vocabulary of an `LRUModel` with an
+    embedding, the features of one with a linear encoder, `d_model` features for an
+    `LRUBlock`. Any other module: an `ExportError` asking for `reads=`."""
+    if isinstance(model, LRURetrievalModel):
+        model = model.encoder
+    if isinstance(model, LRUModel):
+        if isinstance(model.encoder, eqx.nn.Embedding):
+            return Tokens(int(model.encoder.num_embeddings))
+        return Features(int(model.encoder.in_features), model.encoder.weight.dtype)
+    if isinstance(model, LRUBlock):
+        linear = model.glu.linear
+        return Features(int(linear.in_features), linear.weight.dtype)
+    raise ExportError(
+        f"cannot tell what {type(model).__name__} reads: pass "
+        "`reads=eqx_lru.export.Tokens(vocab_size)` (token ids) or "
+        "`reads=eqx_lru.export.Features(size, dtype)` (a feature vector per position)."
+    )
+
+
+@dataclasses.dataclass
+class Program:
+    """A batched function ready for export: `fn(*inputs) -> tuple(outputs)`.
+
+    `inputs`: `(name, shape, dtype)` per input, `"batch"` and `"length"` standing for the
+    symbolic dimensions; `outputs`: the output names; `carry`: the carry's layout (name,
+    shape, dtype, `"init": "zeros"` per array) where the program takes one; `kind`: the
+    program's name in the manifest (`"sequence"`, `"step"`, `"pair"`)."""
+
+    kind: str
+    fn: Callable
+    inputs: list[tuple[str, tuple, Any]]
+    outputs: list[str]
+    carry: list[dict[str, Any]] | None = None
+
+
+def symbolic_specs(program: Program) -> list[jax.ShapeDtypeStruct]:
+    """`jax.ShapeDtypeStruct`s of the inputs, `batch` and `length` symbolic (one scope)."""
+    batch, length = jax.export.symbolic_shape("batch, length")
+    named = {"batch": batch, "length": length}
+    return [
+        jax.ShapeDtypeStruct(tuple(named.get(d, d) for d in shape), dtype)
+        for _, shape, dtype in program.inputs
+    ]
+
+
+def _x_input(reads: Reads, *leading: Any) -> tuple[tuple, Any]:
+    shape, dtype = reads.position()
+    return (*leading, *shape), dtype
+
+
+def sequence_program(model, state, reads: Reads) -> Program:
+    """The whole-sequence call in inference mode, batched: `(x, length) -> (out,)`."""
+
+    def fn(x, length):
+        def one(x, length):
+            return model(x, state, length=length, inference=True)[0]
+
+        return (jax.vmap(one)(x, length),)
+
+    x_shape, x_dtype = _x_input(reads, "batch", "length")
+    inputs = [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32)]
+    return Program("sequence", fn, inputs, ["out"])
+
+
+def _carry_names(tree) -> list[str]:
+    names = []
+    for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+        names.append(".".join(["carry", *parts]))
+    return names
+
+
+def check_causal(model, what: str) -> None:
+    """An `ExportError` if a block of `model` is bidirectional (`what` runs it as a
+    recurrence, which needs every output to depend on earlier positions only)."""
+    is_block = lambda x: isinstance(x, LRUBlock)  # noqa: E731
+    blocks = [b for b in jax.tree_util.tree_leaves(model, is_leaf=is_block) if is_block(b)]
+    if any(b.reverse_core is not None for b in blocks):
+        raise ExportError(
+            f"{what} needs a causal model, and this model's blocks are bidirectional (each "
+            "output depends on later positions). Export the whole sequence as StableHLO "
+            "instead."
+        )
+
+
+def step_program(model, state, reads: Reads) -> Program:
+    """One position of a batch of streams: `(x_t, *carry) -> (y_t, *carry)`."""
+    if isinstance(model, LRURetrievalModel):
+        raise ExportError(
+            "a two-tower LRURetrievalModel has no streaming step (its head needs both "
+            "documents whole); export its whole-pair program (program='pair')."
+        )
+    check_causal(model, "the step program (streaming)")
+    if not (hasattr(model, "init_carry") and hasattr(model, "step")):
+        raise ExportError(
+            f"{type(model).__name__} has no `init_carry()` and `step(carry, x_t, state)`: "
+            "the step program (and ONNX's whole sequence, a loop over the step) needs "
+            "both. Export the whole sequence as StableHLO, or add them."
+        )
+    try:
+        init = model.init_carry()
+    except (TypeError, ValueError) as e:
+        raise ExportError(f"the step program: {e}") from None
+    leaves, treedef = jax.tree_util.tree_flatten(init)
+    names = _carry_names(init)
+    for name, leaf in zip(names, leaves, strict=True):
+        if np.any(np.asarray(leaf) != 0):
+            raise ExportError(
+                f"the step program: the initial carry {name} is not zero; the manifest "
+                "describes a carry that starts at zeros only."
+            )
+
+    def fn(x_t, *carry):
+        def one(x_t, *carry):
+            carry, y_t = model.step(jax.tree_util.tree_unflatten(treedef, carry), x_t, state)
+            return (y_t, *jax.tree_util.tree_leaves(carry))
+
+        return jax.vmap(one)(x_t, *carry)
+
+    x_shape, x_dtype = _x_input(reads, "batch")
+    carry = [(n, ("batch", *leaf.shape), leaf.dtype) for n, leaf in zip(names, leaves, strict=True)]
+    info = [
+        {"name": n, "shape": list(s), "dtype": str(np.dtype(d)), "init": "zeros"}
+        for n, s, d in carry
+    ]
+    return Program("step", fn, [("x_t", x_shape, x_dtype), *carry], ["y_t", *_next(names)], info)
+
+
+def _next(names: list[str]) -> list[str]:
+    return ["next_" + n for n in names]
+
+
+def per_position(model, state, reads: Reads) -> bool:
+    """Whether `model`'s call returns one output per position (a leading `length` axis)
+    rather than one for the sequence: read off its output shape for a symbolic length."""
+    (length,) = jax.export.symbolic_shape("length")
+    shape, dtype = _x_input(reads, length)
+
+    def call(x):
+        return model(x, state, length=None, inference=True)[0]
+
+    out = jax.eval_shape(call, jax.ShapeDtypeStruct(shape, dtype))
+    return out.ndim >= 1 and not isinstance(out.shape[0], int) and out.shape[0] == length
+
+
+def loop_program(model, state, reads: Reads) -> Program:
+    """The whole sequence as the step in a loop, from a carry: `(x, length, *carry) ->
+    (out, *carry)` (see the module docstring)."""
+    step = step_program(model, state, reads)
+    each = per_position(model, state, reads)
+
+    def fn(x, length, *carry):
+        def body(loop, x_t):
+            t, last, carry = loop
+            y_t, *new = step.fn(x_t, *carry)
+            valid, final = t < length, t == length - 1
+
+            def pick(mask, a, b):
+                return jnp.where(mask.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
+
+            carry = [pick(valid, a, b) for a, b in zip(new, carry, strict=True)]
+            last = pick(final, y_t, last)
+            return (t + 1, last, carry), (pick(valid, y_t, jnp.zeros_like(y_t)) if each else None)
+
+        y0 = jax.eval_shape(step.fn, x[:, 0], *carry)[0]
+        start = (jnp.zeros((), jnp.int32), jnp.zeros(y0.shape, y0.dtype), list(carry))
+        (_, last, carry), ys = jax.lax.scan(body, start, jnp.swapaxes(x, 0, 1))
+        return (jnp.swapaxes(ys, 0, 1) if each else last, *carry)
+
+    x_shape, x_dtype = _x_input(reads, "batch", "length")
+    inputs = [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32), *step.inputs[1:]]
+    n = len(step.carry)
+    return Program("sequence", fn, inputs, ["out", *step.outputs[1 : 1 + n]], step.carry)

@@ -1,0 +1,211 @@
+"""Serving many streams at once: tokens per second and memory per stream against the
+number of streams.
+
+    python -m experiments.bench.streams [--quick] [--out FILE] [--json FILE]
+
+writes `STREAMS-<backend>.md` here. The model is `streaming.py`'s (the ListOps one of the
+paper's Table 9: depth 6, H = 128, N = 256, batch norm, mean pooling; inference mode),
+serving 1 to 256 streams, each at its own position:
+
+- **JAX step**: one position of every slot of an `eqx_lru.StreamPool` (`jax.vmap` of
+  `LRUModel.step` with a per-slot reset, what a server runs), under `jax.jit`, in both
+  forms; one call per token from Python, each waited for (dispatch included).
+- **onnxruntime step**: the same model's step exported to ONNX (real form, batch norm
+  folded; `streaming.onnx_step_session`), batch = streams, one intra-op thread.
+
+Everything is measured in one process, in interleaved rounds: each round runs every
+configuration for a few tokens, back to back, so a change of load on a shared machine
+hits all alike. Per round the time of a token is the median over its tokens; the table
+gives the median over rounds and the spread (lowest and highest round).
+
+Memory per stream: the carry (bytes, fixed by the shapes), and XLA's temp buffer of the
+compiled step divided by the streams.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from .streaming import NO_ONNXRUNTIME, _model, onnx_step_session
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+FULL = {
+    "depth": 6,
+    "d_model": 128,
+    "d_state": 256,
+    "streams": (1, 4, 16, 64, 256),
+    "rounds": 7,
+    "tokens": 5,
+}
+QUICK = {"depth": 2, "d_model": 16, "d_state": 16, "streams": (1, 4), "rounds": 2, "tokens": 2}
+
+
+def jax_runner(grid, form, streams):
+    """`(step_once, info)`: one position of a full `StreamPool` of `streams` slots, in
+    `form`, jitted; `info` the carry bytes per stream and XLA's temp."""
+    import jax
+    import jax.numpy as jnp
+
+    import eqx_lru
+
+    model, state = _model(grid, form)
+    vocab = model.encoder.num_embeddings
+    pool = eqx_lru.StreamPool(model, streams)
+    for slot in range(streams):
+        pool = pool.admit(slot)
+    step = jax.jit(lambda pool, x: pool.step(model, x, state))
+    rng = np.random.default_rng(0)
+    tokens = [jnp.asarray(rng.integers(0, vocab, streams), jnp.int32) for _ in range(8)]
+    temp = step.lower(pool, tokens[0]).compile().memory_analysis()
+    for _ in range(2):  # warm-up: the second call's input is a jit output, as later ones
+        pool = jax.block_until_ready(step(pool, tokens[0])[0])
+    box = {"pool": pool, "t": 0}
+
+    def step_once():
+        box["pool"], out = step(box["pool"], tokens[box["t"] % len(tokens)])
+        box["t"] += 1
+        out.block_until_ready()
+
+    carry = sum(x.nbytes for x in jax.tree_util.tree_leaves(pool.carry)) / streams
+    return step_once, {
+        "carry_bytes": carry,
+        "temp_bytes_per_stream": None if temp is None else temp.temp_size_in_bytes / streams,
+    }
+
+
+def onnx_runner(session, streams, vocab):
+    """`(step_once, info)`: onnxruntime's step for `streams` streams."""
+    session, names, carry_zeros = session
+    rng = np.random.default_rng(0)
+    box = {"carry": carry_zeros(streams)}
+
+    def step_once():
+        x_t = rng.integers(0, vocab, streams).astype(np.int32)
+        _, *box["carry"] = session.run(None, dict(zip(names, [x_t, *box["carry"]], strict=True)))
+
+    step_once()  # warm-up
+    carry = sum(c.nbytes for c in carry_zeros(streams)) / streams
+    return step_once, {"carry_bytes": carry, "temp_bytes_per_stream": None}
+
+
+def measure(grid) -> dict:
+    """Every configuration built first, then `rounds` interleaved rounds."""
+    runners = {}
+    try:  # first: exporting clears JAX's caches (`experiments.export`), compiled steps too
+        model, state = _model(grid, "complex")
+        session = onnx_step_session(model, state)
+        for n in grid["streams"]:
+            runners["onnxruntime", n] = onnx_runner(session, n, model.encoder.num_embeddings)
+        onnx_error = None
+    except ImportError:
+        onnx_error = NO_ONNXRUNTIME
+    for form in ("complex", "real"):
+        for n in grid["streams"]:
+            runners[f"jax-{form}", n] = jax_runner(grid, form, n)
+            _log(f"  compiled jax {form} x{n}")
+    times = {key: [] for key in runners}
+    load = [os.getloadavg()]
+    for r in range(grid["rounds"]):
+        for key, (step_once, _) in runners.items():
+            ms = []
+            for _ in range(grid["tokens"]):
+                start = time.perf_counter()
+                step_once()
+                ms.append(1e3 * (time.perf_counter() - start))
+            times[key].append(float(np.median(ms)))
+        load.append(os.getloadavg())
+        _log(f"  round {r + 1}/{grid['rounds']}")
+    rows = [
+        {"runtime": runtime, "streams": n, "ms": times[runtime, n], **info}
+        for (runtime, n), (_, info) in sorted(runners.items(), key=lambda kv: kv[0])
+    ]
+    return {"rows": rows, "onnx_error": onnx_error, "load": load}
+
+
+def _log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def render(grid, results, info) -> str:
+    from . import report
+
+    lines = [
+        f"# Many streams at once on `{info['backend']}`",
+        "",
+        "Written by `python -m experiments.bench.streams`; see its docstring. Model: depth "
+        f"{grid['depth']}, H = {grid['d_model']}, N = {grid['d_state']}, ListOps vocabulary,",
+        "batch norm, mean pooling, inference mode, float32. One call advances every stream by",
+        f"one token. {grid['rounds']} interleaved rounds of {grid['tokens']} tokens per "
+        "configuration: 'ms per call' is the median over rounds of each round's median, with",
+        "the lowest and highest round in brackets; tokens/s is streams / (ms per call).",
+        "",
+        "## Machine",
+        "",
+        *report.machine_lines(info, end_load=results["load"][-1]),
+        "- The machine was shared with other jobs during the run (other agents' test suites",
+        "  on its two cores): absolute times are noisy upwards; compare within the table",
+        "  (ratios), which the interleaving keeps fair.",
+        "",
+        "| runtime | streams | ms per call [low, high] | tokens/s [low, high] | tokens/s ÷ one "
+        "stream's | carry per stream | XLA temp per stream |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    one = {r["runtime"]: np.median(r["ms"]) for r in results["rows"] if r["streams"] == 1}
+    for r in results["rows"]:
+        ms, n = np.asarray(r["ms"]), r["streams"]
+        rate = n / (np.median(ms) / 1e3)
+        speedup = (n / np.median(ms)) / (1 / one[r["runtime"]]) if r["runtime"] in one else None
+        temp = r["temp_bytes_per_stream"]
+        lines.append(
+            f"| {r['runtime']} | {n} | {np.median(ms):,.3f} [{ms.min():,.3f}, {ms.max():,.3f}] "
+            f"| {rate:,.0f} [{n / ms.max() * 1e3:,.0f}, {n / ms.min() * 1e3:,.0f}] | "
+            + ("—" if speedup is None else f"{speedup:,.1f}×")
+            + f" | {r['carry_bytes'] / 1024:,.1f} KB | "
+            + ("—" if temp is None else f"{temp / 1024:,.1f} KB")
+            + " |"
+        )
+    if results["onnx_error"]:
+        lines.append(f"| onnxruntime | — | {results['onnx_error']} | | | | |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.bench.streams", description=__doc__
+    )
+    parser.add_argument("--quick", action="store_true", help="a tiny model, few rounds (seconds)")
+    parser.add_argument(
+        "--out", help="Markdown to write (default: STREAMS-<backend>.md here; quick: stdout)"
+    )
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args(argv)
+    import jax
+
+    from . import report
+
+    grid = QUICK if args.quick else FULL
+    info = report.machine_info()
+    results = measure(grid)
+    text = render(grid, results, info)
+    default = os.path.join(HERE, f"STREAMS-{jax.default_backend()}.md")
+    out = args.out or (None if args.quick else default)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+        _log(f"wrote {out}")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

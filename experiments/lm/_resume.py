@@ -1,0 +1,78 @@
+"""Resuming a language-model run: the newest complete `last` checkpoint, verified (its
+record's fields, its SHA-256, finite values, this run's settings, run id and corpus), or
+step 0 if the run stopped before its first checkpoint. The checks are the LRA trainer's
+(`experiments/lra/_checkpoint`)."""
+
+from ..lra import _checkpoint as ckpt
+from ..lra._errors import UsageError
+from ._run import Run, TrainState
+from .config import TRAINING_KEYS
+
+__all__ = ["resume"]
+
+
+def resume(r: Run, s: TrainState) -> TrainState:
+    """`s` (a fresh state shaped like the saved one) replaced by the run's checkpoint."""
+    try:
+        pair = ckpt.locate(r.out, "last")
+        if pair is not None:
+            fields = ("step", "pending", "config", "run_id")
+            ckpt.check_last(pair.meta, pair.json_path, fields=fields)
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
+    if pair is None:
+        r.say(
+            f"Note: {r.out} holds no complete checkpoint (the run stopped before its first one "
+            "was written): starting it again from step 0, with its saved settings."
+        )
+        return s
+    _check_run(r, pair)
+    try:
+        (params, opt_state, carry, run_key, step), meta = ckpt.load_pair(
+            pair.json_path,
+            pair.eqx_path,
+            s.tree(),
+            step_of=lambda t: t[-1],
+            finite=True,
+            required=("pending",),
+        )
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
+    except FileNotFoundError as e:
+        raise UsageError(
+            f"--resume: {e} Restore it from a backup, or start a new run with another --out."
+        ) from None
+    if pair.json_path.name != "last.json":
+        r.say(
+            "Note: the newest checkpoint was being written when the run stopped; resuming from "
+            f"the previous one ({pair.json_path.name})."
+        )
+    r.say(f"Resuming {r.out} at step {int(step)}/{r.cfg.steps}.")
+    pending = tuple(map(tuple, meta["pending"]))
+    return TrainState(int(step), params, opt_state, carry, run_key, pending)
+
+
+def _check_run(r: Run, pair: ckpt.Pair) -> None:
+    """Refuse a checkpoint of another run: other settings or run id
+    (`_checkpoint.check_bound`), or another corpus."""
+    try:
+        ckpt.check_bound(
+            pair.meta,
+            pair.json_path,
+            run_id=r.cfg.run_id,
+            settings=r.cfg.to_json(),
+            keys=TRAINING_KEYS,
+        )
+    except ckpt.NotBound as e:
+        raise UsageError(
+            f"--resume: {e.path} does not belong to the run in {r.out / 'config.json'} "
+            f"({e.what('config.json')}); it was copied from another run, or config.json was "
+            "edited. Restore the run's own files, or start a new run with another --out."
+        ) from None
+    if pair.meta.get("corpus_sha256") not in (None, r.cfg.corpus_sha256):
+        raise UsageError(
+            f"--resume: {pair.json_path} was trained on another corpus (SHA-256 "
+            f"{str(pair.meta['corpus_sha256'])[:12]}..., config.json says "
+            f"{str(r.cfg.corpus_sha256)[:12]}...). Restore the run's own files, or start a "
+            "new run with another --out."
+        )

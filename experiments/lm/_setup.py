@@ -1,0 +1,142 @@
+"""Setting a language-model run up: its settings and folder (`set_up`), the corpus and
+baselines (`load_corpus`), and the model, programs and initial or resumed state
+(`build`)."""
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+
+from .._atomic import write_atomic
+from ..lra import _checkpoint as ckpt
+from ..lra import _env
+from ..lra._errors import UsageError
+from ..lra._metrics import MetricsLog
+from . import baselines, cli
+from . import config as _config
+from ._resume import resume
+from ._run import Run, TrainState
+from .corpus import CorpusError, read_corpus
+from .model import build_model, make_optimizer, make_programs, stream_carry
+from .streams import TrainStreams, eval_layout
+
+__all__ = ["set_up", "load_corpus", "build"]
+
+
+def _settings(args) -> _config.LMConfig:
+    out, given = Path(args.out), cli.given(args)
+    try:
+        if not args.resume:
+            return _config.new_run(given)
+        path = out / "config.json"
+        if not path.is_file():
+            raise UsageError(
+                f"--resume: {path} does not exist, so there is no run to continue in {out}. "
+                "Drop --resume to start one."
+            )
+        try:
+            saved = ckpt.read_json(path)
+        except ckpt.CheckpointError as e:
+            raise UsageError(str(e)) from None
+        return _config.resumed_run(saved, given, out=str(out))
+    except _config.ConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def set_up(args) -> Run:
+    """Settings, backend environment (before JAX touches a device), the run folder and
+    its lock."""
+    cfg = _settings(args)
+    _env.configure_backend(deterministic=True, task="lm")
+    r = Run(args, cfg, Path(args.out))
+    try:
+        r.out.mkdir(parents=True, exist_ok=True)
+        write_atomic(r.out / ".write-test", b"")
+        (r.out / ".write-test").unlink()
+        r.lock = ckpt.RunLock(r.out).acquire()
+    except ckpt.FolderInUse as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(
+            f"--out {str(r.out)!r} is not a writable folder ({e.strerror or e})."
+        ) from None
+    if not args.resume and (ckpt.exists(r.out, "last") or (r.out / "config.json").exists()):
+        r.lock.release()
+        raise UsageError(
+            f"{r.out} already holds a run. Pass --resume to continue it, or choose another --out."
+        )
+    return r
+
+
+def load_corpus(r: Run) -> None:
+    """Read the corpus (refusing, on `--resume`, another than the run's), lay its splits
+    out, and score the baselines on the held-out text."""
+    cfg = r.cfg
+    budgets = {"train": cfg.train_bytes, "val": cfg.val_bytes, "test": cfg.test_bytes}
+    try:
+        r.corpus = read_corpus(cfg.corpus, budgets)
+        r.streams = TrainStreams(r.corpus.train, cfg.streams, cfg.chunk)
+        r.val = eval_layout(r.corpus.val, cfg.eval_streams, cfg.eval_chunk)
+        r.test = eval_layout(r.corpus.test, cfg.eval_streams, cfg.eval_chunk)
+    except (CorpusError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        if e.filename is None:
+            raise
+        raise UsageError(f"cannot read the corpus: {e.filename}: {e.strerror or e}.") from None
+    fingerprint = r.corpus.fingerprint()
+    if cfg.corpus_sha256 is not None and cfg.corpus_sha256 != fingerprint["sha256"]:
+        raise UsageError(_other_corpus(r, fingerprint))
+    r.cfg = dataclasses.replace(cfg, corpus_sha256=fingerprint["sha256"])
+    r.baselines = baselines.report(r.corpus.train, {"val": r.val.text, "test": r.test.text})
+    record = {"corpus": fingerprint, "baselines_bits_per_byte": r.baselines}
+    write_atomic(r.out / "corpus.json", json.dumps(record, indent=1).encode())
+
+
+def _other_corpus(r: Run, now: dict[str, Any]) -> str:
+    try:
+        then = json.loads((r.out / "corpus.json").read_text())["corpus"]
+        was = f"Python {then['python']}'s files in {then['folder']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        was = "its recorded corpus"
+    return (
+        f"--resume: the corpus differs from the one the run in {r.out} was trained on: SHA-256 "
+        f"{now['sha256'][:12]}... (Python {now['python']}'s files in {now['folder']}) where the "
+        f"run recorded {r.cfg.corpus_sha256[:12]}... ({was}); the standard library differs "
+        "between Python versions. Resume with the Python (or --corpus folder) the run started "
+        "with, or start a new run with another --out."
+    )
+
+
+def build(r: Run) -> TrainState:
+    """Model, optimiser, programs and the initial (or resumed) state."""
+    cfg, began = r.cfg, time.perf_counter()
+    init_key, run_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    model, r.state = build_model(cfg, init_key)
+    params, r.static = eqx.partition(model, eqx.is_inexact_array)
+    r.programs = make_programs(cfg, r.static, r.state)
+    optim, _ = make_optimizer(cfg)
+    s = TrainState(0, params, optim.init(params), stream_carry(model, cfg.streams), run_key)
+    if r.args.resume:
+        s = resume(r, s)
+    text = json.dumps(cfg.to_json(), indent=1, sort_keys=True)
+    write_atomic(r.out / "config.json", text.encode())
+    r.log = MetricsLog(r.out / "metrics.jsonl")
+    r.log.truncate(s.step)
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
+    sizes = r.corpus.fingerprint()["bytes"]
+    base = r.baselines["val"]
+    r.say(
+        f"corpus: {sizes['train']:,}/{sizes['val']:,}/{sizes['test']:,} train/val/test bytes "
+        f"of {r.corpus.folder}; val baselines (bits/byte): unigram {base['unigram']:.3f}, "
+        f"bigram add-one {base['bigram_add_one']:.3f}, bigram Kneser-Ney "
+        f"{base['bigram_kneser_ney']:.3f}.\nmodel: {cfg.form} LRU, depth {cfg.depth}, "
+        f"H={cfg.d_model}, N={cfg.d_state} ({n_params:,} parameters); {cfg.streams} streams x "
+        f"{cfg.chunk} bytes per step, {cfg.steps} steps; built in "
+        f"{time.perf_counter() - began:.1f}s."
+    )
+    return s

@@ -1,0 +1,82 @@
+"""Export a language-model run out of JAX through the library's `eqx_lru.export`, as
+`python -m experiments.export` does for LRA runs:
+
+    python -m experiments.lm export --run runs/lm --format stablehlo|onnx [--step] [--dest DIR]
+
+reads the run's newest complete checkpoint (verified as `--resume` and `sample` verify it,
+`weights.load_model`) and writes, into `DIR` (default `RUN/export/`), `model.<suffix>`
+(the whole sequence: byte ids `(batch, length)` int32 and valid lengths `(batch,)` to the
+next-byte logits `(batch, length, 256)`) or, with `--step`, `step.<suffix>` (one byte of
+`batch` streams and the carry, to the logits and the next carry: the program a sampler
+calls), each with its manifest (`<artifact>.json`) holding the library's fields and the
+run's settings, corpus digest and source checkpoint. ONNX runs the real form
+(`eqx_lru.to_real`, the same function).
+"""
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import eqx_lru.export
+
+from ..lra._errors import UsageError
+from .model import VOCAB
+from .weights import Loaded, load_model
+
+__all__ = ["export_run", "export_main"]
+
+_MODEL_KEYS = ("form", "depth", "d_model", "d_state", "r_min", "r_max", "max_phase")
+
+
+def _metadata(loaded: Loaded, step: bool) -> dict[str, Any]:
+    cfg = loaded.cfg
+    inputs = (
+        "The carry starts at zeros (a new stream); feed the returned next_carry back."
+        if step
+        else "Not checked: 1 <= length <= x.shape[1]."
+    )
+    return {
+        "task": "byte-level language model (experiments/lm)",
+        "model": {k: getattr(cfg, k) for k in _MODEL_KEYS},
+        "corpus_sha256": cfg.corpus_sha256,
+        "notes": "Inputs are bytes (token ids 0-255, not checked); outputs are the logits of "
+        f"the next byte. {inputs}",
+        "source": {
+            "checkpoint": str(loaded.checkpoint),
+            "step": loaded.step,
+            "sha256": loaded.sha256,
+        },
+    }
+
+
+def export_run(run: str | Path, fmt: str, *, step: bool = False, dest: str | Path | None = None):
+    """Export the run in folder `run`; returns the artifact's path (its manifest is the
+    same path plus `.json`).
+
+    **Raises:** `UsageError` for a folder without a usable run, or what `eqx_lru.export`
+    refuses (`ExportError`, worded by the library).
+    """
+    loaded = load_model(run)
+    folder = Path(dest) if dest is not None else Path(run) / "export"
+    try:
+        exported = eqx_lru.export.export(
+            loaded.model,
+            loaded.state,
+            format=fmt,
+            program="step" if step else "sequence",
+            reads=eqx_lru.export.Tokens(VOCAB),
+            description=f"eqx_lru byte-level LRUModel from {loaded.checkpoint}",
+            metadata=_metadata(loaded, step),
+        )
+        return eqx_lru.export.write(
+            exported, folder / (("step" if step else "model") + exported.format.suffix)
+        )
+    except eqx_lru.export.ExportError as e:
+        raise UsageError(str(e)) from None
+
+
+def export_main(args) -> int:
+    """`python -m experiments.lm export ...` (parsed `args`)."""
+    artifact = export_run(args.run, args.format, step=args.step, dest=args.dest)
+    print(f"wrote {artifact} and {artifact.name}.json", file=sys.stderr)
+    return 0

@@ -1,0 +1,106 @@
+"""The learning curve of a language-model run: bits per byte against step, train and
+validation, with the unigram and bigram baselines as horizontal lines.
+
+    python -m experiments.lm.plot --run runs/lm --out curve.png
+
+The trainer draws `OUT/curve.png` itself at the end of each invocation; this command
+redraws it (e.g. for the docs page, `experiments/lm/figures/curve.png`).
+"""
+
+import argparse
+import io
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._atomic import write_atomic
+from .._flags import output_file, report_os_errors
+
+__all__ = ["plot_run", "main"]
+
+#: (key, label, line style, where the label goes: (x in axes fraction, alignments)).
+_BASELINES = (
+    ("unigram", "unigram (add-one)", ":", (0.99, "right", "bottom")),
+    ("bigram_add_one", "bigram (add-one)", "-.", (0.01, "left", "top")),
+    ("bigram_kneser_ney", "bigram (Kneser-Ney)", "--", (0.99, "right", "bottom")),
+)
+
+
+def _series(records: Sequence[Mapping[str, Any]], split: str) -> tuple[list, list]:
+    xs, ys = [], []
+    for r in records:
+        value = r.get("bits_per_byte") if r.get("split") == split else None
+        if value is not None and math.isfinite(value):
+            xs.append(r["step"])
+            ys.append(value)
+    return xs, ys
+
+
+def plot_run(
+    records: Sequence[Mapping[str, Any]],
+    baselines: Mapping[str, float],
+    path: str | os.PathLike,
+    *,
+    title: str = "byte-level LRU language model",
+) -> None:
+    """Draw `records` (a run's metrics) and the validation `baselines` to a PNG at `path`
+    (matplotlib's object API: headless, no global state)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.subplots()
+    for split, style in (("train", dict(lw=1, alpha=0.7)), ("val", dict(marker="o", ms=3))):
+        xs, ys = _series(records, split)
+        if xs:
+            ax.plot(xs, ys, label=split, **style)
+    for key, label, line, (x, ha, va) in _BASELINES:
+        if key in baselines:
+            ax.axhline(baselines[key], ls=line, color="gray", lw=1)
+            ax.annotate(
+                f"{label} {baselines[key]:.3f}",
+                (x, baselines[key]),
+                xycoords=("axes fraction", "data"),
+                ha=ha,
+                va=va,
+                fontsize=8,
+                color="dimgray",
+            )
+    tests = [r for r in records if r.get("split") == "test"]
+    if tests:
+        t = tests[-1]
+        ax.scatter([t["step"]], [t["bits_per_byte"]], marker="*", s=120, color="k", zorder=3)
+        ax.plot([], [], "k*", label=f"test {t['bits_per_byte']:.3f}")
+    ax.set(xlabel="step", ylabel="bits per byte", title=title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper right", fontsize=8)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    write_atomic(path, buffer.getvalue())
+
+
+@report_os_errors
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.lm.plot", description=__doc__)
+    p.add_argument("--run", required=True, help="a run folder written by the trainer")
+    p.add_argument("--out", required=True, type=output_file, help="the PNG to write")
+    p.add_argument("--title", default="byte-level LRU language model", help="the plot's title")
+    args = p.parse_args(argv)
+    from ..lra._metrics import read_records
+
+    run = Path(args.run)
+    try:
+        baselines = json.loads((run / "corpus.json").read_text())["baselines_bits_per_byte"]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: --run {args.run!r}: cannot read its corpus.json ({e}).", file=sys.stderr)
+        return 2
+    plot_run(read_records(run / "metrics.jsonl"), baselines["val"], args.out, title=args.title)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
