@@ -88,6 +88,28 @@ def test_the_log_and_the_lock_refuse_a_link(tmp_path, victim):
     assert victim.read_text() == "keep me"
 
 
+FIELDS = ("inputs", "labels", "lengths")
+
+
+def test_the_data_cache_never_writes_through_a_planted_link(tmp_path, victim):
+    """The cache's `meta.json` and arrays went to `.NAME.PID.tmp` and `.NAME.PID.tmp.npy`,
+    opened following links."""
+    from experiments.lra import synthetic
+    from experiments.lra.tasks import load_task
+
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    synthetic.write_listops(data, (16, 4, 4), seed=0, min_length=5, max_length=12)
+    cache.mkdir()
+    pid, folder = os.getpid(), cache / "listops"  # the task's cache folder
+    folder.mkdir()
+    names = [f".meta.json.{pid}.tmp"]
+    names += [f".{s}.{f}.{pid}.tmp.npy" for s in ("train", "val", "test") for f in FIELDS]
+    for name in names:
+        (folder / name).symlink_to(victim)
+    loaded = load_task("listops", data, cache_dir=cache)
+    assert len(loaded.train) == 16 and victim.read_text() == "keep me"
+
+
 @pytest.mark.slow
 def test_a_run_in_a_folder_with_planted_links_writes_only_inside(tmp_path, victim, capsys):
     from experiments.lra import synthetic
