@@ -44,8 +44,10 @@ def check_size(name: str, value: object) -> int:
 
 def device_memory() -> tuple[int, str]:
     """`(bytes, where)`: the memory of JAX's default device (an accelerator's limit, the
-    host's physical memory for the CPU; 2**63 - 1 if neither is known)."""
-    device = jax.devices()[0]
+    host's physical memory for the CPU; 2**63 - 1 if neither is known). The default device
+    is this process's first: in a multi-process run `jax.devices()[0]` may be another
+    process's, whose memory cannot be read from here."""
+    device = jax.local_devices()[0]
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats and stats.get("bytes_limit"):
         return int(stats["bytes_limit"]), f"the {device.platform} device"

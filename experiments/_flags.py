@@ -26,31 +26,41 @@ def number(
     high: float | None = None,
     open_low: bool = False,
     open_high: bool = True,
+    why: str | None = None,
 ) -> Callable[[str], float]:
-    """An argparse `type` for finite numbers of `kind` (int or float) in a range."""
+    """An argparse `type` for finite numbers of `kind` (int or float) in a range; `why`
+    (e.g. "the step counter is int32") is said after the range when a value is refused."""
     bounds = []
     if low is not None:
-        bounds.append(f"{'>' if open_low else '>='} {low:g}")
+        bounds.append(f"{'>' if open_low else '>='} {_shown(low)}")
     if high is not None:
-        bounds.append(f"{'<' if open_high else '<='} {high:g}")
+        bounds.append(f"{'<' if open_high else '<='} {_shown(high)}")
     what = ("an integer" if kind is int else "a finite number") + (
         f" {' and '.join(bounds)}" if bounds else ""
     )
+    reason = f" ({why})" if why else ""
 
     def parse(text: str):
         try:
             value = kind(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
         ok = math.isfinite(value)
         ok = ok and (low is None or (value > low if open_low else value >= low))
         ok = ok and (high is None or (value < high if open_high else value <= high))
         if not ok:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {what}{reason}, got {text!r}")
         return value
 
     parse.__name__ = what
     return parse
+
+
+def _shown(bound: float) -> str:
+    """A bound as the user would type it: integers in full, floats in `%g`."""
+    if isinstance(bound, int) or float(bound).is_integer() and abs(bound) < 2**63:
+        return str(int(bound))
+    return f"{bound:g}"
 
 
 POSITIVE_INT = number(int, low=1)

@@ -17,13 +17,23 @@ therefore run before any of those; importing `jax` is harmless.
   (`allocate_on_demand` in their `experiments/lra/tasks.py` entry) that is the default,
   unless the user set `XLA_PYTHON_CLIENT_PREALLOCATE` or `XLA_PYTHON_CLIENT_MEM_FRACTION`
   themselves.
+- **Variables the trainer reads** (`check_environment`): the multi-process ones
+  (`JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`, the timeouts
+  `LRA_INIT_TIMEOUT` and `LRA_HEARTBEAT_TIMEOUT`, the SLURM/Open MPI task counts) and the
+  allocator's are checked before JAX sees them; a malformed value is one error naming the
+  variable, its value and what it must hold. `start_backend` touches the devices and turns
+  a platform JAX cannot start (`JAX_PLATFORMS=cuda` without CUDA) into one such error.
 """
 
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from ._errors import UsageError
+
 __all__ = [
+    "check_environment",
+    "start_backend",
     "DETERMINISTIC_FLAG",
     "backend_env",
     "configure_backend",
@@ -113,3 +123,98 @@ def out_of_memory_message(
         "with JAX's default preallocation also try XLA_PYTHON_CLIENT_PREALLOCATE=false. "
         "experiments/lra/MEMORY.md lists each task's memory."
     )
+
+
+def _whole(low: int, high: int = 2**31 - 1):
+    def check(text: str) -> str | None:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            return f"a whole number >= {low}"
+        return None if low <= value <= high else f"a whole number >= {low} and <= {high}"
+
+    return check
+
+
+def _address(text: str) -> str | None:
+    host, _, port = text.strip().rpartition(":")
+    if host and port.isdigit() and 1 <= int(port) <= 65535:
+        return None
+    return "HOST:PORT with a port in 1..65535 (e.g. 10.0.0.1:12345)"
+
+
+def _fraction(text: str) -> str | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return "a number in (0, 1]"
+    return None if 0 < value <= 1 else "a number in (0, 1]"
+
+
+def _boolean(text: str) -> str | None:
+    ok = text.strip().lower() in ("true", "false", "1", "0", "yes", "no")
+    return None if ok else "true or false"
+
+
+#: The variables the trainer (or JAX for it) reads, and what each must hold; the
+#: multi-process ones only matter unless --distributed off.
+_CHECKS = {
+    "JAX_COORDINATOR_ADDRESS": (_address, True),
+    "JAX_NUM_PROCESSES": (_whole(1), True),
+    "JAX_PROCESS_ID": (_whole(0), True),
+    "LRA_INIT_TIMEOUT": (_whole(1), True),
+    "LRA_HEARTBEAT_TIMEOUT": (_whole(1), True),
+    "SLURM_NTASKS": (_whole(1), True),
+    "OMPI_COMM_WORLD_SIZE": (_whole(1), True),
+    "XLA_PYTHON_CLIENT_MEM_FRACTION": (_fraction, False),
+    "XLA_PYTHON_CLIENT_PREALLOCATE": (_boolean, False),
+}
+
+
+def check_environment(environ: Mapping[str, str], *, distributed: bool) -> None:
+    """Refuse a malformed variable the run would read (`distributed`: whether the
+    multi-process ones are read).
+
+    **Raises:** `UsageError` naming the first bad variable, its value and what it
+    must hold."""
+    for name, (check, multi) in _CHECKS.items():
+        value = environ.get(name)
+        if value is None or (multi and not distributed):
+            continue
+        expected = check(value)
+        if expected is not None:
+            raise UsageError(
+                f"the environment variable {name}={value!r} is malformed: it must be "
+                f"{expected}. Fix or unset it."
+            )
+    count, rank = environ.get("JAX_NUM_PROCESSES"), environ.get("JAX_PROCESS_ID")
+    if distributed and count and rank and int(rank) >= int(count):
+        raise UsageError(
+            f"the environment variable JAX_PROCESS_ID={rank!r} must be below "
+            f"JAX_NUM_PROCESSES={count!r} (processes are numbered 0 to {int(count) - 1})."
+        )
+
+
+def start_backend() -> list:
+    """The devices of every process (`jax.devices()`), starting JAX's backend.
+
+    **Raises:** `UsageError` if JAX cannot start the platform(s) asked for
+    (`JAX_PLATFORMS`), naming them and what to do."""
+    import jax
+
+    try:
+        return jax.devices()
+    except (AssertionError, RuntimeError) as e:
+        asked = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or ""
+        first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
+        if asked:
+            raise UsageError(
+                f"JAX_PLATFORMS={asked!r}: JAX cannot start that platform on this machine "
+                f"({first}); install its JAX plugin (e.g. jax[cuda12] for cuda) and check "
+                "that the device is visible, or set JAX_PLATFORMS=cpu (or unset it to let "
+                "JAX choose)."
+            ) from None
+        raise UsageError(
+            f"JAX cannot start any device on this machine ({first}); check the JAX "
+            "installation, or set JAX_PLATFORMS=cpu."
+        ) from None

@@ -1,17 +1,21 @@
 """Evaluation: a whole split (`evaluate`), the best weights on test, and the outputs at the
 end of a run (`outputs`: results.json, curves.png, the closing line)."""
 
+import io
 import json
 import time
 from typing import Any
 
 import equinox as eqx
+import jax
 import numpy as np
 
 from .._atomic import write_atomic
 from . import _checkpoint as ckpt
+from . import _multiprocess as mp
 from . import _parallel as par
 from ._carry import Carry
+from ._errors import RunError
 from ._metrics import plot_curves, read_records
 from ._run import Run
 from .data import batch_indices
@@ -40,14 +44,37 @@ def evaluate(r: Run, params, bn_state, split) -> dict[str, Any]:
     }
 
 
+def _best(r: Run, carry: Carry, template) -> tuple[Any, dict[str, Any]]:
+    """The best-val weights and their JSON, from `OUT/best.eqx` (the run's own, by digest).
+    With several processes, process 0 reads them once every process has finished the last
+    save, and sends the bytes to the others (they need not see its disk)."""
+
+    def read():
+        pair = ckpt.locate(r.out, "best", sha256=carry.best_sha256) if carry.best_sha256 else None
+        if pair is None:  # a checkpoint from before digests
+            pair = ckpt.locate(r.out, "best")
+        if pair is None:
+            raise FileNotFoundError(f"No checkpoint file {str(r.out / 'best.json')!r}.")
+        tree, meta = ckpt.load_pair(pair.json_path, pair.eqx_path, template)
+        return tree, meta, pair.eqx_path
+
+    if jax.process_count() == 1:
+        return read()[:2]
+    blob = None
+    if r.primary:
+        _, meta, path = read()
+        blob = json.dumps(meta).encode() + b"\n" + path.read_bytes()
+    text, data = mp.share(blob).split(b"\n", 1)
+    meta = json.loads(text)
+    if "sha256" in meta and ckpt.sha256(data) != meta["sha256"]:
+        raise RunError("best.eqx changed while process 0 sent it to the others; run again.")
+    return eqx.tree_deserialise_leaves(io.BytesIO(data), ckpt.to_host(template)), meta
+
+
 def _test(r: Run, carry: Carry) -> dict[str, Any]:
-    """Evaluate the best-val weights, read back from `OUT/best.eqx`, on test."""
+    """Evaluate the best-val weights (`_best`) on test."""
     template = (eqx.combine(carry.params, r.static), carry.bn_state)
-    pair = ckpt.locate(r.out, "best", sha256=carry.best_sha256) if carry.best_sha256 else None
-    if pair is not None:  # the run's own best.eqx, by digest
-        (model, bn_state), meta = ckpt.load_pair(pair.json_path, pair.eqx_path, template)
-    else:  # another host (it does not write), or a checkpoint from before digests
-        (model, bn_state), meta = ckpt.load(r.out, "best", template)
+    (model, bn_state), meta = _best(r, carry, template)
     params = par.replicate(eqx.filter(model, eqx.is_inexact_array), r.mesh)
     test = evaluate(r, params, par.replicate(bn_state, r.mesh), r.data.test)
     r.log.write(

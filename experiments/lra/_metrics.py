@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._atomic import write_atomic
+from .._atomic import open_append, write_atomic
 
 __all__ = ["MetricsLog", "read_records", "plot_curves"]
 
@@ -67,7 +67,7 @@ class MetricsLog:
             return
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a")
+            self._file = open_append(self.path)  # never through a link
         self._file.write(_dumps(record) + "\n")
         self._file.flush()
 

@@ -22,9 +22,11 @@ one machine, e.g. for process `i` of 2:
     XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu \
     python -m experiments.lra.train --distributed on --task listops ... --out SHARED
 
-Only process 0 writes to `--out` (which all processes must see for `--resume`). If a
-process dies, the others stop with the distributed runtime's error ("another task died")
-after `LRA_HEARTBEAT_TIMEOUT` seconds without its heartbeat (JAX's default: 100).
+Only process 0 writes to `--out` (which all processes must see for `--resume`). The
+processes check that they agree (settings, invocation, code, data) and fail together
+(`_multiprocess.py`); a process that dies, freezes or never connects ends the others with
+one line after `LRA_HEARTBEAT_TIMEOUT` (default 100) or `LRA_INIT_TIMEOUT` (default 300)
+seconds (`_watchdog.py`).
 
 **Sequence parallel.** `--sequence-parallel N` makes the mesh 2-D, `("data", "seq")`:
 each sequence split over the N devices of a row (`eqx_lru.SequenceParallel`), the batch
@@ -32,12 +34,15 @@ over the rows. Keep N within the devices of one process (rows are consecutive de
 """
 
 import os
+import socket
 from collections.abc import Mapping
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from ._errors import UsageError
 
 __all__ = [
     "AXIS",
@@ -61,6 +66,8 @@ _ENV_TASKS = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 #: Seconds without a heartbeat after which the distributed runtime declares a process
 #: dead and stops the others with an error (JAX's default: 100).
 HEARTBEAT_ENV = "LRA_HEARTBEAT_TIMEOUT"
+#: Seconds the processes have to connect to the coordinator (JAX's default: 300).
+INIT_ENV = "LRA_INIT_TIMEOUT"
 
 
 def distributed_env() -> str | None:
@@ -81,26 +88,64 @@ def initialize_distributed(mode: str = "auto") -> bool:
 
     With `JAX_COORDINATOR_ADDRESS` set, `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` give the
     process count and this process's rank (SLURM, Open MPI and Cloud TPU are detected by
-    JAX itself). Returns whether it initialised.
+    JAX itself); check them first (`_env.check_environment`). Process 0 refuses a
+    coordinator port in use; a process whose peers do not all connect within
+    `LRA_INIT_TIMEOUT` seconds (default 300) stops with one line (`_watchdog.before`);
+    then `_watchdog.Watchdog` watches the peers (`LRA_HEARTBEAT_TIMEOUT`, default 100).
+    JAX's own timeouts are set 30 s longer, so the trainer's words come first. Returns
+    whether it initialised.
     """
+    from . import _watchdog
+
     if mode not in ("auto", "on", "off"):
         raise ValueError(f"distributed mode must be 'auto', 'on' or 'off', got {mode!r}.")
     if mode == "off" or (mode == "auto" and distributed_env() is None):
         return False
     kwargs = {}
-    for env, arg in (
-        ("JAX_NUM_PROCESSES", "num_processes"),
-        ("JAX_PROCESS_ID", "process_id"),
-        (HEARTBEAT_ENV, "heartbeat_timeout_seconds"),
-    ):
+    for env, arg in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
         if os.environ.get(env):
             kwargs[arg] = int(os.environ[env])
+    heartbeat = int(os.environ.get(HEARTBEAT_ENV) or 100)
+    connect = int(os.environ.get(INIT_ENV) or 300)
+    if kwargs.get("process_id") == 0:
+        _check_port_free(os.environ.get("JAX_COORDINATOR_ADDRESS"))
     # The CPU backend's collectives across processes: gloo (JAX 0.10.2's default; without
     # any, a multi-process CPU run fails at its first cross-process all-reduce).
     if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(**kwargs)
+    # Its SIGTERM handler would replace the trainer's; `_multiprocess.StopVote` agrees on
+    # stopping instead, for every signal.
+    jax.config.update("jax_enable_preemption_service", False)
+    where = os.environ.get("JAX_COORDINATOR_ADDRESS") or "the coordinator JAX found"
+    message = (
+        f"the processes of this run did not all connect to {where} within {connect} s "
+        f"({INIT_ENV}): one did not start, stopped before connecting (see its output), or "
+        "has another JAX_COORDINATOR_ADDRESS or JAX_NUM_PROCESSES. Start every process "
+        "with the same values."
+    )
+    with _watchdog.before(connect, message):
+        jax.distributed.initialize(
+            initialization_timeout=connect + 30, heartbeat_timeout_seconds=heartbeat + 30, **kwargs
+        )
+    _watchdog.Watchdog(jax.process_index(), jax.process_count(), peer_timeout=heartbeat).start()
     return True
+
+
+def _check_port_free(address: str | None) -> None:
+    """Refuse a coordinator address whose port something on this machine listens on."""
+    if not address or ":" not in address:
+        return
+    port = int(address.rsplit(":", 1)[1])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as e:
+            raise UsageError(
+                f"JAX_COORDINATOR_ADDRESS={address!r}: port {port} is in use on this machine "
+                f"({e.strerror or e}), by another program or an earlier run still alive; "
+                "choose a free port for every process of the run."
+            ) from None
 
 
 def make_mesh(devices=None, *, sequence: int = 1) -> Mesh:

@@ -5,6 +5,7 @@
 import argparse
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import jax
 from .._atomic import write_atomic
 from . import _checkpoint as ckpt
 from . import _env, cli, cores
+from . import _multiprocess as mp
 from . import _parallel as par
 from . import config as _config
 from ._carry import Carry, data_fingerprint
@@ -23,7 +25,7 @@ from ._metrics import MetricsLog
 from ._resume import resume
 from ._run import Run
 from .cli import parse_args
-from .config import RunConfig
+from .config import RunConfig, flag
 from .data import DataError
 from .steps import (
     build_model,
@@ -33,7 +35,7 @@ from .steps import (
 )
 from .tasks import load_task
 
-__all__ = ["task_defaults", "resolve_config", "set_up", "load_data", "build"]
+__all__ = ["task_defaults", "resolve_config", "set_up", "load_data", "agree_on_data", "build"]
 
 
 def task_defaults(task: str, core: str = cores.DEFAULT) -> dict[str, Any]:
@@ -77,14 +79,55 @@ def _saved_config(out: Path) -> dict[str, Any]:
 
 
 def set_up(args) -> Run:
-    """Settings, backend environment (before JAX touches a device), devices, run folder."""
+    """Settings, environment and backend (before JAX touches a device), the processes'
+    agreement, devices, run folder."""
     if not isinstance(args, argparse.Namespace):
         args = parse_args(args)
     cfg = resolve_config(args)
+    _env.check_environment(os.environ, distributed=args.distributed != "off")
     cfg = cfg.replace(**_env.configure_backend(deterministic=cfg.deterministic, task=cfg.task))
     r = Run(args, cfg, Path(args.out), time.perf_counter())
     par.initialize_distributed(args.distributed)
+    _env.start_backend()
     r.primary = jax.process_index() == 0
+    r.cfg = _agree(r)
+    try:
+        mp.settle(lambda: _prepare(r))
+    except BaseException:
+        if r.lock is not None:
+            r.lock.release()
+        raise
+    return r
+
+
+def _agree(r: Run) -> RunConfig:
+    """Refuse a run whose processes differ in settings, invocation or code; a new run's id
+    is process 0's. Returns the config (with that id)."""
+    cfg, args = r.cfg, r.args
+    if jax.process_count() == 1:
+        return cfg
+    fix = "Start every process with the same flags."
+    invocation = [(f"--{k.replace('_', '-')}", getattr(args, k)) for k in _INVOCATION]
+    mp.agree(invocation, what="their flags", fix=fix)  # first: what follows depends on them
+    if not args.resume:  # each process drew its own id: process 0's binds the run
+        cfg = cfg.replace(run_id=mp.share(cfg.run_id.encode()).decode())
+    # Paths may differ between hosts (the same data elsewhere): the data are compared
+    # by digest once loaded (`agree_on_data`).
+    local = ("data_root", "cache_dir", "xla_flags", "allocator")
+    settings = [(flag(k), v) for k, v in cfg.to_json().items() if k not in local]
+    mp.agree(settings, what="their settings", fix=fix)
+    mp.agree(mp.code_digest(), what="their code", fix="Install the same code everywhere.")
+    return cfg
+
+
+#: The flags of the invocation that every process must share.
+_INVOCATION = ("resume", "allow_data_change", "stop_at", "time_limit", "distributed")
+
+
+def _prepare(r: Run) -> None:
+    """The mesh, the run folder (process 0: writable, locked, no other run there) and
+    the cache folder; raises `UsageError`."""
+    cfg, args = r.cfg, r.args
     try:
         r.mesh = par.make_mesh(sequence=int(cfg.sequence_parallel or 1))
         par.check_batch_size(cfg.batch_size, r.mesh)
@@ -113,7 +156,6 @@ def set_up(args) -> Run:
         if r.lock is not None:
             r.lock.release()
         raise
-    return r
 
 
 def _writable_folder(folder: Path, flag: str) -> None:
@@ -166,6 +208,15 @@ def load_data(r: Run) -> None:
                 "size > 0)."
             )
     r.fingerprint = data_fingerprint({n: getattr(r.data, n) for n in ("train", "val", "test")})
+
+
+def agree_on_data(r: Run) -> None:
+    """Refuse data that differ between the processes (by split: size and SHA-256)."""
+    mp.agree(
+        [(f"the {name} split", value) for name, value in r.fingerprint.items()],
+        what="their data",
+        fix="Give every process the same files (--data-root), or rebuild its --cache-dir.",
+    )
 
 
 def build(r: Run) -> Carry:

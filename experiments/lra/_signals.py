@@ -1,5 +1,16 @@
-"""SIGINT, SIGTERM and SIGHUP during a run: flags the loop reads (`Stop`), or `Abort` when
-there is nothing to save or a second signal comes."""
+"""Signals during a run: flags the loop reads (`Stop`), or `Abort` when there is nothing to
+save or a second signal comes.
+
+- SIGINT, SIGTERM, SIGHUP (`SIGNALS`) interrupt: the run saves a checkpoint after the
+  current step and exits with status 130.
+- The warnings batch schedulers send before a kill (`--save-signals`, default
+  `USR1,USR2,XCPU`: SLURM's `--signal`, LSF's and Grid Engine's SIGUSR1/SIGUSR2, the CPU
+  time limit's SIGXCPU) stop the run as `--time-limit` does: a checkpoint after the current
+  step, then status 0, resumable with `--resume` (the kill may come any moment: continuing
+  would risk the steps after the checkpoint). A repeated warning is ignored; a signal of
+  the first kind still aborts. `--save-signals none` leaves them their default action
+  (they end the process without a checkpoint).
+"""
 
 import contextlib
 import os
@@ -7,12 +18,35 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["SIGNALS", "Abort", "Stop"]
+__all__ = ["SIGNALS", "WARNINGS", "parse_signals", "Abort", "Stop"]
 
 #: The signals that stop a run cleanly: Ctrl-C, `kill`/batch schedulers, a closed terminal.
 SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
+
+
+#: The warnings `--save-signals` may name (those this platform has).
+WARNINGS = tuple(
+    name for name in ("USR1", "USR2", "XCPU", "ALRM", "PWR") if hasattr(signal, f"SIG{name}")
+)
+
+
+def parse_signals(text: str) -> str:
+    """`--save-signals`: a comma-separated list of `WARNINGS` (with or without `SIG`, any
+    case), or `none`; returns it as `USR1,USR2` (in `WARNINGS` order), or `none`.
+
+    **Raises:** `ValueError` naming what is not such a signal."""
+    words = [w.strip().upper().removeprefix("SIG") for w in str(text).split(",") if w.strip()]
+    if words == ["NONE"]:
+        return "none"
+    bad = [w for w in words if w not in WARNINGS]
+    if bad or not words:
+        raise ValueError(
+            f"expected 'none' or signal names from {', '.join(WARNINGS)} separated by commas, "
+            f"got {text!r}"
+        )
+    return ",".join(name for name in WARNINGS if name in words)
 
 
 class Abort(BaseException):
@@ -37,6 +71,7 @@ class Stop:
     def __init__(self, *, hard_abort: bool = False):
         self.hard_abort = hard_abort
         self.reason: str | None = None
+        self.warned: str | None = None  # a scheduler's warning (`--save-signals`)
         self.training = False
         self._saving = 0
         self._abort: str | None = None
@@ -45,6 +80,27 @@ class Stop:
     def _say(self, text: str) -> None:
         with contextlib.suppress(OSError):
             os.write(2, text.encode())
+
+    def watch(self, names: str) -> None:
+        """Handle the warnings `names` (`parse_signals`'s form) from now on."""
+        if names == "none" or threading.current_thread() is not threading.main_thread():
+            return
+        for name in names.split(","):
+            sig = getattr(signal, f"SIG{name}")
+            if sig not in self._previous:
+                self._previous[sig] = signal.signal(sig, self._warn)
+
+    def _warn(self, signum, frame):
+        name = signal.Signals(signum).name
+        if not self.training:
+            self.reason = name
+            raise Abort(f"{name} before training started; nothing to save")
+        if self.reason is None and self.warned is None:
+            self.warned = name
+            self._say(
+                f"\n{name}: finishing this step, then saving a checkpoint and stopping "
+                "(resumable with --resume).\n"
+            )
 
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checkpoint as ckpt
+from . import _multiprocess as mp
 from . import _parallel as par
 from ._carry import Carry
 from ._errors import RunError
@@ -33,6 +34,7 @@ class Loop:
         self.per_epoch = len(r.data.train) // r.cfg.batch_size
         self.rows = par.process_rows(r.cfg.batch_size)
         self.speed, self.postfix, self.saved_step = Speed(), {}, None
+        self.vote = mp.StopVote()
         self.complete: Carry | None = None  # see `_steps`
         self._epoch: tuple[int, list[np.ndarray]] | None = None
 
@@ -127,43 +129,50 @@ class Loop:
 
     def save(self, c: Carry) -> Carry:
         """Write `best.*` (if it changed) and then `last.*` (refusing non-finite state: the
-        previous stays); returns the carry with the best weights marked as written."""
+        previous stays); returns the carry with the best weights marked as written. With
+        several processes, process 0 writes and every process waits for it: a failure there
+        stops them all."""
+        digest = mp.settle(lambda: self._write(c))
+        self.saved_step = c.step
+        if self.r.primary:
+            c = dataclasses.replace(c, best_tree=None, best_sha256=digest)
+        return c
+
+    def _write(self, c: Carry) -> str | None:
         if c.pending:
             _check_finite(self.r, np.asarray(ckpt.to_host(list(c.pending)), np.float64), c.step)
-        if self.r.primary:
-            tree = ckpt.to_host(c.tree())
-            bad = ckpt.nonfinite_leaves(tree[:3])
-            if bad:
-                raise RunError(
-                    _diverged(self.r, c.step, f"the parameters or optimiser state ({bad[0]})")
+        if not self.r.primary:
+            return None
+        tree = ckpt.to_host(c.tree())
+        bad = ckpt.nonfinite_leaves(tree[:3])
+        if bad:
+            raise RunError(
+                _diverged(self.r, c.step, f"the parameters or optimiser state ({bad[0]})")
+            )
+        meta = {
+            "step": c.step,
+            "epoch": c.step // self.per_epoch,
+            "position": c.step % self.per_epoch,
+            "best": c.best,
+            "pending": [list(map(float, x)) for x in ckpt.to_host(c.pending)],
+            "config": self.cfg.to_json(),
+            "data": self.r.fingerprint,
+            "run_id": self.cfg.run_id,
+        }
+
+        def write():
+            digest = c.best_sha256
+            if c.best_tree is not None:
+                digest = ckpt.save(
+                    self.r.out,
+                    "best",
+                    c.best_tree,
+                    {**c.best, "config": self.cfg.to_json(), "run_id": self.cfg.run_id},
                 )
-            meta = {
-                "step": c.step,
-                "epoch": c.step // self.per_epoch,
-                "position": c.step % self.per_epoch,
-                "best": c.best,
-                "pending": [list(map(float, x)) for x in ckpt.to_host(c.pending)],
-                "config": self.cfg.to_json(),
-                "data": self.r.fingerprint,
-                "run_id": self.cfg.run_id,
-            }
+            ckpt.save(self.r.out, "last", tree, {**meta, "best_sha256": digest})
+            return digest
 
-            def write():
-                digest = c.best_sha256
-                if c.best_tree is not None:
-                    digest = ckpt.save(
-                        self.r.out,
-                        "best",
-                        c.best_tree,
-                        {**c.best, "config": self.cfg.to_json(), "run_id": self.cfg.run_id},
-                    )
-                ckpt.save(self.r.out, "last", tree, {**meta, "best_sha256": digest})
-                return digest
-
-            digest = write_checkpoint(self.r, lambda: self.deadline.timed_save(write))
-            c = dataclasses.replace(c, best_tree=None, best_sha256=digest)
-        self.saved_step = c.step
-        return c
+        return write_checkpoint(self.r, lambda: self.deadline.timed_save(write))
 
 
 def _check_finite(r: Run, values: np.ndarray, step: int) -> None:
@@ -192,6 +201,17 @@ def _diverged(r: Run, step: int, what: str) -> str:
     )
 
 
+def _too_short(loop: Loop, step: int) -> None:
+    d = loop.deadline
+    raise RunError(
+        f"--time-limit {loop.r.args.time_limit:g} min is too short for one step: "
+        f"{d.clock() - d.started:.0f} s of it went to starting the process, loading the data "
+        "and building the model, and what is left cannot fit a step and its checkpoint. The "
+        f"run made no progress (its checkpoint, if any, is unchanged at step {step}). Raise "
+        "--time-limit."
+    )
+
+
 def train_until_stop(r: Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
     """Run steps until the end, `--stop-at`, `--time-limit` or a signal; returns the last
     complete carry and the status."""
@@ -217,13 +237,13 @@ def train_until_stop(r: Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
     stopper.training = True  # from now on a signal stops the run after a checkpoint
     try:
         try:
-            carry, timed_out = _steps(loop, carry, pool, stopper)
+            carry, stopped = _steps(loop, carry, pool, stopper)
         except KeyboardInterrupt:
-            carry, timed_out = loop.complete, False
+            carry, stopped = loop.complete, None
             status = "interrupted"
-        if timed_out:
+        if stopped is not None:
             status = "stopped"
-            r.say(f"--time-limit {args.time_limit:g} min: stopping before the deadline.")
+            r.say(stopped)
         if status != "finished" and loop.saved_step != carry.step:
             carry = loop.save(carry)
     finally:
@@ -235,26 +255,31 @@ def train_until_stop(r: Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
     return carry, status
 
 
-def _steps(loop: Loop, carry: Carry, pool, stopper) -> tuple[Carry, bool]:
+def _steps(loop: Loop, carry: Carry, pool, stopper) -> tuple[Carry, str | None]:
     """The loop proper; `loop.complete` is the last carry whose step, logging, evaluation
-    and checkpoint all finished (what an interrupt saves)."""
+    and checkpoint all finished (what an interrupt saves). Returns the carry and, if the
+    run stopped early (a warning signal, `--time-limit`), why."""
     loop.complete, first = carry, carry.step
     future = pool.submit(loop.batch, carry.step) if carry.step < loop.stop_at else None
     while carry.step < loop.stop_at:
-        if stopper.reason is not None:
+        # Every process stops after the same step (`StopVote`): 3 an interrupt, 2 a
+        # scheduler's warning, 1 the time limit.
+        wish = 3 if stopper.reason else 2 if stopper.warned else int(loop.deadline.expired())
+        decision = loop.vote.decide(wish)
+        if decision == 3:
             raise KeyboardInterrupt
-        if loop.deadline.expired():
+        if decision == 2:
+            return carry, (
+                f"{stopper.warned or 'a signal to another process'} (a scheduler's warning, "
+                f"--save-signals): stopping at step {carry.step}; continue with --resume."
+            )
+        if decision == 1:
             if carry.step == first:  # not one step: a chain of such jobs would never progress
-                d = loop.deadline
-                used = d.clock() - d.started
-                raise RunError(
-                    f"--time-limit {loop.r.args.time_limit:g} min is too short for one step: "
-                    f"{used:.0f} s of it went to starting the process, loading the data and "
-                    "building the model, and what is left cannot fit a step and its checkpoint. "
-                    "The run made no progress (its checkpoint, if any, is unchanged at step "
-                    f"{carry.step}). Raise --time-limit."
-                )
-            return carry, True
+                _too_short(loop, carry.step)
+            return (
+                carry,
+                f"--time-limit {loop.r.args.time_limit:g} min: stopping before the deadline.",
+            )
         loop.deadline.start_iteration()
         batch = future.result()
         future = pool.submit(loop.batch, carry.step + 1) if carry.step + 1 < loop.stop_at else None
@@ -262,4 +287,4 @@ def _steps(loop: Loop, carry: Carry, pool, stopper) -> tuple[Carry, bool]:
         if loop.hook is not None:
             loop.hook(carry.step)
         loop.deadline.end_iteration()
-    return carry, False
+    return carry, None

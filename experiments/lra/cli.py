@@ -56,6 +56,19 @@ def _default_text(field: dataclasses.Field, defaults: dict[str, list[RunConfig]]
     )
 
 
+def _typed(check):
+    """`check` as an argparse `type`: its `ValueError` becomes argparse's one-line error."""
+
+    def parse(text: str):
+        try:
+            return check(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = getattr(check, "__name__", "value")
+    return parse
+
+
 def _add(group, field: dataclasses.Field, defaults: dict[str, list[RunConfig]]) -> None:
     meta = field.metadata
     help_text = f"{meta['help']} [{_default_text(field, defaults)}]"
@@ -66,7 +79,7 @@ def _add(group, field: dataclasses.Field, defaults: dict[str, list[RunConfig]]) 
     elif choices is not None:
         kwargs["choices"] = choices
     elif meta["check"] is not None:
-        kwargs["type"] = meta["check"]
+        kwargs["type"] = _typed(meta["check"])
     options = dict(meta["cli"] or {})
     names = options.pop("flags", (flag(field.name),))
     if "action" in options:

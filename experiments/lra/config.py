@@ -21,13 +21,13 @@ fills settings added since it was written) merged with the flags that may change
 """
 
 import dataclasses
-import math
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .._flags import number
-from . import cores, tasks
+from . import _signals, cores, tasks
+from ._numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
 
 __all__ = [
     "ConfigError",
@@ -91,11 +91,23 @@ def _run(help: str, check=None, **options) -> Any:
     return _setting(help, role="run", group="run", check=check, **options)
 
 
-_POSITIVE_INT = number(int, low=1)
-_NATURAL = number(int, low=0)
-_POSITIVE = number(float, low=0, open_low=True)
+_POSITIVE_INT = number(int, low=1, high=INT32_MAX, open_high=False, why="a 32-bit integer")
+_STEPS = number(
+    int,
+    low=1,
+    high=INT32_MAX,
+    open_high=False,
+    why="the step counter and the optimiser's are int32",
+)
+_SEED = number(
+    int, low=0, high=2**32 - 1, open_high=False, why="jax.random.PRNGKey keeps 32 bits of it"
+)
+_EXAMPLES = number(int, low=1, high=2**63 - 1, open_high=False, why="an int64 index")
+_FLOAT32 = number(
+    float, low=FLOAT32_TINY, high=FLOAT32_MAX, open_high=False, why="a normal float32"
+)
 _FRACTION = number(float, low=0, high=1)
-_NONNEGATIVE = number(float, low=0)
+_NONNEGATIVE = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
 _MODULUS = number(float, low=0, high=1)  # [0, 1)
 
 
@@ -121,11 +133,11 @@ class RunConfig:
     depth: int = _binds("number of blocks", "model", _POSITIVE_INT)
     d_model: int = _binds("H, features per position", "model", _POSITIVE_INT)
     d_state: int = _binds("N (S5: P), the state size of each layer", "model", _POSITIVE_INT)
-    steps: int = _binds("optimiser steps (the schedule's length)", "optimisation", _POSITIVE_INT)
+    steps: int = _binds("optimiser steps (the schedule's length)", "optimisation", _STEPS)
     batch_size: int = _binds("global batch size (all devices together)", "optimisation",
                              _POSITIVE_INT)
-    lr: float = _binds("peak (base) learning rate", "optimisation", _POSITIVE)
-    lr_factor: float = _binds("the recurrent parameters get lr x this", "optimisation", _POSITIVE)
+    lr: float = _binds("peak (base) learning rate", "optimisation", _FLOAT32)
+    lr_factor: float = _binds("the recurrent parameters get lr x this", "optimisation", _FLOAT32)
     weight_decay: float = _binds("AdamW's decoupled weight decay (not on the recurrent "
                                  "parameters)", "optimisation", _NONNEGATIVE)
     dropout: float = _binds("dropout rate in each block", "model", _FRACTION)
@@ -137,16 +149,16 @@ class RunConfig:
     r_max: float | None = _binds("LRU: largest eigenvalue modulus at init (Table 8)", "core",
                                  _MODULUS)
     max_phase: float | None = _binds("LRU: eigenvalue phases at init in [0, this]", "core",
-                                     _POSITIVE)
+                                     _FLOAT32)
     glu: str = _binds("the GLU after each core: 'half' has no extra linear map (§D.1)", "model",
                       choices=("full", "half"))
     norm: str = _binds("normalisation in each block", "model", choices=("batch", "layer"))
     pooling: str = _binds("pooling over positions before the head", "model",
                           choices=("mean", "last"))
-    seed: int = _binds("model init, data order and dropout", "optimisation", _NATURAL, default=0,
+    seed: int = _binds("model init, data order and dropout", "optimisation", _SEED, default=0,
                        program=False)
     max_examples: int | None = _binds("use at most N examples of each split (quick runs)", "run",
-                                      _POSITIVE_INT, program=False, default_text="all")
+                                      _EXAMPLES, program=False, default_text="all")
     method: str | None = _binds("scan method of the recurrent layers ('auto': chosen per "
                                 "backend)", "model", default="auto",
                                 choices=("auto", "sequential", "associative"))
@@ -156,8 +168,8 @@ class RunConfig:
                                 choices=_c_inits)
     s4d_init: str | None = _binds("S4D: initial A and B (S4D-Lin, S4D-Inv, S4D-LegS)", "core",
                                   choices=("lin", "inv", "legs"))
-    dt_min: float | None = _binds("S4D, S5: smallest initial step Delta", "core", _POSITIVE)
-    dt_max: float | None = _binds("S4D, S5: largest initial step Delta", "core", _POSITIVE)
+    dt_min: float | None = _binds("S4D, S5: smallest initial step Delta", "core", _FLOAT32)
+    dt_max: float | None = _binds("S4D, S5: largest initial step Delta", "core", _FLOAT32)
     # How the run goes: may change on --resume.
     data_root: str | None = _run("folder containing the task's data (searched up to 4 levels "
                                  "deep)", default_text="required")
@@ -180,6 +192,12 @@ class RunConfig:
         "eqx_lru.SequenceParallel); the global batch is unchanged", role="program",
         group="run", check=_POSITIVE_INT, cli=dict(metavar="N"), default_text="1",
     )
+    save_signals: str = _run(
+        "on these signals (a batch scheduler's warning before a kill: USR1, USR2, XCPU, "
+        "ALRM, PWR, comma-separated, or 'none') save a checkpoint and stop, status 0, "
+        "resumable", _signals.parse_signals, default="USR1,USR2,XCPU",
+        cli=dict(metavar="SIGNALS"),
+    )
     # Written by the trainer.
     run_id: str | None = _setting("the run's id (binds its checkpoints)", role="record",
                                   group="run")
@@ -196,10 +214,13 @@ class RunConfig:
                 f"--core {self.core} has the form(s) {', '.join(core.forms)}, not "
                 f"--form {self.form}."
             )
-        _check_ring(self)
-        problem = core.check(self)
-        if problem is not None:
-            raise ConfigError(problem)
+        for problem in (
+            ring_problem(self.r_min, self.r_max, self.max_phase),
+            rates_problem(self.lr, self.lr_factor, self.weight_decay),
+            core.check(self),
+        ):
+            if problem is not None:
+                raise ConfigError(problem)
         if self.dt_min is not None and self.dt_max is not None and self.dt_min > self.dt_max:
             raise ConfigError(f"need --dt-min <= --dt-max, got {self.dt_min} > {self.dt_max}.")
 
@@ -298,23 +319,20 @@ def _check_field(config: RunConfig, field: dataclasses.Field) -> None:
         raise ConfigError(f"{flag(field.name)}: expected one of {choices}, got {value!r}.")
     if field.type is bool and not isinstance(value, bool):
         raise ConfigError(f"{flag(field.name)}: expected true or false, got {value!r}.")
-    if meta["check"] is not None:
+    if meta["check"] is not None and field.type is str:  # parsed to a canonical form
+        try:
+            canonical = meta["check"](value)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{flag(field.name)}: {e}.") from None
+        if canonical != value:
+            raise ConfigError(f"{flag(field.name)}: expected {canonical!r}, got {value!r}.")
+    elif meta["check"] is not None:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{flag(field.name)}: expected a number, got {value!r}.")
         try:
             meta["check"](str(value))
         except Exception as e:  # argparse.ArgumentTypeError, with the flag's check's words
             raise ConfigError(f"{flag(field.name)}: {e}.") from None
-
-
-def _check_ring(config: RunConfig) -> None:
-    if config.r_min is not None and config.r_max is not None:
-        if not 0 <= config.r_min <= config.r_max < 1:
-            raise ConfigError(
-                f"need 0 <= --r-min <= --r-max < 1, got [{config.r_min}, {config.r_max}]."
-            )
-    if config.max_phase is not None and not 0 < config.max_phase <= 2 * math.pi:
-        raise ConfigError(f"--max-phase must lie in (0, 2*pi], got {config.max_phase}.")
 
 
 def _core_fields(

@@ -14,15 +14,17 @@ import argparse
 import errno
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import _flags
 from . import _checkpoint as ckpt
-from . import _env
+from . import _env, _watchdog
+from . import _multiprocess as mp
 from ._errors import RunError, UsageError
 from ._evaluation import outputs
-from ._setup import build, load_data, resolve_config, set_up, task_defaults
+from ._setup import agree_on_data, build, load_data, resolve_config, set_up, task_defaults
 from ._signals import Abort, Stop
 from ._timing import process_age
 from ._training import train_until_stop
@@ -79,9 +81,11 @@ def run(
     with Stop(hard_abort=hard_abort) as stop:  # signals: flags; before training they end the run
         r = set_up(args)
         r.started, r.stop = started, stop
+        stop.watch(r.cfg.save_signals)
         try:
-            load_data(r)
-            carry = build(r)
+            mp.settle(lambda: load_data(r))
+            agree_on_data(r)
+            carry = mp.settle(lambda: build(r))
             carry, status = train_until_stop(r, carry, hook, clock)
             return outputs(r, carry, status)
         except Exception as e:
@@ -115,30 +119,68 @@ def main(
     hard_abort: bool = False,
 ) -> int:
     """The CLI: `run(argv)`, with user errors as one `error:` line; returns the exit status.
-    `started`, `hard_abort`: see `run` (`python -m` passes the process's start and True)."""
+    `started`, `hard_abort`: see `run` (`python -m` passes the process's start and True).
+
+    In a multi-process run, a failure that this process alone sees (its own error, a lost
+    peer, a bug) ends every process: the line is published to the others
+    (`_watchdog.Watchdog.fail`) and the process exits at once."""
     try:
         results = run(argv, clock=clock, started=started, hard_abort=hard_abort)
-    except OSError as e:  # a file or folder the user can fix; anything else is a bug
-        if e.errno not in _USER_ERRNOS or e.filename is None:
+    except BaseException as e:
+        known = _known(e)
+        dog = _watchdog.current()
+        if dog is not None and not getattr(e, "shared", False):
+            if known is None:
+                known = _unexpected(e)
+            dog.fail(known[0].removeprefix("error: "), known[1])
+        if dog is not None:
+            dog.close()
+        if known is None:
             raise
-        print(
-            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the free "
-            "space, then run again (with --resume if the run had started).",
-            file=sys.stderr,
-        )
-        return 2
-    except SystemExit as e:  # argparse: it printed "error: argument --flag: ..."
-        return e.code if isinstance(e.code, int) else 2
-    except (UsageError, ckpt.CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except RunError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Abort as e:
-        print(f"Aborted ({e}).", file=sys.stderr)
-        return 130
+        line, code = known
+        if line:
+            print(line, file=sys.stderr)
+        return code
+    if _watchdog.current() is not None:
+        _watchdog.current().close()
     return 130 if results["status"] == "interrupted" else 0
+
+
+def _known(e: BaseException) -> tuple[str, int] | None:
+    """The line and status of a failure the trainer reports without a traceback."""
+    if isinstance(e, OSError):  # a file or folder the user can fix; anything else is a bug
+        if e.errno not in _USER_ERRNOS or e.filename is None:
+            return None
+        return (
+            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "
+            "free space, then run again (with --resume if the run had started).",
+            2,
+        )
+    if isinstance(e, SystemExit):  # argparse: it printed "error: argument --flag: ..."
+        return "", e.code if isinstance(e.code, int) else 2
+    if isinstance(e, UsageError | ckpt.CheckpointError):
+        return f"error: {e}", 2
+    if isinstance(e, RunError):
+        return f"error: {e}", 1
+    if isinstance(e, Abort):
+        return f"Aborted ({e}).", 130
+    return None
+
+
+def _unexpected(e: BaseException) -> tuple[str, int]:
+    """A failure of a multi-process run that is not the trainer's: a collective that
+    failed (a peer is gone), or a bug (its traceback is printed first)."""
+    text = str(e)
+    first = next((x.strip() for x in text.splitlines() if x.strip()), type(e).__name__)
+    if any(word in text for word in ("Gloo", "UNAVAILABLE", "DEADLINE_EXCEEDED", "another task")):
+        return (
+            f"a collective operation with the other processes failed ({first[:200]}): "
+            "another process stopped or was killed (see its output). The last complete "
+            "checkpoint is kept: restart every process with --resume.",
+            1,
+        )
+    traceback.print_exception(e)
+    return f"{type(e).__name__}: {first[:200]} (a bug: see the traceback above).", 1
 
 
 if __name__ == "__main__":

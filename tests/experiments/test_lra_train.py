@@ -277,7 +277,9 @@ def test_clear_errors(data, tmp_path, capsys):
         train.run(_args(data, tmp_path / "d", "--batch-size", "200"))
     capsys.readouterr()
     assert train.main(_args(data, tmp_path / "e", "--batch-size", "0")) == 2  # at parse time
-    assert "argument --batch-size: expected an integer >= 1, got '0'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "argument --batch-size: expected an integer >= 1 and <= 2147483647" in err
+    assert "got '0'" in err
 
 
 def test_resume_refuses_changed_settings_and_existing_runs(data, reference, tmp_path):

@@ -9,6 +9,7 @@ interrupted build is rebuilt rather than reused.
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -93,7 +94,9 @@ class Store:
 
     def _tmp_path(self, name: str) -> Path:
         assert self.folder is not None
-        return self.folder / f".{name}.{os.getpid()}.tmp.npy"
+        # A random part: a link planted at a guessable name is never opened (open_memmap
+        # follows links).
+        return self.folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp.npy"
 
     def empty(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A zero array to fill in place (memory-mapped when caching)."""

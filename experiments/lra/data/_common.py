@@ -3,12 +3,13 @@
 import dataclasses
 import logging
 import math
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from ... import _atomic
 
 LOG = logging.getLogger(__package__)
 
@@ -201,9 +202,8 @@ def read_lines(path: Path, folder: Path | None = None) -> Iterator[tuple[int, st
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    """`experiments._atomic.write_atomic`: never through a link planted in the cache."""
+    _atomic.write_atomic(path, data)
 
 
 def split_permutation(n: int, val_fraction: float, test_fraction: float) -> dict[str, np.ndarray]:
