@@ -8,7 +8,7 @@ after `length`) are masked so they never change an output at a valid position.
 """
 
 from collections.abc import Hashable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -405,7 +405,7 @@ class LRUBlock(AbstractStreamingBlock):
         z, _ = _normalise(self, x, state, mask, inference=True)  # batch norm: running stats
         z = where_valid(mask, z)
         last = None if valid is None else jnp.maximum(valid, 1)  # 0: the carry is kept below
-        timed = {name: mask_steps(steps, mask) for name, steps in timed.items()}
+        timed: dict[str, Any] = {n: mask_steps(steps, mask) for n, steps in timed.items()}
         h, new = core.run(z, initial_state=carry, length=last, segment_ids=segment_ids, **timed)
         y = _residual(self, x, h, mask, key, inference)
         return keep_when_empty(valid, new, carry), y

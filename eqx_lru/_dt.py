@@ -82,7 +82,7 @@ def reverse_steps(
     return jnp.concatenate([dt[1:], after])
 
 
-def mask_steps(dt: ArrayLike | None, mask: Bool[Array, " length"] | None) -> Array | None:
+def mask_steps(dt: ArrayLike | None, mask: Bool[Array, " length"] | None) -> ArrayLike | None:
     """`dt` with the steps at padded positions (`mask` false) set to 1, so any value there
     (`nan`, 0) is ignored, as padded inputs are; `dt` itself when it is `None`, a scalar,
     or of another shape than `mask` (which the core then refuses, naming it)."""

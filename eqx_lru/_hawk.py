@@ -13,6 +13,7 @@ per position except the convolution (`CausalConv`, $K$ taps) and the recurrent c
 """
 
 from collections.abc import Hashable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -144,7 +145,7 @@ class HawkBlock(AbstractStreamingBlock):
 
     @property
     def d_model(self) -> int:
-        return self.linear_x.in_features
+        return int(self.linear_x.in_features)
 
     @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
@@ -180,7 +181,7 @@ class HawkBlock(AbstractStreamingBlock):
         history, history_ids = _halo(self, v, segment_ids, axis)
         u = self.conv(v, history=history, segment_ids=segment_ids, history_ids=history_ids)
         u = where_valid(mask, u)
-        timed = {name: mask_steps(steps, mask) for name, steps in timed.items()}
+        timed: dict[str, Any] = {n: mask_steps(steps, mask) for n, steps in timed.items()}
         h = self.core(u, segment_ids=segment_ids, **timed)
         return _mix_out(self, x, h, gate, mask, key, inference, axis), state
 
@@ -250,7 +251,7 @@ class HawkBlock(AbstractStreamingBlock):
         conv = dict(history=carry["conv"], segment_ids=segment_ids)
         u = where_valid(mask, self.conv(v, **conv))
         history = self.conv.next_history(v, length=last, **conv)
-        timed = {name: mask_steps(steps, mask) for name, steps in timed.items()}
+        timed: dict[str, Any] = {n: mask_steps(steps, mask) for n, steps in timed.items()}
         h, core_state = self.core.run(
             u, initial_state=carry["core"], length=last, segment_ids=segment_ids, **timed
         )
@@ -269,7 +270,8 @@ def _mix_in(block: HawkBlock, x: Array) -> tuple[Array, Array]:
 def _mix_out(block: HawkBlock, x, h, gate, mask, key, inference, axis: Hashable | None):
     r"""$r = x + \operatorname{Dropout}(W_o (h \odot g) + b_o)$, then $r +
     \operatorname{Dropout}(\operatorname{MLP}(\operatorname{RMSNorm}(r)))$; zero at pads."""
-    keys = (None, None) if key is None else jax.random.split(sharding.chunk_key(key, axis))
+    key = sharding.chunk_key(key, axis)
+    keys = (None, None) if key is None else jax.random.split(key)
     mixed = jax.vmap(block.linear_out)(h * gate)
     r = x + block.dropout(mixed, key=keys[0], inference=inference)
     m = jax.vmap(block.mlp)(jax.vmap(block.mlp_norm)(r))
