@@ -46,7 +46,10 @@ class _Streamed(eqx.Module):
     loop: Callable
     carry: tuple[tuple[tuple[int, ...], Any], ...] = eqx.field(static=True)
 
-    def __call__(self, x, state, *, length, key=None, inference=None):
+    def __call__(self, x, state, *, length, dt=None, key=None, inference=None):
+        # `LRURetrievalModel` passes its (absent) time steps on; a pair with steps is
+        # refused before any program is built (`export`).
+        assert dt is None, "pairs are exported without time steps"
         del key, inference
         carry = [jnp.zeros((1, *shape), dtype) for shape, dtype in self.carry]
         return self.loop(x[None], length[None], *carry)[0][0], state

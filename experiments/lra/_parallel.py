@@ -128,6 +128,13 @@ def initialize_distributed(mode: str = "auto") -> bool:
             initialization_timeout=connect + 30, heartbeat_timeout_seconds=heartbeat + 30, **kwargs
         )
     _watchdog.Watchdog(jax.process_index(), jax.process_count(), peer_timeout=heartbeat).start()
+    # The CPU collectives connect on their first use and give every peer 30 s to arrive
+    # (gloo's rendezvous, not configurable): met first at the training step, one process
+    # still compiling on a loaded machine failed the run. Connect now, while the
+    # processes are in step (they have just met at the coordinator).
+    from . import _multiprocess
+
+    _multiprocess.gather(b"connected")
     return True
 
 

@@ -62,7 +62,24 @@ def validate(self, c):
 _training.Loop.validate = validate
 sys.exit(train.main(sys.argv[1:], hard_abort=True))
 """
-_COMMANDS = {"buggy": [sys.executable, "-c", _BUGGY]}
+#: The trainer whose first training step starts 35 s late (a compile that is slow on one
+#: process of a loaded machine); gloo gives a peer 30 s to arrive when it first connects.
+_LATE = """
+import sys, time
+from experiments.lra import _training, train
+
+first_step = _training.Loop.step
+
+def step(self, c, batch, _waited=[]):
+    if not _waited:
+        time.sleep(35)
+        _waited.append(True)
+    return first_step(self, c, batch)
+
+_training.Loop.step = step
+sys.exit(train.main(sys.argv[1:], hard_abort=True))
+"""
+_COMMANDS = {"buggy": [sys.executable, "-c", _BUGGY], "late": [sys.executable, "-c", _LATE]}
 
 
 def _start(
@@ -311,6 +328,20 @@ def test_a_signal_to_one_process_stops_every_process_at_one_step(name, data, tmp
         (said,) = [x for x in ended[0][1].splitlines() if x.startswith("Stopped at step")]
         step = int(said.split("Stopped at step ")[1].split("/")[0])
     assert json.loads((out / "last.json").read_text())["step"] == step
+
+
+def test_a_process_35_seconds_late_at_its_first_step_is_waited_for(data, tmp_path):
+    """One process reaches the first training step 35 s after the other (CI saw this as a
+    slow compile under load): the run completes. Gloo's first connection gives a peer 30 s
+    (`Gloo context initialization failed: ... GetKeyValue() timed out`, then an abort);
+    the processes now connect right after meeting at the coordinator, and a connected
+    collective waits for a late peer."""
+    out, logs = tmp_path / "run", tmp_path / "logs"
+    args = listops_argv(data, out, steps=3, depth=1, dropout=0, eval_every=3)
+    procs = _start(args, processes=2, devices=2, logs=logs, rank_command={1: "late"})
+    for code, text in _finish(procs, logs, 300):
+        assert code == 0, text[-3000:]
+    assert len(_losses(out)) == 3
 
 
 def test_a_process_failing_alone_stops_the_others_with_its_line(data, tmp_path):

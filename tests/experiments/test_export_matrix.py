@@ -1,11 +1,11 @@
-"""Every trainable core of the LRA trainer exports to every format it can run in, or is
-refused in one line (issue 27): each core of `experiments/lra/cores.py` in each of its
-forms x {stablehlo, onnx} x {sequence, step}, through `python -m experiments.export` on a
-run folder as the trainer writes it (tiny ListOps models: depth 1, H = 8, N = 6, causal).
-The artifact, read back, equals the run's model as trained (its own scan method; S4D as
-an FFT convolution). S4D's whole sequence used to end in a 60-line traceback in both
-formats (its FFT needs a concrete length); a core with no real form is refused for ONNX
-with one line naming the core, the format and the reason."""
+"""Every trainable core of the LRA trainer exports to every format it can run in, or is refused
+in one line (issue 27): each core of `experiments/lra/cores.py` in each of its forms x
+{stablehlo, onnx} x {sequence, step}, through `python -m experiments.export` on a run folder
+as the trainer writes it (tiny ListOps models: depth 1, H = 8, N = 6 where the core allows,
+causal). The artifact, read back, equals the run's model as trained (its own scan method;
+S4D as an FFT convolution). S4D's whole sequence used to end in a 60-line traceback in both
+formats (its FFT needs a concrete length); a core with no real form is refused for ONNX with
+one line naming the core, the format and the reason."""
 
 import functools
 import importlib.util
@@ -30,6 +30,7 @@ CASES = [(core, form) for core in cores.names() for form in cores.get_core(core)
 def _config(core: str, form: str) -> RunConfig:
     config = RunConfig.defaults(TASK, core)
     sizes = dict(form=form, depth=1, d_model=8, d_state=6, bidirectional=False, run_id="c" * 32)
+    sizes.update(cores.get_core(core).derive(sizes))  # the RG-LRU: d_state is d_model
     return config.replace(**sizes, **({} if config.blocks is None else {"blocks": 1}))
 
 
