@@ -169,11 +169,47 @@ def _outputs(d_state: int, d_out: int, dtype, key: PRNGKeyArray) -> dict[str, Ar
     )
 
 
+def _check_reals(reals, d_state: int) -> int:
+    """`reals` as an int: of `d_state`'s parity and in [0, d_state] (conjugate pairs)."""
+    if isinstance(reals, bool) or not isinstance(reals, int | np.integer):
+        raise TypeError(
+            f"`reals` must be an integer (how many eigenvalues are real); got {reals!r}."
+        )
+    reals = int(reals)
+    if not 0 <= reals <= d_state or (d_state - reals) % 2:
+        raise ValueError(
+            f"`reals` must be in [0, d_state] with d_state - reals even (the other "
+            f"eigenvalues come in conjugate pairs); got reals={reals}, d_state={d_state}."
+        )
+    return reals
+
+
+def _with_reals(roots: np.ndarray, reals: int) -> tuple[np.ndarray, np.ndarray]:
+    """The upper roots of the conjugate pairs and the real roots (ascending) of a real
+    polynomial's `roots`, with exactly `reals` real ones (see `StandardSIMOLDS`)."""
+    upper = roots[roots.imag > 0]
+    real = np.sort(roots[roots.imag == 0].real)
+    while real.shape[0] > reals:  # merge the two smallest into a pair
+        r1, r2, real = real[0], real[1], real[2:]
+        upper = np.append(upper, complex((r1 + r2) / 2, (r2 - r1) / 2))
+    while real.shape[0] < reals:  # split the pair nearest the real axis
+        nearest = int(np.argmin(upper.imag))
+        alpha, beta = upper[nearest].real, upper[nearest].imag
+        upper = np.delete(upper, nearest)
+        real = np.sort(np.append(real, [alpha - beta, alpha + beta]))
+    return upper, real
+
+
 class StandardSIMOLDS(AbstractSIMOLDS):
     r"""Standard parameterisation (LDStack Fig. 1, left): complex pairs
     $\alpha_j \pm i\beta_j$ and real eigenvalues $\alpha^{\mathbb R}_j$, $n$ real numbers in all.
     Initialised as the roots of $t^n + \sum_{i<n} a_i t^i$ with $a_i \sim \mathcal N(0, 1/n)$
-    (their moduli cluster near 1). How many roots are real is fixed at initialisation.
+    (their moduli cluster near 1). How many roots are real is the argument `reals`
+    (default $n \bmod 2$), so that the parameter shapes depend on the arguments, never on
+    the key (a checkpoint loads into a module built from any key): surplus real roots
+    $r_1 \le r_2$, taken in ascending pairs, become the pair
+    $\tfrac{r_1 + r_2}{2} \pm i\,\tfrac{r_2 - r_1}{2}$; when real roots are missing, the
+    pairs nearest the real axis split into $\alpha \pm \beta$.
 
     **Fields:** `alpha`, `beta` `(pairs,)`, `alpha_real` `(reals,)`, `C_re`, `C_im`
     `(d_out, n)` ($\mathcal N(0, 1/(2n))$ each), `D` `(d_out,)` $\sim\mathcal N(0,1)$, `D0`
@@ -192,19 +228,29 @@ class StandardSIMOLDS(AbstractSIMOLDS):
     recurrent_fields: ClassVar[tuple[str, ...]] = ("alpha", "beta", "alpha_real")
 
     def __init__(
-        self, d_state: int, d_out: int, *, method: Any = "auto", dtype=None, key: PRNGKeyArray
+        self,
+        d_state: int,
+        d_out: int,
+        *,
+        reals: Any = None,  # checked by _check_reals, in the library's words
+        method: Any = "auto",
+        dtype=None,
+        key: PRNGKeyArray,
     ):
-        """**Arguments:** `d_state` ($n$), `d_out` ($m$), `method`, `dtype`, `key`."""
-        check_size("d_state", d_state)
+        """**Arguments:** `d_state` ($n$), `d_out` ($m$), `reals` (how many eigenvalues are
+        real: $n \bmod 2$ by default; of $n$'s parity, at most $n$), `method`, `dtype`,
+        `key`."""
+        d_state = check_size("d_state", d_state)
         check_size("d_out", d_out)
+        reals = d_state % 2 if reals is None else _check_reals(reals, d_state)
         dtype = complex_float_dtype(dtype, "StandardSIMOLDS", "a float32/float64 `dtype`")
         poly_key, out_key = jax.random.split(key)
         a = np.asarray(jax.random.normal(poly_key, (d_state,), jnp.float32), np.float64)
         roots = np.roots(np.concatenate([[1.0], a[::-1] / math.sqrt(d_state)]))
-        upper = roots[roots.imag > 0]
+        upper, real = _with_reals(roots, reals)
         self.alpha = jnp.asarray(upper.real, dtype)
         self.beta = jnp.asarray(upper.imag, dtype)
-        self.alpha_real = jnp.asarray(np.sort(roots[roots.imag == 0].real), dtype)
+        self.alpha_real = jnp.asarray(real, dtype)
         for name, value in _outputs(d_state, d_out, dtype, out_key).items():
             setattr(self, name, value)
         self.method = scan_method(method)

@@ -64,7 +64,7 @@ def siso_template(lam: np.ndarray) -> StandardSIMOLDS:
     upper = lam[lam.imag > 1e-12]
     real = lam[np.abs(lam.imag) <= 1e-12].real
     n = lam.shape[0]
-    layer = StandardSIMOLDS(n, 1, key=jax.random.PRNGKey(0))
+    layer = StandardSIMOLDS(n, 1, reals=real.shape[0], key=jax.random.PRNGKey(0))
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     return eqx.tree_at(
         lambda m: (m.alpha, m.beta, m.alpha_real, m.D),

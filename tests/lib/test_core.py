@@ -93,6 +93,34 @@ def test_every_core_follows_the_contract(name):
             _close(out[a], out[b])
 
 
+def _shapes(module) -> list[tuple]:
+    return [(x.shape, x.dtype) for x in jax.tree_util.tree_leaves(eqx.filter(module, eqx.is_array))]
+
+
+@pytest.mark.parametrize("name", list(CORES))
+def test_parameter_shapes_depend_on_the_arguments_not_the_key(name):
+    """A checkpoint loads into a module built from any key (`eqx.tree_deserialise_leaves`
+    needs a module of the same shapes): every core's shapes are fixed by its arguments.
+    `StandardSIMOLDS` kept as many real eigenvalues as its random polynomial had roots, so
+    its shapes changed with the key (6 states: 0, 2 or 4 real)."""
+    case = CORES[name]
+    first, *others = (case.make(*case.sizes, key=jax.random.PRNGKey(i)) for i in range(16))
+    assert all(_shapes(m) == _shapes(first) for m in others)
+
+
+def test_standard_lds_takes_its_number_of_real_eigenvalues():
+    for n, reals in ((7, 1), (7, 3), (6, 0), (6, 6)):
+        layer = baselines.StandardSIMOLDS(n, 2, reals=reals, key=jax.random.PRNGKey(3))
+        lam = np.asarray(layer.eigenvalues())
+        assert layer.alpha_real.shape == (reals,) and lam.shape == (n,)
+        assert np.sum(lam.imag == 0) >= reals  # merged pairs may have β = 0
+        np.testing.assert_allclose(np.sort_complex(lam), np.sort_complex(lam.conj()))
+    with pytest.raises(ValueError, match="reals=2, d_state=7"):
+        baselines.StandardSIMOLDS(7, 2, reals=2, key=jax.random.PRNGKey(0))
+    with pytest.raises(TypeError, match="`reals` must be an integer"):
+        baselines.StandardSIMOLDS(7, 2, reals=1.0, key=jax.random.PRNGKey(0))
+
+
 @pytest.mark.parametrize("name", select(CORES, forms=BOTH))
 def test_to_real_and_to_complex_convert_cores_with_two_forms(name):
     with jax.enable_x64(True):
