@@ -187,14 +187,14 @@ def _check_reals(reals, d_state: int) -> int:
 def _with_reals(roots: np.ndarray, reals: int) -> tuple[np.ndarray, np.ndarray]:
     """The upper roots of the conjugate pairs and the real roots (ascending) of a real
     polynomial's `roots`, with exactly `reals` real ones (see `StandardSIMOLDS`)."""
-    upper = roots[roots.imag > 0]
-    real = np.sort(roots[roots.imag == 0].real)
+    upper = roots[np.imag(roots) > 0]
+    real = np.sort(np.real(roots[np.imag(roots) == 0]))
     while real.shape[0] > reals:  # merge the two smallest into a pair
         r1, r2, real = real[0], real[1], real[2:]
         upper = np.append(upper, complex((r1 + r2) / 2, (r2 - r1) / 2))
     while real.shape[0] < reals:  # split the pair nearest the real axis
-        nearest = int(np.argmin(upper.imag))
-        alpha, beta = upper[nearest].real, upper[nearest].imag
+        nearest = int(np.argmin(np.imag(upper)))
+        alpha, beta = np.real(upper[nearest]), np.imag(upper[nearest])
         upper = np.delete(upper, nearest)
         real = np.sort(np.append(real, [alpha - beta, alpha + beta]))
     return upper, real
@@ -248,8 +248,8 @@ class StandardSIMOLDS(AbstractSIMOLDS):
         a = np.asarray(jax.random.normal(poly_key, (d_state,), jnp.float32), np.float64)
         roots = np.roots(np.concatenate([[1.0], a[::-1] / math.sqrt(d_state)]))
         upper, real = _with_reals(roots, reals)
-        self.alpha = jnp.asarray(upper.real, dtype)
-        self.beta = jnp.asarray(upper.imag, dtype)
+        self.alpha = jnp.asarray(np.real(upper), dtype)
+        self.beta = jnp.asarray(np.imag(upper), dtype)
         self.alpha_real = jnp.asarray(real, dtype)
         for name, value in _outputs(d_state, d_out, dtype, out_key).items():
             setattr(self, name, value)
