@@ -14,7 +14,9 @@ serving 1 to 256 streams, each at its own position:
   folded; `streaming.onnx_step_session`), batch = streams, one intra-op thread.
 
 Everything is measured in one process, in interleaved rounds: each round runs every
-configuration for a few tokens, back to back, so a change of load on a shared machine
+configuration for a few tokens (after two untimed ones: the caches held the previous
+configuration's arrays, which made the one-stream rows after the 256-stream ones
+1.6-2.7x slower), back to back, so a change of load on a shared machine
 hits all alike. Per round the time of a token is the median over its tokens; the table
 gives the median over rounds and the spread (lowest and highest round).
 
@@ -112,6 +114,8 @@ def measure(grid) -> dict:
     load = [os.getloadavg()]
     for r in range(grid["rounds"]):
         for key, (step_once, _) in runners.items():
+            for _ in range(2):  # untimed: the caches still hold the previous configuration's
+                step_once()
             ms = []
             for _ in range(grid["tokens"]):
                 start = time.perf_counter()
