@@ -16,6 +16,7 @@ from ..lra._errors import RunError
 from ..lra._resume import write_checkpoint
 from ..lra._signals import Stop
 from ..lra._timing import Deadline, Speed
+from ..lra._training import check_losses, diverged
 from ._run import Run, TrainState
 from .model import score_layout
 
@@ -119,27 +120,15 @@ class Loop:
 
 
 def _check_finite(r: Run, values: np.ndarray, step: int) -> None:
-    bad = np.flatnonzero(~np.isfinite(values[:, 0]))
-    if bad.size:
-        first = step - len(values) + int(bad[0]) + 1
-        raise RunError(_diverged(r, first, f"the training loss ({values[bad[0], 0]})"))
+    check_losses(r.out, values, step, _advice(r))
 
 
 def _diverged(r: Run, step: int, what: str) -> str:
-    try:
-        pair = ckpt.locate(r.out, "last")
-    except (ckpt.CheckpointError, OSError):
-        pair = None
-    last = pair.meta.get("step") if pair is not None and pair.intact else None
-    kept = (
-        f"the last checkpoint {r.out / 'last.eqx'} (step {last}) is kept"
-        if last is not None
-        else "no checkpoint was written"
-    )
-    return (
-        f"{what} became non-finite at step {step}: the run diverged and was stopped; {kept}. "
-        f"Start again with a lower --lr (now {r.cfg.lr:g}) and a fresh --out."
-    )
+    return diverged(r.out, step, what, _advice(r))
+
+
+def _advice(r: Run) -> str:
+    return f"Start again with a lower --lr (now {r.cfg.lr:g}) and a fresh --out."
 
 
 def train_until_stop(r: Run, s: TrainState, hook, clock) -> tuple[TrainState, str, Speed]:

@@ -5,6 +5,7 @@ step 0 if the run stopped before its first checkpoint. The checks are the LRA tr
 
 from ..lra import _checkpoint as ckpt
 from ..lra._errors import UsageError
+from ..lra._resume import load_checkpoint, newest_checkpoint
 from ._run import Run, TrainState
 from .config import TRAINING_KEYS
 
@@ -13,40 +14,14 @@ __all__ = ["resume"]
 
 def resume(r: Run, s: TrainState) -> TrainState:
     """`s` (a fresh state shaped like the saved one) replaced by the run's checkpoint."""
-    try:
-        pair = ckpt.locate(r.out, "last")
-        if pair is not None:
-            fields = ("step", "pending", "config", "run_id")
-            ckpt.check_last(pair.meta, pair.json_path, fields=fields)
-    except ckpt.CheckpointError as e:
-        raise UsageError(str(e)) from None
+    fields = ("step", "pending", "config", "run_id")
+    pair = newest_checkpoint(r.out, r.say, fields=fields)
     if pair is None:
-        r.say(
-            f"Note: {r.out} holds no complete checkpoint (the run stopped before its first one "
-            "was written): starting it again from step 0, with its saved settings."
-        )
         return s
     _check_run(r, pair)
-    try:
-        (params, opt_state, carry, run_key, step), meta = ckpt.load_pair(
-            pair.json_path,
-            pair.eqx_path,
-            s.tree(),
-            step_of=lambda t: t[-1],
-            finite=True,
-            required=("pending",),
-        )
-    except ckpt.CheckpointError as e:
-        raise UsageError(str(e)) from None
-    except FileNotFoundError as e:
-        raise UsageError(
-            f"--resume: {e} Restore it from a backup, or start a new run with another --out."
-        ) from None
-    if pair.json_path.name != "last.json":
-        r.say(
-            "Note: the newest checkpoint was being written when the run stopped; resuming from "
-            f"the previous one ({pair.json_path.name})."
-        )
+    (params, opt_state, carry, run_key, step), meta = load_checkpoint(
+        pair, s.tree(), ("pending",), r.say
+    )
     r.say(f"Resuming {r.out} at step {int(step)}/{r.cfg.steps}.")
     pending = tuple(map(tuple, meta["pending"]))
     return TrainState(int(step), params, opt_state, carry, run_key, pending)

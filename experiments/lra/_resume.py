@@ -13,46 +13,18 @@ from ._carry import Carry
 from ._errors import RunError, UsageError
 from ._run import Run
 
-__all__ = ["resume", "write_checkpoint"]
+__all__ = ["resume", "write_checkpoint", "newest_checkpoint", "load_checkpoint"]
 
 
 def resume(r: Run, carry: Carry) -> Carry:
     """The newest complete checkpoint, verified (its JSON's fields, checksum, finiteness,
     this run's, same data, its best weights present), or step 0 if the run stopped before
     its first checkpoint."""
-    try:
-        pair = ckpt.locate(r.out, "last")
-        if pair is not None:
-            ckpt.check_last(pair.meta, pair.json_path)
-    except ckpt.CheckpointError as e:
-        raise UsageError(str(e)) from None
+    pair = newest_checkpoint(r.out, r.say)
     if pair is None:
-        r.say(
-            f"Note: {r.out} holds no complete checkpoint (the run stopped before its first one was "
-            "written): starting it again from step 0, with its saved settings."
-        )
         return carry
     _check_run(r, pair.meta, pair.json_path)
-    try:
-        (p, s, o, k, step), meta = ckpt.load_pair(
-            pair.json_path,
-            pair.eqx_path,
-            carry.tree(),
-            step_of=lambda t: t[-1],
-            finite=True,
-            required=("pending", "best"),
-        )
-    except ckpt.CheckpointError as e:
-        raise UsageError(str(e)) from None
-    except FileNotFoundError as e:
-        raise UsageError(
-            f"--resume: {e} Restore it from a backup, or start a new run with another --out."
-        ) from None
-    if pair.json_path.name != "last.json":
-        r.say(
-            "Note: the newest checkpoint was being written when the run stopped; resuming from "
-            f"the previous one ({pair.json_path.name})."
-        )
+    (p, s, o, k, step), meta = load_checkpoint(pair, carry.tree(), ("pending", "best"), r.say)
     saved = meta.get("data")
     if saved is not None and saved != r.fingerprint:
         changed = [n for n in r.fingerprint if saved.get(n) != r.fingerprint[n]]
@@ -73,6 +45,53 @@ def resume(r: Run, carry: Carry) -> Carry:
     return Carry(
         int(step), p, s, o, k, tuple(map(tuple, meta["pending"])), meta["best"], None, best_sha256
     )
+
+
+def newest_checkpoint(out: Path, say: Callable[[str], None], **check: Any) -> ckpt.Pair | None:
+    """The newest complete `last` pair in `out`, its record checked (`ckpt.check_last`,
+    `check` passed on), or None, said, when the run stopped before its first checkpoint
+    (shared with `experiments.lm`). **Raises:** `UsageError`, one line."""
+    try:
+        pair = ckpt.locate(out, "last")
+        if pair is not None:
+            ckpt.check_last(pair.meta, pair.json_path, **check)
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
+    if pair is None:
+        say(
+            f"Note: {out} holds no complete checkpoint (the run stopped before its first one was "
+            "written): starting it again from step 0, with its saved settings."
+        )
+    return pair
+
+
+def load_checkpoint(
+    pair: ckpt.Pair, like: Any, required: tuple[str, ...], say: Callable[[str], None]
+) -> tuple[Any, dict[str, Any]]:
+    """`pair` loaded into the shapes of `like` (its last leaf the step), verified and finite,
+    its record holding `required`; says when it is the previous pair. **Raises:**
+    `UsageError`, one line."""
+    try:
+        tree, meta = ckpt.load_pair(
+            pair.json_path,
+            pair.eqx_path,
+            like,
+            step_of=lambda t: t[-1],
+            finite=True,
+            required=required,
+        )
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
+    except FileNotFoundError as e:
+        raise UsageError(
+            f"--resume: {e} Restore it from a backup, or start a new run with another --out."
+        ) from None
+    if pair.json_path.name != "last.json":
+        say(
+            "Note: the newest checkpoint was being written when the run stopped; resuming from "
+            f"the previous one ({pair.json_path.name})."
+        )
+    return tree, meta
 
 
 def _check_run(r: Run, meta: dict[str, Any], path: Path) -> None:

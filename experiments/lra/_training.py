@@ -4,6 +4,7 @@ they fall due, until the end, `--stop-at`, `--time-limit` or a signal."""
 import concurrent.futures
 import dataclasses
 import sys
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -177,27 +178,44 @@ class Loop:
 
 def _check_finite(r: Run, values: np.ndarray, step: int) -> None:
     """Stop the run if a logged loss is NaN or infinite."""
-    bad = np.flatnonzero(~np.isfinite(values[:, 0]))
-    if bad.size:
-        first = step - len(values) + int(bad[0]) + 1
-        raise RunError(_diverged(r, first, f"the training loss ({values[bad[0], 0]})"))
+    check_losses(r.out, values, step, _advice(r))
 
 
 def _diverged(r: Run, step: int, what: str) -> str:
+    return diverged(r.out, step, what, _advice(r))
+
+
+def _advice(r: Run) -> str:
+    return (
+        f"Start again with a lower --lr (now {r.cfg.lr:g}) or --lr-factor (now "
+        f"{r.cfg.lr_factor:g}) and a fresh --out; resuming would repeat the same steps."
+    )
+
+
+def check_losses(out: Path, values: np.ndarray, step: int, advice: str) -> None:
+    """`RunError` if a logged loss (`values[:, 0]`, the steps up to `step`) is not finite,
+    naming the first such step and what is kept in `out` (shared with `experiments.lm`)."""
+    bad = np.flatnonzero(~np.isfinite(values[:, 0]))
+    if bad.size:
+        first = step - len(values) + int(bad[0]) + 1
+        raise RunError(diverged(out, first, f"the training loss ({values[bad[0], 0]})", advice))
+
+
+def diverged(out: Path, step: int, what: str, advice: str) -> str:
+    """The message of a run stopped because `what` became non-finite at `step`."""
     try:
-        pair = ckpt.locate(r.out, "last")
+        pair = ckpt.locate(out, "last")
     except (ckpt.CheckpointError, OSError):
         pair = None
     last = pair.meta.get("step") if pair is not None and pair.intact else None
     kept = (
-        f"the last checkpoint {r.out / 'last.eqx'} (step {last}) is kept"
+        f"the last checkpoint {out / 'last.eqx'} (step {last}) is kept"
         if last is not None
         else "no checkpoint was written"
     )
     return (
         f"{what} became non-finite at step {step}: the run diverged and was stopped; {kept}. "
-        f"Start again with a lower --lr (now {r.cfg.lr:g}) or --lr-factor (now "
-        f"{r.cfg.lr_factor:g}) and a fresh --out; resuming would repeat the same steps."
+        + advice
     )
 
 
