@@ -13,35 +13,21 @@ import functools
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
+from recall_task import CLASSES, VOCAB, train_on_recall
 
 import eqx_lru
 
-LENGTH, CLASSES, NOISE, CUE_WITHIN = 128, 4, 4, 16
-STEPS, BATCH = 150, 32
-
-
-def _recall_batch(rng, n):
-    x = rng.integers(CLASSES, CLASSES + NOISE, (n, LENGTH))
-    y = rng.integers(0, CLASSES, n)
-    x[np.arange(n), rng.integers(0, CUE_WITHIN, n)] = y
-    return jnp.asarray(x, jnp.int32), jnp.asarray(y, jnp.int32)
-
-
-def _cross_entropy(logits, labels):
-    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+LENGTH, CUE_WITHIN = 128, 16
 
 
 @pytest.mark.slow
 def test_rglru_long_delay_recall():
-    rng = np.random.default_rng(0)
     model_key, key = jax.random.split(jax.random.PRNGKey(0))
     core = functools.partial(eqx_lru.RGLRU, r_min=0.99, r_max=0.9999)
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
-        CLASSES + NOISE,
+        VOCAB,
         CLASSES,
         16,
         16,  # d_state = d_model: the RG-LRU's state has its input's width
@@ -51,20 +37,6 @@ def test_rglru_long_delay_recall():
         key=model_key,
         block=functools.partial(eqx_lru.LRUBlock, core=core),
     )
-    optim = eqx_lru.lru_optimizer(
-        learning_rate=1e-2, total_steps=STEPS, lr_factor=1.0, weight_decay=0.05
-    )
-    opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
-    losses = []
-    for _ in range(STEPS):
-        x, y = _recall_batch(rng, BATCH)
-        key, step_key = jax.random.split(key)
-        model, state, opt_state, loss = eqx_lru.train_step(
-            model, state, opt_state, x, y, key=step_key, optimizer=optim, loss_fn=_cross_entropy
-        )
-        losses.append(float(loss))
-    x_test, y_test = _recall_batch(np.random.default_rng(1), 512)
-    logits = eqx_lru.predict(model, state, x_test)
-    accuracy = float(jnp.mean(jnp.argmax(logits, axis=-1) == y_test))
+    losses, accuracy = train_on_recall(model, state, key, length=LENGTH, cue_within=CUE_WITHIN)
     assert np.mean(losses[:10]) > 1.2  # started at chance
     assert accuracy > 0.9, (accuracy, losses[::25])
