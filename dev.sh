@@ -74,10 +74,15 @@ if [ "${1:-}" = gpu-check ] && command -v nvidia-smi >/dev/null 2>&1; then
     extras=$extras,cuda
 fi
 stamp=.venv/.install-stamp
-want="$(cat pyproject.toml | cksum) $extras"
+want="$(cat pyproject.toml | cksum) $extras recurrentgemma-1.0.1"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e ".[$extras]"
+    # recurrentgemma's JAX layers for the parity tests (tests/lib/recurrentgemma_layers.py):
+    # --no-deps, as it pins numpy<2.4; its layers need only these (not its sampler's
+    # sentencepiece nor its checkpointer's orbax).
+    .venv/bin/python -m pip install --quiet --no-deps recurrentgemma==1.0.1 flax==0.12.8 \
+        einops==0.8.2 msgpack==1.2.4 typeguard==2.13.3
     echo "$want" > "$stamp"
 fi
 job=${1:-}
