@@ -125,7 +125,23 @@ def _s5(task: str, script: str, *, epochs: int, bsz: int, ssm_lr: float, factor:
         pooling="mean", glu="half", dt_min=0.001, dt_max=0.1,
     )  # fmt: skip
     values.update(settings)
+    warmup = warmup_end * (steps // epochs)
+    if warmup:
+        not_honoured = {**not_honoured, **_s5_schedule(steps, warmup)}
     return Official(_S5.format(script), values, {**_S5_ALWAYS, **not_honoured}, dict(param_groups))
+
+
+def _s5_schedule(total: int, warmup: int) -> dict[str, str]:
+    """S5's schedule with a warmup (s5/train.py, s5/train_helpers.py): the rates are set
+    after each step (the first step runs at the peak); the cosine takes the global step
+    over `total - warmup` steps, so it ends `warmup` steps early and stays at lr_min 0."""
+    return {
+        "cosine_anneal=True": f"S5 sets the rates after each step (its first step runs at the "
+        f"peak) and indexes its cosine by the global step, warmup included, over "
+        f"{total - warmup} steps: it reaches lr_min 0 at step {total - warmup} and stays there "
+        f"for the last {warmup} or so steps; here the cosine runs from the peak at step "
+        f"{warmup} to 1e-7 at step {total}",
+    }
 
 
 #: S5's per-task settings, by task.

@@ -68,13 +68,13 @@ S4_TRAIN_SIZE = {"listops": 96_000, "text": 25_000, "retrieval": 147_086, "image
 # What each record lists as not followed (both codes read for each; see official.py's notes).
 NOT_HONOURED = {
     "s5": {
-        "listops": {"activation_fn=half_glu2", "bn_momentum=0.95"},
+        "listops": {"activation_fn=half_glu2", "bn_momentum=0.95", "cosine_anneal=True"},
         "text": {"activation_fn=half_glu2", "bn_momentum=0.95", "p_dropout=0.1"},
-        "retrieval": {"bn_momentum=0.95"},
+        "retrieval": {"bn_momentum=0.95", "cosine_anneal=True"},
         "image": {"clip_eigs=True", "dataset=lra-cifar-classification", "bn_momentum=0.95",
-                  "p_dropout=0.1"},
-        "pathfinder": {"p_dropout=0.05"},
-        "pathx": set(),
+                  "p_dropout=0.1", "cosine_anneal=True"},
+        "pathfinder": {"p_dropout=0.05", "cosine_anneal=True"},
+        "pathx": {"cosine_anneal=True"},
     },
     "s4d": {
         "listops": {"n_ssm=1", "prenorm=false"},
