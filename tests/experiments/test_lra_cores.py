@@ -269,7 +269,7 @@ def _check_groups(found, expected):
 @pytest.mark.parametrize("task", list(S5_SCRIPTS))
 def test_s5_optimiser_follows_its_run_scripts(task):
     config = RunConfig.defaults(task, "s5")
-    j = config.blocks
+    j = S5_SCRIPTS[task][4]  # P = 2 J: J HiPPO-N blocks of size 2 (one mode each)
     found = _lr_and_decay(config.replace(depth=1, d_model=6, d_state=2 * j))
     _check_groups(found, {path: _s5_expected(task, path) for path in found})
     assert any(".norm." in path for path in found)  # S5's norms: global rate, decayed
