@@ -132,11 +132,8 @@ def lru_param_labels(
 def _optax():
     try:
         import optax
-    except ImportError as e:  # pragma: no cover - optax is in the test extras
-        raise ImportError(
-            "eqx_lru's optimiser helpers need optax: `pip install optax` (or "
-            "`pip install eqx_lru[experiments]`)."
-        ) from e
+    except ImportError as e:  # pragma: no cover - optax is in the test group
+        raise ImportError("eqx_lru's optimiser helpers need optax: `pip install optax`.") from e
     return optax
 
 

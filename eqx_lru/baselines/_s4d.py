@@ -212,7 +212,7 @@ class S4D(AbstractDiagonalSSM):
 
     def kernel(self, length: int) -> Float[Array, "length d_model"]:
         r"""The convolution kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n
-        \bar A_n^l)$, $l < $ `length`, in real arithmetic
+        \bar A_n^l)$ for $l < L$ (`length`), in real arithmetic
         ($\bar A^l = e^{l p}(\cos lq + i \sin lq)$, $p + iq = \Delta A$)."""
         dt = jnp.exp(self.log_dt)[:, None]
         _, b = self._pairs()
