@@ -260,8 +260,8 @@ def test_matches_recurrentgemma(variant):
     def run_converted(params, x):
         return eqx_lru.rglru_from_recurrentgemma(params)(x, segment_ids=ids), None
 
-    @jax.jit
-    def both(params, x):
+    @eqx.filter_jit  # one compilation: theirs (plain, documents), ours, and the gradients
+    def all_runs(core, params, x):
         # Its complex variant writes `re + 1j * im`, which strict promotion refuses.
         with jax.numpy_dtype_promotion("standard"):
             plain = (
@@ -270,15 +270,17 @@ def test_matches_recurrentgemma(variant):
             )
             docs = run_theirs(params, x, doc_pos, None)[0]
             g_docs = jax.grad(loss(run_theirs))(params, x, doc_pos, None)
-        return plain, (docs, g_docs, run_converted(params, x)[0])
+        ours = core.run(x, initial_state=h0)
+        g_ours = eqx.filter_grad(lambda m: jnp.sum(jnp.sin(m(x, initial_state=h0))))(core)
+        converted = (run_converted(params, x)[0], jax.grad(loss(run_converted))(params, x))
+        return plain, (docs, g_docs), (ours, g_ours), converted
 
-    ((y, last), g_theirs), (docs, g_docs, converted) = both(params, x)
-    ours, final = core.run(x, initial_state=h0)
+    runs = all_runs(core, params, x)
+    ((y, last), g_theirs), (docs, g_docs), ((ours, final), g_ours), (converted, g_converted) = runs
     final = final if variant == "real" else jnp.concatenate([final.real, final.imag])
     scale = float(jnp.max(jnp.abs(y)))
     np.testing.assert_allclose(ours, y, rtol=0, atol=1e-6 * scale)
     np.testing.assert_allclose(final, last, rtol=0, atol=1e-6 * scale)
-    g_ours = eqx.filter_grad(lambda m: jnp.sum(jnp.sin(m(x, initial_state=h0))))(core)
     pairs = [(g_theirs["a_param"], -g_ours.Lambda), (g_theirs["a_gate"]["w"], g_ours.W_a)]
     pairs += [(g_theirs["a_gate"]["b"], g_ours.b_a), (g_theirs["input_gate"]["w"], g_ours.W_x)]
     pairs += [(g_theirs["input_gate"]["b"], g_ours.b_x)]
@@ -289,7 +291,6 @@ def test_matches_recurrentgemma(variant):
         np.testing.assert_allclose(ours_g, theirs_g, rtol=0, atol=1e-5 * scale)
     # (2) Packed documents, recurrentgemma's document starts.
     np.testing.assert_allclose(converted, docs, rtol=0, atol=1e-6 * float(jnp.max(jnp.abs(docs))))
-    g_converted = jax.jit(jax.grad(loss(run_converted)))(params, x)
     flat, tree = jax.tree_util.tree_flatten(g_docs)
     assert jax.tree_util.tree_structure(g_converted) == tree
     for theirs_g, ours_g in zip(flat, jax.tree_util.tree_leaves(g_converted), strict=True):
