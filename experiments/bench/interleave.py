@@ -11,6 +11,7 @@ variant name (`impl`, or `impl@unroll`), the times of every round and XLA's temp
 """
 
 import json
+import math
 import sys
 import time
 
@@ -41,7 +42,8 @@ def run(spec, *, deadline: float | None = None) -> dict:
         data = u if data is None else data  # one input array for all (the same values)
         jax.block_until_ready(fn(params, data))  # warm-up
         compiled[name(variant)] = (fn, params)
-        temp[name(variant)] = fn.memory_analysis().temp_size_in_bytes / 2**20
+        analysis = fn.memory_analysis()
+        temp[name(variant)] = math.nan if analysis is None else analysis.temp_size_in_bytes / 2**20
     times = {n: [] for n in compiled}
     for round_ in range(spec["rounds"]):
         if deadline is not None and round_ and time.time() >= deadline:

@@ -28,4 +28,9 @@ in child processes killed with it. Exit status 0, 1 if a part failed, 2 without 
 script on the CPU at tiny sizes (the CI test of this command).
 """
 
-__all__: list[str] = []
+from ._cli import main, parser
+
+__all__ = ["main", "parser"]
+
+#: The flag parser under the name the command-line tests walk (tests/experiments/test_cli_flags.py).
+_parser = parser

@@ -256,10 +256,11 @@ def _listops_verdict(check: Check, p: dict[str, Any], rc: int, stopped: bool) ->
     now = {int(k): v for k, v in data["val"].items()}
     then = {int(k): v for k, v in data["reference"]["val"].items()}
     cmp = _listops.compare(now, then)
-    last = max(now, default=None)
-    p["summary"] = (
-        f"{len(now)} validations, last at step {last}: {now[last]:.1%}" if now else "no validation"
-    )
+    if now:
+        last = max(now)
+        p["summary"] = f"{len(now)} validations, last at step {last}: {now[last]:.1%}"
+    else:
+        p["summary"] = "no validation"
     if cmp["below"]:
         p["summary"] += f"; FLAG: below the reference at step(s) {cmp['below']}"
     if rc != 0 and not stopped:

@@ -114,7 +114,7 @@ class Check:
         self,
         job: Job,
         kill_at: float,
-        update: Callable[[], None],
+        update: Callable[[], object],
         watch: Sequence[Path] = (),
     ) -> tuple[int, bool]:
         """Wait for `job` until `kill_at`; whenever a file of `watch` changes, `update()`

@@ -273,9 +273,9 @@ def test_dry_run_reports_every_part(tmp_path):
 
 @pytest.mark.slow
 def test_a_dry_run_killed_midway_leaves_its_report_and_no_process(tmp_path):
-    # SIGKILL, which nothing can catch, once the first test result is in: the report on
-    # disk is whole (written atomically) and has that result; every child died with the
-    # check (PR_SET_PDEATHSIG).
+    # SIGKILL, which nothing can catch, while part (b)'s process runs: the report on disk is
+    # whole (written atomically) and has part (a)'s results; every child died with the check
+    # (PR_SET_PDEATHSIG), the layer's process among them.
     out = tmp_path / "check"
     proc = subprocess.Popen(
         _check_cmd(out, "--dry-run"),
@@ -287,12 +287,14 @@ def test_a_dry_run_killed_midway_leaves_its_report_and_no_process(tmp_path):
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             state = _state(out)
-            if state is not None and state["parts"]["tests"].get("data", {}).get("results"):
+            if state is not None and state["parts"]["layer"]["status"] == "running":
+                time.sleep(1.0)  # its process has started
+                assert set(_processes_naming(str(out))) - {proc.pid}, "no child to kill"
                 break
-            assert proc.poll() is None, "the dry run ended before its first test result"
+            assert proc.poll() is None, "the dry run ended before part (b)"
             time.sleep(0.2)
         else:
-            pytest.fail("no test result within 600 s")
+            pytest.fail("part (b) did not start within 600 s")
         proc.kill()
         proc.wait(60)
     finally:
@@ -304,7 +306,8 @@ def test_a_dry_run_killed_midway_leaves_its_report_and_no_process(tmp_path):
     assert state["parts"]["listops"]["status"] == "pending"
     md = (out / "report.md").read_text()
     assert md.startswith("# GPU check (dry run on the CPU, tiny sizes): INCOMPLETE\n")
-    assert "| (a) GPU-sensitive tests | RUNNING |" in md
+    assert "| (a) GPU-sensitive tests | PASS |" in md
+    assert "| (b) the layer at the benchmark's shapes | RUNNING |" in md
     waited = time.monotonic() + 30
     while _processes_naming(str(out)) and time.monotonic() < waited:
         time.sleep(0.5)
