@@ -3,8 +3,8 @@
 Every part runs in child processes that append one JSON object per line to a records file
 as they go (flushed and synced, so what was written survives a kill). Each child runs in
 its own process group, killed as a group at its deadline, and asks the kernel to kill it
-if this process dies (`PR_SET_PDEATHSIG`, Linux), so a check killed at any moment leaves no
-process holding the GPU.
+if this process dies (`PR_SET_PDEATHSIG`, Linux, set by `_launch.py` before it becomes the
+child's command), so a check killed at any moment leaves no process holding the GPU.
 """
 
 import contextlib
@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -52,15 +53,15 @@ class Job:
         with open(log, "ab") as out:
             out.write(("$ " + " ".join(self.cmd) + "\n").encode())
             out.flush()
+            launch = [sys.executable, "-m", "experiments.gpu_check._launch", str(os.getpid())]
             self.proc = subprocess.Popen(
-                self.cmd,
+                launch + self.cmd if os.name == "posix" else self.cmd,
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=die_with_parent if os.name == "posix" else None,
             )
 
     @property

@@ -26,6 +26,7 @@ print(json.dumps({
     "jaxlib": jaxlib.__version__,
     "platform_version": str(getattr(devices[0].client, "platform_version", "")),
     "devices": [d.device_kind for d in devices],
+    "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
 }))
 """
 

@@ -23,7 +23,7 @@ __all__ = ["PART_RUNNERS", "start_listops_data"]
 #: What the test selection imports beyond the library's dependencies (the GPU image of
 #: shared/GPU.md lacks beartype).
 TEST_NEEDS = ("pytest", "beartype", "jaxtyping", "hypothesis", "scipy")
-_NORMAL_PYTEST_EXITS = (0, 1, 2, 5)  # passed, failed, stopped for time, nothing collected
+_NORMAL_PYTEST_EXITS = (0, 1)  # all passed; some failed (2: stopped for time, or an error)
 
 
 def _worker(part: str, config: dict[str, Any], records: Path, deadline: float) -> list[str]:
@@ -56,6 +56,8 @@ def _read_tests(data: dict[str, Any], records: Path) -> str | None:
             last = r["id"]
         elif r.get("event") == "result":
             data["results"][r["id"]] = r
+        elif r.get("event") == "stopped":
+            data["stopped_for_time"] = True
     return last if last is not None and last not in data["results"] else None
 
 
@@ -100,15 +102,19 @@ def tests_part(check: Check) -> None:
         )
         data["exits"].append(rc)
         crashed = _read_tests(data, records)
-        if stopped or rc in _NORMAL_PYTEST_EXITS or crashed is None:
-            if not stopped and rc not in _NORMAL_PYTEST_EXITS:
+        normal = rc in _NORMAL_PYTEST_EXITS or (rc == 2 and data.get("stopped_for_time"))
+        if stopped or normal or crashed is None:
+            if not (stopped or normal):  # a collection error, a bad test id, a crash outside tests
                 note = "pytest ended abnormally: " + _log_note(check, "tests", rc)
                 p.setdefault("notes", []).append(note)
+                data["abnormal"] = True
             break
         data["crashed"].append(crashed)  # the interpreter died in it: go on without it
         done = set(data["results"]) | set(data["crashed"])
         remaining = [i for i in data["collected"] if i not in done]
     p["summary"], p["status"] = _tests_summary(data)
+    if data.get("abnormal"):
+        p["status"] = "fail"
 
 
 # --------------------------------------------------------------------------- (b) layer

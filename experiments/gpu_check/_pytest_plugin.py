@@ -5,7 +5,8 @@ Loaded with `-p experiments.gpu_check._pytest_plugin`; reads `GPU_CHECK_RECORDS`
 records file) and `GPU_CHECK_DEADLINE` (a `time.time()` after which no further test starts).
 Records: `{"event": "collected", "ids": [...]}` once, `{"event": "start", "id"}` before each
 test (so a test that kills the interpreter is known), `{"event": "result", "id", "outcome",
-"seconds", "message"}` after it (outcome "passed", "failed", "error" or "skipped").
+"seconds", "message"}` after it (outcome "passed", "failed", "error" or "skipped"), and
+`{"event": "stopped", "before"}` when the time is spent (pytest then exits with status 2).
 """
 
 import os
@@ -72,3 +73,4 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     deadline = float(os.environ.get("GPU_CHECK_DEADLINE", "inf"))
     if nextitem is not None and time.time() >= deadline:
         item.session.shouldstop = "gpu-check: this part's time is spent"
+        _write({"event": "stopped", "before": nextitem.nodeid})

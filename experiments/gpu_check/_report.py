@@ -42,8 +42,9 @@ def _machine_lines(state: Mapping[str, Any]) -> list[str]:
         f"- JAX {m.get('jax', '-')}, jaxlib {m.get('jaxlib', '-')}, Python {m.get('python', '-')}, "
         f"backend {m.get('backend', '-')}",
         f"- eqx_lru commit: `{m.get('commit', '-')}`",
-        "- matmul precision: JAX's default (TF32 on NVIDIA GPUs) in parts (b)-(d); the tests "
-        "run at 'highest' except where they ask for the default",
+        f"- matmul precision in parts (b)-(d): {m.get('matmul_precision', '-')} (JAX's default "
+        "is TF32 on NVIDIA GPUs); the tests run at 'highest' except where they ask for the "
+        "default",
     ]
 
 

@@ -211,6 +211,24 @@ def test_tests_part_stops_between_tests_when_its_time_is_spent(tmp_path, monkeyp
     assert "| other | 1 | 0 | 0 | 0 | 0 | 5 |" in render(check.state)
 
 
+@pytest.mark.slow
+def test_tests_part_fails_on_a_collection_error(tmp_path, monkeypatch):
+    # pytest's status 2 or 4 without the plugin's stop: a module of the selection cannot be
+    # imported (a package missing on the GPU machine); not "partial", a failure.
+    check = _sample_check(tmp_path, monkeypatch)
+    (tmp_path / "sample" / "test_missing.py").write_text("import no_such_module_xyz\n")
+    monkeypatch.setattr(
+        selection, "ids", lambda which: ["test_sample.py::test_ok", "test_missing.py::test_x"]
+    )
+    _parts.tests_part(check)
+    part = check.part("tests")
+    (rc,) = part["data"]["exits"]
+    assert rc in (2, 4) and not part["data"]["results"]  # a collection or usage error
+    assert part["status"] == "fail"
+    assert f"pytest ended abnormally: exit status {rc}" in part["notes"][0]
+    assert "no_such_module_xyz" in part["notes"][0]
+
+
 # --------------------------------------------------------------------------- records, jobs
 
 
@@ -356,11 +374,13 @@ def test_listops_reference_and_flag():
 def test_listops_data_is_the_official_format(tmp_path):
     from experiments.lra.tasks import load_task
 
-    written = []
-    _worker.listops_data(
-        {"root": str(tmp_path), "counts": [6, 2, 2], "seed": 0, "workers": 2}, written.append, 0.0
-    )
-    assert written[0]["event"] == "data"
+    # In a process of its own, as the check runs it (its pool forks; this one has JAX).
+    config = {"root": str(tmp_path), "counts": [6, 2, 2], "seed": 0, "workers": 2}
+    records = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-m", "experiments.gpu_check._worker", "listops-data"]
+    cmd += [json.dumps(config), str(records), "0"]
+    subprocess.run(cmd, cwd=REPO, env=_machine.child_env(dry=True), check=True, timeout=300)
+    assert _jobs.read_records(records)[0]["event"] == "data"
     data = load_task("listops", tmp_path)
     assert data.sizes == {"train": 6, "val": 2, "test": 2} and 500 < data.seq_len <= 2000
     argv = _listops.train_argv(tmp_path, tmp_path / "run", argv=["--steps", "7"], time_limit_s=90)
