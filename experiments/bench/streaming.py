@@ -208,7 +208,7 @@ def onnx_step_session(model, state):
     session = ort.InferenceSession(exported.data, options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
 
-    carry = program.carry
+    carry = program.carry or []  # the step's carry: one spec per state array
 
     def carry_zeros(batch):
         return [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in carry]

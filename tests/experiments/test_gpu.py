@@ -1,4 +1,5 @@
-"""Precision and determinism on a CUDA GPU, plus the CPU checks of the test set-up.
+"""Precision and determinism on a CUDA GPU, plus the CPU checks of the test set-up, and
+`python -m experiments.gpu_check` end to end: without a GPU, its dry run, and killed midway.
 
 On NVIDIA GPUs JAX runs float32 matmuls as TF32 by default: each operand is rounded to 11
 significant bits (unit roundoff u = 2**-11 ~ 4.9e-4) and products are accumulated in
