@@ -83,7 +83,8 @@ def layer_body(data: Mapping[str, Any]) -> list[str]:
 def memory_body(data: Mapping[str, Any]) -> list[str]:
     lines = [
         "The trainer's jitted step (Table 9 settings, `experiments.lra.memory.table9`), "
-        "compiled and run twice in a process of its own per form; 'peak' is the device's "
+        "compiled and run twice in a process of its own per form (one for both in the dry run); "
+        "'peak' is the device's "
         '`memory_stats()["peak_bytes_in_use"]` after the steps (allocation on demand), '
         "beside XLA's compile-time sizes (`memory_analysis()`: temp, arguments, outputs).",
         "",
@@ -102,9 +103,9 @@ def memory_body(data: Mapping[str, Any]) -> list[str]:
             f"| **{_f(peak, '.3g', 'not reported')}** | {_f(peak and peak / total, '.2f')} "
             f"| {r['step_s']:.3g} | {r['compile_s']:.0f} |"
         )
-    lines += [f"- {e['form']}: {e['error']}" for e in data.get("errors", [])]
-    lines += [f"- {f}: not run (the part's time was spent)" for f in data.get("skipped", [])]
-    return lines
+    notes = [f"- {e['form']}: {e['error']}" for e in data.get("errors", [])]
+    notes += [f"- {f}: not run (the part's time was spent)" for f in data.get("skipped", [])]
+    return lines + ([""] + notes if notes else [])
 
 
 def listops_body(data: Mapping[str, Any]) -> list[str]:
