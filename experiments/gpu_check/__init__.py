@@ -1,7 +1,7 @@
 """Check eqx_lru on a CUDA GPU within a time budget: `./dev.sh gpu-check`.
 
     python -m experiments.gpu_check [--budget 480] [--out runs/gpu-check] [--dry-run]
-        [--parts tests,layer,memory,listops]
+        [--parts tests,layer,memory,learning]
 
 Four parts, one after the other, each with its share of the budget (`_plan.py`; a part
 that ends early leaves its time to the next), in the order of what they answer:
@@ -16,7 +16,7 @@ that ends early leaves its time to the next), in the order of what they answer:
   of the card's nominal peak bandwidth (`experiments.bench`'s timing and traffic model);
 - (c) **memory**: the PathX training step's peak device memory (`peak_bytes_in_use`
   after two steps) in both forms with remat, beside XLA's compile-time sizes;
-- (d) **listops**: the trainer on ListOps at Table 9 size for the time left, its
+- (d) **learning**: the trainer on ListOps at Table 9 size for the time left, its
   validation curve beside the earlier H100 run's (`experiments/bench/gpu/`), flagged when
   it falls more than 5 points below.
 

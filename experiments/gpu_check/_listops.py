@@ -63,10 +63,12 @@ def train_argv(
 ) -> list[str]:
     """The trainer's command line: ListOps, Table 9 (its defaults), `argv` (the schedule,
     evaluation and, in the dry run, the tiny model), stopped by `--time-limit`."""
+    from experiments.lra.tasks import LISTOPS
+
     minutes = max(time_limit_s, 1.0) / 60
     return [
         "--task",
-        "listops",
+        LISTOPS,
         "--data-root",
         str(data_root),
         "--out",

@@ -54,7 +54,7 @@ def run(
     handlers = catch_signals()
     try:
         check.save()
-        if "listops" in parts:
+        if "learning" in parts:
             start_listops_data(check)  # CPU work while the GPU runs the first parts
         for name in PART_RUNNERS:
             if name in parts:

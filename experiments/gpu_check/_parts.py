@@ -232,7 +232,7 @@ def _data_ready(check: Check, end: float) -> str | None:
 def listops_part(check: Check) -> None:
     """Part (d): the trainer for the time left, its validation curve against the earlier
     H100 run's."""
-    p, end, began = check.part("listops"), check.end("listops"), time.monotonic()
+    p, end, began = check.part("learning"), check.end("learning"), time.monotonic()
     data = p["data"] = {"reference": _listops.read_reference(), "val": {}}
     problem = _data_ready(check, end)
     data["data_s"] = time.monotonic() - began
@@ -247,7 +247,7 @@ def listops_part(check: Check) -> None:
         argv=check.sizes.listops["argv"],
         time_limit_s=end - time.monotonic(),
     )
-    job = check.start([sys.executable, "-m", "experiments.lra.train", *argv], "listops")
+    job = check.start([sys.executable, "-m", "experiments.lra.train", *argv], "learning")
     rc, stopped = check.wait(
         job,
         end + GRACE_S,
@@ -270,7 +270,7 @@ def _listops_verdict(check: Check, p: dict[str, Any], rc: int, stopped: bool) ->
     if cmp["below"]:
         p["summary"] += f"; FLAG: below the reference at step(s) {cmp['below']}"
     if rc != 0 and not stopped:
-        p["notes"] = [_log_note(check, "listops", rc)]
+        p["notes"] = [_log_note(check, "learning", rc)]
     p["status"] = "fail" if cmp["below"] or (rc != 0 and not stopped) or not now else "pass"
 
 
@@ -278,5 +278,5 @@ PART_RUNNERS = {
     "tests": tests_part,
     "layer": layer_part,
     "memory": memory_part,
-    "listops": listops_part,
+    "learning": listops_part,
 }

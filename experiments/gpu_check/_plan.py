@@ -7,9 +7,9 @@ they answer. Part `i` may run until
 
 seconds after the start (`t_i`: when it starts), so a part that finishes early leaves its
 time to the ones after it, one that starts late (a slow start-up) still leaves each later
-part its floor, and ListOps (no share) takes the time left. A part stops itself at `end_i`
-(between two measurements, tests or training steps); its process is killed `GRACE` seconds
-later if it has not.
+part its floor, and the last (`learning`, ListOps; no share) takes the time left. A part
+stops itself at `end_i` (between two measurements, tests or training steps); its process
+is killed `GRACE` seconds later if it has not.
 """
 
 import dataclasses
@@ -66,7 +66,7 @@ PARTS = (
         "compile of the depth-6 bidirectional step at L = 16384 (~20-30 s) and two steps",
     ),
     Part(
-        "listops",
+        "learning",
         "(d) ListOps at Table 9 size",
         None,
         0.2,
@@ -92,7 +92,7 @@ GPU = Sizes(
     tests="all",
     layer={"B": 16, "H": 256, "N": 256, "lengths": (16384, 4096, 1024), "rounds": 7},
     memory={
-        "task": "pathx",
+        "task": None,  # the longest task of the registry (PathX)
         "forms": ("complex", "real"),
         "remat": True,
         "overrides": {},
@@ -109,7 +109,7 @@ DRY = Sizes(
     tests="dry",
     layer={"B": 2, "H": 6, "N": 10, "lengths": (24,), "rounds": 2, "dry": True},
     memory={
-        "task": "pathx",
+        "task": None,
         "forms": ("complex", "real"),
         "remat": True,
         "overrides": {"batch_size": 2, "d_model": 8, "d_state": 12, "depth": 1},

@@ -116,5 +116,5 @@ _BODIES = {
     "tests": _tests_body,
     "layer": _tables.layer_body,
     "memory": _tables.memory_body,
-    "listops": _tables.listops_body,
+    "learning": _tables.listops_body,
 }

@@ -82,22 +82,24 @@ def layer_body(data: Mapping[str, Any]) -> list[str]:
 
 def memory_body(data: Mapping[str, Any]) -> list[str]:
     lines = [
-        "The trainer's jitted step (Table 9 settings, `experiments.lra.memory.table9`), "
+        "The trainer's jitted step of the longest task (Table 9 settings, "
+        "`experiments.lra.memory.table9`), "
         "compiled and run twice in a process of its own per form (one for both in the dry run); "
         "'peak' is the device's "
         '`memory_stats()["peak_bytes_in_use"]` after the steps (allocation on demand), '
         "beside XLA's compile-time sizes (`memory_analysis()`: temp, arguments, outputs).",
         "",
-        "| form | remat | batch × L | depth, H, N | XLA temp GB | XLA args GB | XLA total GB "
-        "| **peak GB** | peak ÷ XLA total | step s | compile s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| task | form | remat | batch × L | depth, H, N | XLA temp GB | XLA args GB "
+        "| XLA total GB | **peak GB** | peak ÷ XLA total | step s | compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data.get("steps", []):
         total = r["xla_temp_gb"] + r["xla_args_gb"] + r["xla_out_gb"]
         peak = r.get("peak_gb")
         bidir = ", bidir." if r.get("bidirectional") else ""
         lines.append(
-            f"| {r['form']} | {'on' if r['remat'] else 'off'} | {r['batch']} × {r['length']} "
+            f"| {r.get('task', '-')} | {r['form']} | {'on' if r['remat'] else 'off'} "
+            f"| {r['batch']} × {r['length']} "
             f"| {r['depth']}, {r['H']}, {r['N']}{bidir} | {r['xla_temp_gb']:.3g} "
             f"| {r['xla_args_gb']:.3g} | {total:.3g} "
             f"| **{_f(peak, '.3g', 'not reported')}** | {_f(peak and peak / total, '.2f')} "

@@ -9,8 +9,8 @@ ListOps data never imports it).
 - `layer`: `experiments.bench.interleave.run` for each (mode, L), fwd+bwd first and the
   longest first, every variant of one configuration interleaved in one process, with the
   bytes each moves per call (`experiments.bench.traffic.bytes_moved`, a model).
-- `memory`: the trainer's PathX step (`experiments.lra.memory.table9` settings,
-  `train.compile_train_step`), compiled, run twice, then the device's
+- `memory`: the trainer's step of the longest task, PathX (`experiments.lra.memory.table9`
+  settings, `train.compile_train_step`), compiled, run twice, then the device's
   `memory_stats()["peak_bytes_in_use"]` beside XLA's compile-time sizes.
 - `listops-data`: ListOps files in the official format, drawn in parallel processes.
 """
@@ -80,10 +80,11 @@ def layer(config: dict[str, Any], emit: Emit, deadline: float) -> None:
 def _step_memory(config: dict[str, Any], form: str) -> dict[str, Any]:
     import jax
 
-    from experiments.lra import memory, train
+    from experiments.lra import memory, tasks, train
     from experiments.lra.steps import task_spec
 
-    task = config["task"]
+    # None: the registry's longest task (PathX), whose step needs the most memory.
+    task = config["task"] or max(tasks.names(), key=lambda t: tasks.get_task(t).seq_len)
     cfg = memory.table9(task, remat=config["remat"], form=form, **config["overrides"])
     spec = task_spec(task, seq_len=config["length"])
     start = time.perf_counter()
@@ -97,6 +98,7 @@ def _step_memory(config: dict[str, Any], form: str) -> dict[str, Any]:
     stats = jax.devices()[0].memory_stats() or {}
     return {
         "event": "step",
+        "task": task,
         "form": form,
         "remat": cfg.remat,
         "batch": cfg.batch_size,

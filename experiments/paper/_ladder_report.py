@@ -1,6 +1,7 @@
 """The ablation ladder's table, CSV and figure (`experiments/paper/ladder.py`)."""
 
 import csv
+import dataclasses
 import math
 from pathlib import Path
 
@@ -8,7 +9,20 @@ import matplotlib.ticker
 import numpy as np
 
 from ._common import plt, save_figure
-from ._ladder_setup import DENSE, LISTOPS, NONLINEAR, NUM_CLASSES, PAPER_TASKS, RUNGS
+from ._ladder_setup import LISTOPS, NUM_CLASSES
+
+
+@dataclasses.dataclass(frozen=True)
+class Rungs:
+    """What the table and figure need of the ladder's rungs (`ladder.RUNGS`): their order,
+    the paper's results per rung on `paper_tasks`, the dense and the nonlinear ones."""
+
+    order: tuple[str, ...]
+    paper: dict[str, tuple]
+    paper_tasks: tuple[str, ...]
+    dense: tuple[str, ...]
+    nonlinear: tuple[str, ...]
+
 
 # --------------------------------------------------------------------------- reporting
 
@@ -55,18 +69,18 @@ def _paper(result) -> str:
     return "✗" if result is None else f"{result[0]} ({result[1]})"
 
 
-def markdown_table(results: dict) -> str:
+def markdown_table(results: dict, rungs: Rungs) -> str:
     s = results["settings"]
     lines = [
         f"{task_description(results)}; mean ± s.e. over {len(s['seeds'])} seed(s). "
         f"Majority class: {100 * results['majority_test_accuracy']:.1f}% of the test set.",
         "",
         "| rung | core | paper | test acc (%) | final train loss | train acc (%) | diverged "
-        "| max \\|λ\\| init → end | paper: " + " / ".join(PAPER_TASKS) + " (%) |",
+        "| max \\|λ\\| init → end | paper: " + " / ".join(rungs.paper_tasks) + " (%) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["rungs"]:
-        paper = " / ".join(_paper(p) for p in RUNGS[r["rung"]][3])
+        paper = " / ".join(_paper(p) for p in rungs.paper[r["rung"]])
         lines.append(
             f"| `{r['rung']}` | {r['label']} | {r['section']}, Tab. {r['tables']} "
             f"| {fmt_mean_se(*mean_se(r['test_accuracy']), 100)} "
@@ -102,7 +116,7 @@ def write_csv(results: dict, path: Path) -> None:
                 writer.writerow([r["rung"], seed, *(f"{v:.4g}" for v in values)])
 
 
-def _accuracy_panel(ax, results: dict, colors: dict) -> None:
+def _accuracy_panel(ax, results: dict, colors: dict, rungs: Rungs) -> None:
     rungs, s = results["rungs"], results["settings"]
     for x, r in enumerate(rungs):
         mean, se = mean_se(r["test_accuracy"])
@@ -117,7 +131,7 @@ def _accuracy_panel(ax, results: dict, colors: dict) -> None:
             ax.text(x, max(top, np.nanmax(acc)) + 2, f"{int(np.sum(r['diverged']))} diverged",
                     ha="center", va="bottom", fontsize=7, color="tab:red")  # fmt: skip
         if s["task"] == LISTOPS:
-            ax.plot(x, RUNGS[r["rung"]][3][0][0], "_", color="tab:red", ms=22, mew=2, zorder=4,
+            ax.plot(x, rungs.paper[r["rung"]][0][0], "_", color="tab:red", ms=22, mew=2, zorder=4,
                     label="paper (full-size LRA ListOps)" if x == 0 else None)  # fmt: skip
     ax.axhline(100 * results["majority_test_accuracy"], color="gray", ls="--", lw=1,
                label="majority class")  # fmt: skip
@@ -130,14 +144,14 @@ def _accuracy_panel(ax, results: dict, colors: dict) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
-def _loss_panel(ax, results: dict, colors: dict) -> None:
+def _loss_panel(ax, results: dict, colors: dict, rungs: Rungs) -> None:
     chance = math.log(NUM_CLASSES)
     for r in results["rungs"]:
         curve = np.asarray(r["loss_curve"], np.float64)  # (seeds, points)
         curve = curve[np.isfinite(curve).all(axis=1)]
         if len(curve):
             ax.plot(r["loss_curve_steps"], curve.mean(0), color=colors[r["rung"]], lw=1.3,
-                    ls="--" if r["rung"] in DENSE else "-", label=r["rung"])  # fmt: skip
+                    ls="--" if r["rung"] in rungs.dense else "-", label=r["rung"])  # fmt: skip
     ax.axhline(chance, color="gray", ls="--", lw=1)
     ax.set_ylim(0, 1.25 * chance)
     ax.set_xlabel("step")
@@ -151,9 +165,9 @@ def _loss_panel(ax, results: dict, colors: dict) -> None:
     ax.grid(alpha=0.3)
 
 
-def _radius_panel(ax, results: dict, colors: dict) -> None:
+def _radius_panel(ax, results: dict, colors: dict, rungs: Rungs) -> None:
     for r in results["rungs"]:
-        if r["rung"] in NONLINEAR:
+        if r["rung"] in rungs.nonlinear:
             continue
         gap = 1 - np.asarray(r["spectral_radius_init"], np.float64)
         shown = gap > 0
@@ -169,12 +183,13 @@ def _radius_panel(ax, results: dict, colors: dict) -> None:
     ax.grid(alpha=0.3)
 
 
-def plot(results: dict, out: Path) -> Path:
+def plot(results: dict, out: Path, rungs: Rungs) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(16, 5), gridspec_kw=dict(width_ratios=[1.2, 1, 1]))
-    colors = dict(zip(RUNGS, plt.cm.viridis(np.linspace(0, 0.92, len(RUNGS))), strict=True))
-    _accuracy_panel(axes[0], results, colors)
-    _loss_panel(axes[1], results, colors)
-    _radius_panel(axes[2], results, colors)
+    shades = plt.cm.viridis(np.linspace(0, 0.92, len(rungs.order)))
+    colors = dict(zip(rungs.order, shades, strict=True))
+    _accuracy_panel(axes[0], results, colors, rungs)
+    _loss_panel(axes[1], results, colors, rungs)
+    _radius_panel(axes[2], results, colors, rungs)
     fig.suptitle(f"The ablation ladder (§3, Tables 1, 2, 7, 8) in miniature\n"
                  f"{task_description(results)}", fontsize=9)  # fmt: skip
     fig.tight_layout()

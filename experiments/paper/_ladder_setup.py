@@ -5,29 +5,8 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from eqx_lru.ablation import ABLATION_CORES
-
 from ..lra.synthetic import generate_listops
 from ..lra.tasks import LISTOPS
-
-# rung -> (label, paper section, tables, paper test accuracy in % as (mean, s.e.) on
-# ListOps, PathFinder, PathX; None: "did not exceed random guessing" in the paper).
-# Tables 1 / 6 (dense), 2 / 7 (diagonal, unit-disk init; ring: Table 8), 3 / 8 (LRU).
-RUNGS = {
-    "rnn_tanh": ("dense RNN, tanh", "§3.1", "1, 6", ((43.9, 0.1), None, None)),
-    "rnn_relu": ("dense RNN, ReLU", "§3.1", "1, 6", ((37.6, 8.0), None, None)),
-    "linear_dense": ("dense linear RNN", "§3.1", "1, 6, 7", ((50.4, 0.2), None, None)),
-    "diag_realimag": ("diagonal, Λ = a + ib", "§3.2", "2, 7", ((58.8, 0.3), None, None)),
-    "diag_exp": ("diagonal, Λ = exp(−ν + iθ)", "§3.3", "2, 7", ((60.5, 0.3), (65.4, 9.0), None)),
-    "diag_stable_exp": ("diagonal, stable exp", "§3.3", "2, 7", ((59.4, 0.3), (93.5, 0.5), None)),
-    "diag_stable_exp_ring": ("+ ring init", "§3.3", "2, 7, 8", ((59.4, 0.3), (94.4, 0.3), None)),
-    "lru": ("+ γ normalisation (LRU)", "§3.4", "3, 8", ((60.2, 0.8), (95.1, 0.1), (94.2, 0.4))),
-}
-PAPER_TASKS = ("ListOps", "PathFinder", "PathX")
-DENSE = ("rnn_tanh", "rnn_relu", "linear_dense")
-NONLINEAR = ("rnn_tanh", "rnn_relu")
-assert tuple(RUNGS) == tuple(ABLATION_CORES), "keep RUNGS in the registry's (the paper's) order"
-
 
 # ListOps tokens, as `experiments.lra.data` reads them: parentheses dropped, "]" -> "X".
 LISTOPS_VOCAB = ("<pad>", *map(str, range(10)), "[MIN", "[MAX", "[MED", "[SM", "X")

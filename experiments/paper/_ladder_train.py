@@ -20,7 +20,6 @@ from ._ladder_setup import (
     LISTOPS_VOCAB,
     NUM_CLASSES,
     RECALL_CHANNELS,
-    RUNGS,
     Settings,
     model_inputs,
 )
@@ -197,7 +196,7 @@ def _train_steps(rung, settings, arrays, static, params, states, run_keys, *, lo
 
 
 def train_rung(rung: str, settings: Settings, arrays: dict, *, log=print) -> dict:
-    """Train every seed of `rung` (together) and evaluate; the rung's record for the JSON."""
+    """Train every seed of `rung` (together) and evaluate; the rung's numbers for the JSON."""
     start = time.perf_counter()
     seeds = settings.seeds
     keys = jax.vmap(lambda seed: jax.random.split(jax.random.key(seed)))(jnp.array(seeds))
@@ -215,10 +214,6 @@ def train_rung(rung: str, settings: Settings, arrays: dict, *, log=print) -> dic
     usable = settings.steps // curve_every * curve_every
     curves = losses[:usable].reshape(-1, curve_every, len(seeds)).mean(1)  # (points, seeds)
     return dict(
-        rung=rung,
-        label=RUNGS[rung][0],
-        section=RUNGS[rung][1],
-        tables=RUNGS[rung][2],
         seeds=list(seeds),
         test_accuracy=test_acc,
         train_accuracy=train_acc,

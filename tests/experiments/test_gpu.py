@@ -251,7 +251,7 @@ def test_dry_run_reports_every_part(tmp_path):
     assert state["machine"]["backend"] == "cpu" and state["machine"]["jax"] == jax.__version__
     assert state["machine"]["commit"] and state["budget_s"] == 480
     parts = state["parts"]
-    assert list(parts) == ["tests", "layer", "memory", "listops"]
+    assert list(parts) == ["tests", "layer", "memory", "learning"]
     assert {p["status"] for p in parts.values()} <= {"pass", "partial"}, md
     tests = parts["tests"]["data"]
     outcomes = {r["id"].split("::")[1]: r["outcome"] for r in tests["results"].values()}
@@ -263,7 +263,7 @@ def test_dry_run_reports_every_part(tmp_path):
     step = parts["memory"]["data"]["steps"][0]
     assert step["form"] == "complex" and step["remat"] and step["xla_temp_gb"] > 0
     assert step["peak_gb"] is None  # the CPU backend reports no device memory
-    listops = parts["listops"]["data"]
+    listops = parts["learning"]["data"]
     assert listops["val"] and len(listops["reference"]["val"]) == 8
     assert md.startswith("# GPU check (dry run on the CPU, tiny sizes): PASS\n")
     for heading in ("## Budget plan", *(f"## {p['title']}" for p in parts.values())):
@@ -304,7 +304,7 @@ def test_a_dry_run_killed_midway_leaves_its_report_and_no_process(tmp_path):
     state = _state(out)
     assert state is not None and state["status"] == "running"
     assert state["parts"]["tests"]["data"]["results"]
-    assert state["parts"]["listops"]["status"] == "pending"
+    assert state["parts"]["learning"]["status"] == "pending"
     md = (out / "report.md").read_text()
     assert md.startswith("# GPU check (dry run on the CPU, tiny sizes): INCOMPLETE\n")
     assert "| (a) GPU-sensitive tests | PASS |" in md

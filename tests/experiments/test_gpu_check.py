@@ -98,11 +98,11 @@ def test_budget_plan():
     budget = _plan.DEFAULT_BUDGET_S
     assert budget == 480
     assert sum(p.share or 0 for p in _plan.PARTS) + sum(p.floor for p in _plan.PARTS) < 1.2
-    assert [p.name for p in _plan.PARTS] == ["tests", "layer", "memory", "listops"]
+    assert [p.name for p in _plan.PARTS] == ["tests", "layer", "memory", "learning"]
     # On time: each part its share; ListOps the rest.
     assert _plan.part_end("tests", budget=budget, elapsed=10) == 10 + 0.25 * budget
     assert _plan.part_end("layer", budget=budget, elapsed=130) == 130 + 0.25 * budget
-    assert _plan.part_end("listops", budget=budget, elapsed=300) == budget - _plan.RESERVE_S
+    assert _plan.part_end("learning", budget=budget, elapsed=300) == budget - _plan.RESERVE_S
     # Late: the parts after keep their floors.
     late = _plan.part_end("layer", budget=budget, elapsed=400)
     assert late == budget - _plan.RESERVE_S - (0.06 + 0.2) * budget < 400
@@ -323,9 +323,9 @@ def test_layer_table_states_bytes_and_bandwidth_fraction():
 
 def test_memory_table():
     step = {
-        "form": "real", "remat": True, "batch": 32, "length": 16384, "depth": 6, "H": 128,
-        "N": 256, "bidirectional": True, "compile_s": 21.0, "step_s": 0.2, "xla_temp_gb": 29.0,
-        "xla_args_gb": 0.5, "xla_out_gb": 0.5, "peak_gb": 38.7,
+        "task": "pathx", "form": "real", "remat": True, "batch": 32, "length": 16384, "depth": 6,
+        "H": 128, "N": 256, "bidirectional": True, "compile_s": 21.0, "step_s": 0.2,
+        "xla_temp_gb": 29.0, "xla_args_gb": 0.5, "xla_out_gb": 0.5, "peak_gb": 38.7,
     }  # fmt: skip
     data = {
         "steps": [step],
@@ -333,8 +333,8 @@ def test_memory_table():
         "skipped": [],
     }
     text = render({"parts": {"memory": {"title": "(c) memory", "status": "fail", "data": data}}})
-    row = "| real | on | 32 × 16384 | 6, 128, 256, bidir. | 29 | 0.5 | 30 | **38.7** | 1.29 | 0.2 "
-    assert row + "| 21 |" in text
+    row = "| pathx | real | on | 32 × 16384 | 6, 128, 256, bidir. | 29 | 0.5 | 30 | **38.7** "
+    assert row + "| 1.29 | 0.2 | 21 |" in text
     assert "- complex: XlaRuntimeError: RESOURCE_EXHAUSTED" in text
 
 
@@ -364,7 +364,7 @@ def test_listops_reference_and_flag():
         results={"status": "stopped", "step": 4100, "steps_per_sec": 55.0},
         data_s=3.0,
     )
-    text = render({"parts": {"listops": {"title": "(d) ListOps", "status": "fail", "data": data}}})
+    text = render({"parts": {"learning": {"title": "(d) ListOps", "status": "fail", "data": data}}})
     assert "| 4000 | 26.4% | 36.4% | -10.0% |" in text
     assert "**FLAG: this run is more than 5% below the reference at step(s) 4000" in text
     assert "Trainer: stopped, step 4100, 55.0 steps/s" in text
