@@ -117,8 +117,8 @@ def write_csv(results: dict, path: Path) -> None:
 
 
 def _accuracy_panel(ax, results: dict, colors: dict, rungs: Rungs) -> None:
-    rungs, s = results["rungs"], results["settings"]
-    for x, r in enumerate(rungs):
+    records, s = results["rungs"], results["settings"]
+    for x, r in enumerate(records):
         mean, se = mean_se(r["test_accuracy"])
         ax.bar(x, 100 * mean, yerr=100 * se if math.isfinite(se) else None, capsize=4,
                color=colors[r["rung"]], alpha=0.85)  # fmt: skip
@@ -135,7 +135,7 @@ def _accuracy_panel(ax, results: dict, colors: dict, rungs: Rungs) -> None:
                     label="paper (full-size LRA ListOps)" if x == 0 else None)  # fmt: skip
     ax.axhline(100 * results["majority_test_accuracy"], color="gray", ls="--", lw=1,
                label="majority class")  # fmt: skip
-    ax.set_xticks(range(len(rungs)), [r["rung"] for r in rungs], rotation=30, ha="right",
+    ax.set_xticks(range(len(records)), [r["rung"] for r in records], rotation=30, ha="right",
                   fontsize=8)  # fmt: skip
     ax.set_ylim(0, 105 if s["task"] == "recall" else None)
     ax.set_ylabel("test accuracy (%)")
