@@ -38,11 +38,19 @@ class ExportError(ValueError):
     """A model, program or format that cannot be exported; the message says what to do."""
 
 
+def _check_size(record: str, field: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{record}: `{field}` must be a positive integer; got {value!r}.")
+
+
 @dataclasses.dataclass(frozen=True)
 class Tokens:
     """Inputs that are token ids: int32, one id per position, in `[0, vocab_size)`."""
 
     vocab_size: int
+
+    def __post_init__(self):
+        _check_size("Tokens", "vocab_size", self.vocab_size)
 
     def position(self) -> tuple[tuple[int, ...], Any]:
         return (), jnp.int32
@@ -54,6 +62,19 @@ class Features:
 
     size: int
     dtype: Any = jnp.float32
+
+    def __post_init__(self):
+        _check_size("Features", "size", self.size)
+        try:
+            dtype = None if self.dtype is None else jnp.dtype(self.dtype)
+        except TypeError:
+            dtype = None
+        if dtype is None or not (
+            jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+        ):
+            raise ValueError(
+                f"Features: `dtype` must be a real or integer dtype; got {self.dtype!r}."
+            )
 
     def position(self) -> tuple[tuple[int, ...], Any]:
         return (self.size,), jnp.dtype(self.dtype)
@@ -226,14 +247,17 @@ def _next(names: list[str]) -> list[str]:
 
 def per_position(model, state, reads: Reads) -> bool:
     """Whether `model`'s call returns one output per position (a leading `length` axis)
-    rather than one for the sequence: read off its output shape for a symbolic length."""
+    rather than one for the sequence: read off its output shape, the call made as
+    `sequence_program` makes it (a symbolic length, `length=` an int32 scalar), so that a
+    model takes the same contract in every format."""
     (length,) = jax.export.symbolic_shape("length")
     shape, dtype = _x_input(reads, length)
 
-    def call(x):
-        return model(x, state, length=None, inference=True)[0]
+    def call(x, n):
+        return model(x, state, length=n, inference=True)[0]
 
-    out = jax.eval_shape(call, jax.ShapeDtypeStruct(shape, dtype))
+    n = jax.ShapeDtypeStruct((), jnp.int32)
+    out = jax.eval_shape(call, jax.ShapeDtypeStruct(shape, dtype), n)
     return out.ndim >= 1 and not isinstance(out.shape[0], int) and out.shape[0] == length
 
 
