@@ -174,3 +174,37 @@ def test_the_newcomers_model_exports_as_sequence(fmt):
     got = run(x, length, *zero_carry(exported.manifest, 3))[0]
     call = jax.vmap(lambda x, n: model(x, eqx.nn.State(model), length=n)[0])
     np.testing.assert_allclose(got, call(x, length), rtol=1e-5, atol=1e-5)
+
+
+class _Bare(Last):
+    """Its call returns the output alone, not `(out, state)`."""
+
+    def __call__(self, x, state, *, length=None, inference=None, key=None):
+        return super().__call__(x, state, length=length)[0]
+
+
+class _Swapped(Last):
+    """Its step returns `(y_t, carry)`, not `(carry, y_t)`."""
+
+    def step(self, carry, x_t, state):
+        carry, y_t = super().step(carry, x_t, state)
+        return y_t, carry
+
+
+@pytest.mark.parametrize("fmt", export_formats())
+def test_a_call_or_step_that_breaks_the_contract_is_refused_in_one_line(fmt):
+    """The exported call took `[0]` of whatever the model returned (the first logit of a
+    bare output), and a step's carry of another shape went into the manifest: both
+    exported silently."""
+    key = jax.random.PRNGKey(2)
+    with pytest.raises(ExportError) as e:
+        eqx_lru.export.export(_Bare(False, key=key), format=fmt, reads=Tokens(VOCAB))
+    message = str(e.value)
+    assert "\n" not in message and "must return the pair (out, state)" in message, message
+    assert f"of shape ({CLASSES},)" in message, message  # what it returned instead
+    with pytest.raises(ExportError) as e:
+        eqx_lru.export.export(
+            _Swapped(False, key=key), format=fmt, program="step", reads=Tokens(VOCAB)
+        )
+    message = str(e.value)
+    assert "\n" not in message and "must return a carry like init_carry()'s" in message, message
