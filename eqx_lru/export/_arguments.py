@@ -15,10 +15,10 @@ from ._manifest import OWN_KEYS
 from ._program import ExportError, Features, Reads, Tokens, reads_of
 
 
-def _stateful(model) -> bool:
-    """Whether `model` keeps state (`eqx.nn.StateIndex`: batch norm's statistics)."""
+def _state_indexes(model) -> list:
+    """Where `model` keeps state (`eqx.nn.StateIndex`: batch norm's statistics)."""
     is_index = lambda x: isinstance(x, eqx.nn.StateIndex)  # noqa: E731
-    return any(is_index(x) for x in jax.tree_util.tree_leaves(model, is_leaf=is_index))
+    return [x for x in jax.tree_util.tree_leaves(model, is_leaf=is_index) if is_index(x)]
 
 
 def check_model(model, state) -> eqx.nn.State:
@@ -29,8 +29,9 @@ def check_model(model, state) -> eqx.nn.State:
             "`model` must be an equinox Module (an LRUModel, LRUBlock, LRURetrievalModel, or "
             f"a module of your own with their call); got {type(model).__name__}."
         )
+    indexes = _state_indexes(model)
     if state is None:
-        if _stateful(model):
+        if indexes:
             raise ExportError(
                 f"this {type(model).__name__} keeps state (batch norm's running statistics): "
                 "pass it as `state`, the second value of eqx.nn.make_with_state(...)(...), "
@@ -43,6 +44,15 @@ def check_model(model, state) -> eqx.nn.State:
             f"(eqx.nn.make_with_state), or None for a model without one; got "
             f"{type(state).__name__}."
         )
+    for index in indexes:
+        try:
+            state.get(index)
+        except (KeyError, ValueError) as e:
+            raise ExportError(
+                f"`state` holds nothing for this {type(model).__name__}'s state ({e}): pass "
+                "the state made with this model, the second value of "
+                "eqx.nn.make_with_state(...)(...)."
+            ) from None
     return state
 
 

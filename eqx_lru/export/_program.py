@@ -39,8 +39,15 @@ class ExportError(ValueError):
 
 
 def _check_size(record: str, field: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{record}: `{field}` must be a positive integer; got {value!r}.")
+    """A positive integer that an int32 holds (token ids and sizes are int32)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or not 1 <= value <= np.iinfo(np.int32).max
+    ):
+        raise ValueError(
+            f"{record}: `{field}` must be a positive integer up to 2**31 - 1; got {value!r}."
+        )
 
 
 @dataclasses.dataclass(frozen=True)

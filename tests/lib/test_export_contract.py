@@ -116,6 +116,17 @@ def test_the_state_of_a_batch_norm_model_is_asked_for_in_one_line(model):
     assert "\n" not in message and "`state`" in message and "make_with_state" in message
     with pytest.raises(TypeError, match="`state` must be the eqx.nn.State made with the model"):
         export(m, {"running": 0})
+    with pytest.raises(TypeError, match="`state` must be the eqx.nn.State made with the model"):
+        inspect.unwrap(eqx_lru.export.prepare)(m, None)  # was an AttributeError
+    # The state of another model (a block's): a KeyError from inside equinox before.
+    _, other = eqx.nn.make_with_state(eqx_lru.LRUBlock)(D_MODEL, D_STATE, key=jax.random.key(3))
+    with pytest.raises(ExportError) as e:
+        eqx_lru.export.export(m, other)
+    message = str(e.value)
+    assert "\n" not in message and "`state` holds nothing for this LRUModel's state" in message
+    # An id that an int32 cannot hold: an OverflowError while tracing before.
+    with pytest.raises(ValueError, match=r"`vocab_size` must be a positive integer up to 2\*\*31"):
+        Tokens(2**31)
 
 
 class Last(eqx.Module):

@@ -174,7 +174,8 @@ def test_export_arguments(fmt, program, reads, dt, description, metadata, state)
     ),
 )
 def test_reads_records(size, dtype):
-    positive = not isinstance(size, bool) and isinstance(size, int | np.integer) and size >= 1
+    integer = not isinstance(size, bool) and isinstance(size, int | np.integer)
+    positive = integer and 1 <= size < 2**31  # ids and sizes are int32
     for make, names in (
         (lambda: Tokens(size), ["`vocab_size`"]),
         (lambda: Features(size, dtype), ["`size`", "`dtype`"]),
