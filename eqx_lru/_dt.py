@@ -37,7 +37,11 @@ def check_dt(dt: ArrayLike, length: Dim | None, dtype) -> Float[Array, "*length"
     underflows or overflows `dtype`; a traced one at run time (`runtime_check`: an
     exported program skips it)."""
     values = known(dt)
-    shape, kind = (values.shape, values.dtype) if values is not None else (dt.shape, dt.dtype)
+    if values is not None:
+        shape, kind = values.shape, values.dtype
+    else:
+        traced = jnp.asarray(dt)  # a tracer: itself
+        shape, kind = traced.shape, traced.dtype
     shapes = "()" if length is None else f"({length},) (one per position) or ()"
     if shape not in ((), (length,)) or (length is None and shape != ()):
         raise ValueError(

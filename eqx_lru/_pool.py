@@ -205,8 +205,8 @@ class StreamPool(eqx.Module):
         carry, out = jax.vmap(one)(self.carry, x, length, self.fresh, steps)
         return self._advanced(carry), out
 
-    def _per_slot(self, x: ArrayLike, name: str) -> Array:
-        x = check_integers(x, name)  # a known id beyond int32 would wrap into range
+    def _per_slot(self, given: ArrayLike, name: str) -> Array:
+        x = check_integers(given, name)  # a known id beyond int32 would wrap into range
         if x.ndim == 0 or x.shape[0] != self.slots:
             raise ValueError(
                 f"`{name}` must have one entry per slot, a leading axis of {self.slots}; got "

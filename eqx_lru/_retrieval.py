@@ -140,8 +140,8 @@ def _check_known_documents(encoder: LRUModel, x, length, dt) -> None:
         n = None if lengths is None or lengths.shape != (2,) else lengths[i]
         if n is not None:
             check_length(n, xs.shape[1], "the padded length")
-        pair = steps is not None and steps.ndim and steps.shape[0] == 2
-        encoder._check_known_values(xs[i], {"length": n, "dt": steps[i] if pair else None})
+        step = steps[i] if steps is not None and steps.ndim and steps.shape[0] == 2 else None
+        encoder._check_known_values(xs[i], {"length": n, "dt": step})
 
 
 def _pair_steps(dt: ArrayLike) -> Array:

@@ -180,7 +180,7 @@ def check_range(given: Any, low: int, high: Any, message: str, *, check: str) ->
     return runtime_check(given.astype(jnp.int32), bad, message, check=check)
 
 
-def check_integers(given: Any, name: str) -> Any:
+def check_integers(given: Any, name: str) -> jax.Array:
     """`jnp.asarray(given)`, or a `ValueError` naming `name` when `given` is a known integer
     value that the conversion would change: beyond JAX's integer type (int32 unless 64-bit
     mode is on), where it would wrap silently."""
