@@ -1,16 +1,18 @@
 #!/usr/bin/env sh
 # One entry point for set-up and the two everyday jobs. On a fresh machine it creates
-# ./.venv, installs eqx_lru with its extras there (again only when pyproject.toml changes),
-# then runs the job:
+# ./.venv, installs eqx_lru there with its `export` extra and the repository's dependency
+# groups (experiments, test, docs, release; pyproject.toml), again only when pyproject.toml
+# changes, saying so in one line first (pip itself is quiet), then runs the job:
 #   ./dev.sh demo   the main job: a short offline demo (no download)
 #   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change):
-#                   about 30 minutes on two CPU cores. `test --quick`: the library's fast
+#                   tens of minutes on two CPU cores. `test --quick`: the library's fast
 #                   tests only (tests/lib, not marked slow), a few minutes
 #   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository, pyright
 #                   over eqx_lru/
 #   ./dev.sh release-check  build the sdist and wheel, check them (twine, their files, one
 #                   version everywhere), install the wheel into a fresh virtual environment
-#                   and run the README example there (.ci/release_check.py)
+#                   and run the example of its description, PACKAGE.md, there
+#                   (.ci/release_check.py)
 #   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
 #   ./dev.sh docs   the documentation site (MkDocs, strict) into site/; `docs serve` to preview
 #   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
@@ -23,6 +25,18 @@
 set -eu
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
+
+# Why an environment is (re)installed, for the line printed before pip runs for minutes:
+# STAMP (what was installed, "cksum-of-pyproject size ..."), WANT, the other reason.
+install_reason() {
+    if [ ! -f "$1" ]; then
+        echo "first set-up"
+    elif [ "$(cut -d' ' -f1-2 "$1")" != "$(echo "$2" | cut -d' ' -f1-2)" ]; then
+        echo "pyproject.toml changed"
+    else
+        echo "$3"
+    fi
+}
 
 newest_python() {
     # A Python >= 3.12 (the newest JAX releases need one), or nothing.
@@ -50,9 +64,12 @@ if [ "${1:-}" = test-newest ]; then
     stamp=.venv-newest/.install-stamp
     want="$(cat pyproject.toml | cksum) $(date +%Y-%m-%d)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        why=$(install_reason "$stamp" "$want" "a new day: the newest releases again")
+        echo "dev.sh: installing eqx_lru, the newest JAX and the test group into" \
+            ".venv-newest ($why); a few minutes, pip is quiet"
         .venv-newest/bin/python -m pip install --quiet --upgrade pip
         .venv-newest/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager \
-            -e ".[test]"
+            -e . --group test
         echo "$want" > "$stamp"
     fi
     if [ -d tests/lib ]; then
@@ -69,15 +86,24 @@ fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-extras=experiments,test,docs,export,release
+# The package's extras, and the repository's dependency groups (pip >= 25.1: pip is
+# upgraded first).
+extras=export
 if [ "${1:-}" = gpu-check ] && command -v nvidia-smi >/dev/null 2>&1; then
     extras=$extras,cuda
 fi
+groups="experiments test docs release"
 stamp=.venv/.install-stamp
-want="$(cat pyproject.toml | cksum) $extras"
+want="$(cat pyproject.toml | cksum) $extras $groups"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    why=$(install_reason "$stamp" "$want" "other extras: $extras")
+    echo "dev.sh: installing eqx_lru[$extras] and the groups $groups into .venv ($why);" \
+        "a few minutes, pip is quiet"
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[$extras]"
+    group_flags=
+    for group in $groups; do group_flags="$group_flags --group $group"; done
+    # shellcheck disable=SC2086 # one word per flag
+    .venv/bin/python -m pip install --quiet -e ".[$extras]" $group_flags
     echo "$want" > "$stamp"
 fi
 job=${1:-}

@@ -8,8 +8,12 @@
    that `[tool.hatch.build.targets.sdist]` names (never an untracked file);
 4. checks one version everywhere: `pyproject.toml`, the wheel's metadata, the newest
    released section of `CHANGELOG.md`, and `eqx_lru.__version__` of the installed wheel;
+   and the wheel's description: `PACKAGE.md` (written for the package; README.md is the
+   repository's), with only the package's own extras (`export`, `cuda`) and no project
+   address of an organisation that does not exist;
 5. installs the wheel into a fresh virtual environment (dependencies from pip's cache or
-   the package index), imports it from there and runs the README's example.
+   the package index), imports it from there, finds there every `eqx_lru` name that
+   `PACKAGE.md` names, and runs its example.
 
 Prints one line per step with its time; exits 1 with the reason on the first failure.
 """
@@ -63,6 +67,19 @@ def _check_wheel(wheel: pathlib.Path, version: str) -> None:
     found = re.search(r"^Version: (.+)$", metadata, re.M)[1]
     if found != version:
         raise Failed(f"the wheel's metadata says version {found}, pyproject.toml {version}.")
+    _check_description(metadata)
+
+
+def _check_description(metadata: str) -> None:
+    """The package index's page is PACKAGE.md, and it names only what the wheel holds."""
+    headers, _, description = metadata.partition("\n\n")
+    if description.strip() != (ROOT / "PACKAGE.md").read_text().strip():
+        raise Failed("the wheel's description is not PACKAGE.md (pyproject.toml: readme).")
+    extras = set(re.findall(r"^Provides-Extra: (.+)$", headers, re.M))
+    if extras - {"export", "cuda"}:
+        raise Failed(f"the wheel publishes the repository's sets as extras: {sorted(extras)}")
+    if re.search(r"eqx-lru", "\n".join(re.findall(r"^Project-URL: .+$", headers, re.M))):
+        raise Failed("the wheel's project URLs name the organisation eqx-lru, which does not exist")
 
 
 def _check_sdist(sdist: pathlib.Path, version: str) -> None:
@@ -89,11 +106,30 @@ def _check_changelog(version: str) -> None:
         )
 
 
-def _readme_example() -> str:
-    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.M | re.S)
+def _package_example() -> str:
+    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "PACKAGE.md").read_text(), re.M | re.S)
     if len(blocks) != 1:
-        raise Failed(f"README.md should hold one python example, has {len(blocks)}.")
+        raise Failed(f"PACKAGE.md should hold one python example, has {len(blocks)}.")
     return blocks[0]
+
+
+# Run in the fresh environment: each name PACKAGE.md gives is a module or an attribute
+# of one there, or the script fails naming it.
+_FIND_NAMES = """
+import importlib
+for name in {names!r}:
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+        except ModuleNotFoundError:
+            continue
+        for part in parts[k:]:
+            obj = getattr(obj, part, None)
+        break
+    if obj is None:
+        raise SystemExit(f"PACKAGE.md names {{name}}, which the installed wheel does not hold")
+"""
 
 
 def _install_and_run(wheel: pathlib.Path, tmp: pathlib.Path, version: str) -> None:
@@ -101,7 +137,7 @@ def _install_and_run(wheel: pathlib.Path, tmp: pathlib.Path, version: str) -> No
     _run(sys.executable, "-m", "venv", str(venv))
     python = str(venv / "bin" / "python")
     _run(python, "-m", "pip", "install", "--quiet", str(wheel))
-    (tmp / "example.py").write_text(_readme_example())
+    (tmp / "example.py").write_text(_package_example())
     probe = (
         "import eqx_lru, pathlib, sys; "
         f"assert eqx_lru.__version__ == {version!r}, eqx_lru.__version__; "
@@ -109,6 +145,9 @@ def _install_and_run(wheel: pathlib.Path, tmp: pathlib.Path, version: str) -> No
     )
     env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "HOME": str(tmp)}
     _run(python, "-c", probe, cwd=tmp, env=env)
+    names = sorted(set(re.findall(r"`(eqx_lru(?:\.\w+)*)", (ROOT / "PACKAGE.md").read_text())))
+    (tmp / "names.py").write_text(_FIND_NAMES.format(names=names))
+    _run(python, "names.py", cwd=tmp, env=env)
     _run(python, "example.py", cwd=tmp, env=env)
 
 
@@ -132,7 +171,9 @@ def main() -> int:
             _check_sdist(sdist, version)
             step("twine check passed; the wheel and sdist hold exactly the intended files")
             _install_and_run(wheel, tmp, version)
-            step(f"installed into a fresh venv: eqx_lru {version} imports, README example runs")
+            step(
+                f"installed into a fresh venv: eqx_lru {version} imports, PACKAGE.md's example runs"
+            )
     except Failed as e:
         print(f"release-check: FAILED: {e}", file=sys.stderr)
         return 1

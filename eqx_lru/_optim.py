@@ -10,13 +10,22 @@ Parameters are labelled by where they live, for `optax.multi_transform`:
     for all parameters except $A$ and $B$ (and $\gamma$)"), including the LRU's $C$, $D$,
     norm scales and biases;
 - `"no_decay"`: with `decay_norm_and_bias=False`, the 1-D parameters outside recurrent
-    cores (biases, norm scales and shifts) — Adam at the base learning rate.
+    cores (biases, norm scales and shifts), and with `decay_embeddings=False` the tables
+    of `eqx.nn.Embedding` — Adam at the base learning rate;
+- `"recurrent_decay"`: AdamW at learning rate × `lr_factor` with weight decay, for fields
+    a core puts there itself (below).
+
+A core may move single fields to another group through an attribute `param_groups`,
+pairs `(field, group)` over its top-level fields (the baselines' `param_groups=`, which
+the LRA trainer uses for the per-parameter settings of S4's and S5's recipes).
 
 optax is imported lazily, so `import eqx_lru` does not need it.
 """
 
 import dataclasses
 import functools
+from collections.abc import Hashable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -28,14 +37,40 @@ from ._core import AbstractRecurrentCore
 RECURRENT = "recurrent"
 DECAY = "decay"
 NO_DECAY = "no_decay"
+RECURRENT_DECAY = "recurrent_decay"
+#: Every group, and the ones every `lru_optimizer` state holds (the others only where used,
+#: so the states of runs saved before a group existed keep their structure).
+GROUPS = (RECURRENT, DECAY, NO_DECAY, RECURRENT_DECAY)
+_ALWAYS = (RECURRENT, DECAY, NO_DECAY)
 
 
 def _is_core(node) -> bool:
     return isinstance(node, AbstractRecurrentCore)
 
 
+def _is_labelled_module(node) -> bool:
+    return _is_core(node) or isinstance(node, eqx.nn.Embedding)
+
+
+def check_param_groups(owner: str, param_groups, names) -> tuple[tuple[str, str], ...]:
+    """`param_groups` (a mapping or pairs `field -> group`) as sorted pairs, checked against
+    the field `names` of `owner` and the groups of `lru_optimizer`."""
+    pairs = tuple(sorted(dict(param_groups or {}).items()))
+    unknown = sorted({f for f, _ in pairs} - set(names))
+    if unknown:
+        raise ValueError(
+            f"{owner}: `param_groups` names fields {unknown} it does not have; its fields "
+            f"are {sorted(names)}."
+        )
+    wrong = sorted({g for _, g in pairs} - set(GROUPS))
+    if wrong:
+        raise ValueError(f"{owner}: `param_groups` has groups {wrong}; expected {list(GROUPS)}.")
+    return pairs
+
+
 def _label_core(core: AbstractRecurrentCore) -> AbstractRecurrentCore:
-    """The core with each array replaced by its label, by top-level field name."""
+    """The core with each array replaced by its label, by top-level field name: its
+    `recurrent_fields` "recurrent", the others "decay", then its `param_groups`."""
     fields = tuple(core.recurrent_fields)
     names = {f.name for f in dataclasses.fields(core)}
     unknown = set(fields) - names
@@ -44,14 +79,20 @@ def _label_core(core: AbstractRecurrentCore) -> AbstractRecurrentCore:
             f"{type(core).__name__} declares recurrent fields {sorted(unknown)} it does "
             f"not have; its fields are {sorted(names)}."
         )
+    moved = dict(
+        check_param_groups(type(core).__name__, getattr(core, "param_groups", None), names)
+    )
 
     def label(path, leaf):
-        return RECURRENT if path[0].name in fields else DECAY
+        name = path[0].name
+        return moved.get(name, RECURRENT if name in fields else DECAY)
 
     return jax.tree_util.tree_map_with_path(label, core)
 
 
-def lru_param_labels(tree: PyTree, *, decay_norm_and_bias: bool = True) -> PyTree[str]:
+def lru_param_labels(
+    tree: PyTree, *, decay_norm_and_bias: bool = True, decay_embeddings: bool = True
+) -> PyTree[str]:
     r"""Label every trainable array of `tree` for `optax.multi_transform`.
 
     Works on any pytree containing recurrent cores (an `LRUModel`, your own model, a
@@ -59,37 +100,40 @@ def lru_param_labels(tree: PyTree, *, decay_norm_and_bias: bool = True) -> PyTre
     layers, the ablation and baseline cores, your own subclass — e.g.
     `recurrent_fields: ClassVar = ("A", "B")`), anywhere, has the top-level fields its
     class declares in `recurrent_fields` labelled `"recurrent"` and its other arrays
-    `"decay"`.
+    `"decay"`, except the fields its `param_groups` (if it has one) moves.
 
     **Arguments:**
 
     - `tree`: the model (or `eqx.filter(model, eqx.is_inexact_array)`).
     - `decay_norm_and_bias`: if `False`, 1-D arrays outside recurrent cores (biases, norm
         scales and shifts) get `"no_decay"` instead of `"decay"`.
+    - `decay_embeddings`: if `False`, the tables of `eqx.nn.Embedding` layers get
+        `"no_decay"`.
 
     **Returns:** a pytree shaped like `eqx.filter(tree, eqx.is_inexact_array)`, with
-    `"recurrent"`, `"decay"` or `"no_decay"` at every inexact array and `None` elsewhere.
+    `"recurrent"`, `"decay"`, `"no_decay"` or `"recurrent_decay"` at every inexact array
+    and `None` elsewhere.
     """
     params = eqx.filter(tree, eqx.is_inexact_array)
 
     def label(node):
         if _is_core(node):
             return _label_core(node)
+        if isinstance(node, eqx.nn.Embedding):
+            table = DECAY if decay_embeddings else NO_DECAY
+            return jax.tree_util.tree_map(lambda _: table, node)
         if decay_norm_and_bias or node.ndim >= 2:
             return DECAY
         return NO_DECAY
 
-    return jax.tree_util.tree_map(label, params, is_leaf=_is_core)
+    return jax.tree_util.tree_map(label, params, is_leaf=_is_labelled_module)
 
 
 def _optax():
     try:
         import optax
-    except ImportError as e:  # pragma: no cover - optax is in the test extras
-        raise ImportError(
-            "eqx_lru's optimiser helpers need optax: `pip install optax` (or "
-            "`pip install eqx_lru[experiments]`)."
-        ) from e
+    except ImportError as e:  # pragma: no cover - optax is in the test group
+        raise ImportError("eqx_lru's optimiser helpers need optax: `pip install optax`.") from e
     return optax
 
 
@@ -139,6 +183,7 @@ def lru_optimizer(
     b2: float = 0.999,
     eps: float = 1e-8,
     decay_norm_and_bias: bool = True,
+    decay_embeddings: bool = True,
 ):
     r"""The optimiser of paper §D.2, as one `optax.GradientTransformation`.
 
@@ -148,9 +193,12 @@ def lru_optimizer(
         peaking at `learning_rate × lr_factor`, **no** weight decay;
     - `"decay"` (everything else): AdamW, schedule peaking at `learning_rate`, decoupled
         weight decay `weight_decay` (scaled by the schedule, as `optax.adamw`);
-    - `"no_decay"` (only with `decay_norm_and_bias=False`): Adam at `learning_rate`.
+    - `"no_decay"` (with `decay_norm_and_bias=False` or `decay_embeddings=False`, or a
+        core's `param_groups`): Adam at `learning_rate`;
+    - `"recurrent_decay"` (only a core's `param_groups`): AdamW at
+        `learning_rate × lr_factor` with weight decay `weight_decay`.
 
-    Both schedules are `lru_schedule` (warmup from `init_value`, cosine to `end_value`).
+    All schedules are `lru_schedule` (warmup from `init_value`, cosine to `end_value`).
     Labels are computed from the parameter tree at `init` and `update`, so this works for
     any model containing LRU layers. Usage:
 
@@ -169,7 +217,7 @@ def lru_optimizer(
     - `weight_decay`: AdamW weight decay (Table 9: 0.05).
     - `warmup_fraction`, `init_value`, `end_value`: see `lru_schedule`.
     - `b1`, `b2`, `eps`: Adam's.
-    - `decay_norm_and_bias`: see `lru_param_labels`.
+    - `decay_norm_and_bias`, `decay_embeddings`: see `lru_param_labels`.
 
     **Returns:** an `optax.GradientTransformation`.
     """
@@ -188,15 +236,39 @@ def lru_optimizer(
     base = schedule(learning_rate)
     slow = schedule(learning_rate * lr_factor)
     adam = functools.partial(optax.adam, b1=b1, b2=b2, eps=eps)
+    adamw = functools.partial(optax.adamw, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+    transforms = {
+        RECURRENT: adam(slow),
+        DECAY: adamw(base),
+        NO_DECAY: adam(base),
+        RECURRENT_DECAY: adamw(slow),
+    }
 
     def labels(params):
-        return lru_param_labels(params, decay_norm_and_bias=decay_norm_and_bias)
+        return lru_param_labels(
+            params, decay_norm_and_bias=decay_norm_and_bias, decay_embeddings=decay_embeddings
+        )
 
-    return optax.multi_transform(
-        {
-            RECURRENT: adam(slow),
-            DECAY: optax.adamw(base, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay),
-            NO_DECAY: adam(base),
-        },
-        labels,
-    )
+    return _partition(transforms, labels)
+
+
+def _partition(transforms, labels):
+    """`optax.multi_transform(transforms, labels)` over the groups in `_ALWAYS` and those
+    `labels` uses: a state has no entry for a group no parameter is in (beyond the first
+    three), so adding a group leaves the states of existing models as they were."""
+    optax = _optax()
+
+    def build(tree):
+        used = set(jax.tree_util.tree_leaves(labels(tree)))
+        chosen: dict[Hashable, Any] = {
+            name: t for name, t in transforms.items() if name in _ALWAYS or name in used
+        }
+        return optax.multi_transform(chosen, labels)
+
+    def init(params):
+        return build(params).init(params)
+
+    def update(updates, state, params=None, **extra_args):
+        return build(updates).update(updates, state, params, **extra_args)
+
+    return optax.GradientTransformationExtraArgs(init, update)

@@ -295,7 +295,7 @@ def linear_recurrence(
         `AbstractAlgebra`).
     - `initial_state`: $h_{-1}$, shape `state_shape`; zeros if `None`.
     - `reverse`: run from the end: $h_k = a_k \otimes h_{k+1} + b_k$ with
-        $h_\text{length} = $ `initial_state`.
+        $h_\text{length}$ = `initial_state`.
     - `method`: an `AbstractScanMethod` — `Sequential(unroll=1)` (an in-place
         `jax.lax.fori_loop`), `Associative()` (`jax.lax.associative_scan`, $O(\log L)$
         depth), `PallasScan()` (a GPU kernel), `Auto()` (sequential on CPU, associative on

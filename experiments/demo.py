@@ -6,8 +6,9 @@ function (outputs and gradients), and times both under `jax.jit`.
 Part 2 generates a small ListOps set (short expressions) with the LRA generator and trains
 a small deep LRU on it in both forms, from the same initial parameters, with the same
 trainer as the full LRA runs (`experiments.lra.train.run`); it prints the test accuracies,
-the training speeds and where the metrics, curves and checkpoints went. About 3 minutes on
-two CPU cores; nothing is downloaded.
+each run's wall time and where the metrics, curves and checkpoints went. A few minutes on
+two CPU cores (it prints how long it took); nothing is downloaded. Its times are not a
+benchmark of the two forms: `python -m experiments.bench` measures them.
 """
 
 import argparse
@@ -133,16 +134,16 @@ def _print_results(results: dict[str, dict], chance: float, out: Path, *, steps:
         f"\nListOps, deep LRU (depth {MODEL['depth']}, H={MODEL['d_model']}, N={MODEL['d_state']}, "
         f"batch {MODEL['batch_size']}, {steps} steps, the same initial parameters in both forms):"
     )
-    print(
-        f"  {'form':<8} {'test acc':>9} {'best val (step)':>16} {'train steps/s':>14} {'wall':>7}"
-    )
+    print(f"  {'form':<8} {'test acc':>9} {'best val (step)':>16} {'wall':>7}")
     for form, r in results.items():
         best = f"{100 * r['best_val_accuracy']:.1f}% ({r['best_step']})"
-        print(
-            f"  {form:<8} {100 * r['test_accuracy']:>8.1f}% {best:>16} "
-            f"{r['steps_per_sec']:>14.1f} {r['wall']:>6.0f}s"
-        )
+        print(f"  {form:<8} {100 * r['test_accuracy']:>8.1f}% {best:>16} {r['wall']:>6.0f}s")
     print(f"  {'chance':<8} {100 * chance:>8.1f}%   (majority class)")
+    print(
+        "  wall: each run's time, its compiles, evaluations and checkpoints included, on a\n"
+        "  machine that may be busy: not a speed comparison of the two forms (that is\n"
+        "  python -m experiments.bench)."
+    )
     print(
         f"  Outputs: {out / 'complex'}/ and {out / 'real'}/ — metrics.jsonl, curves.png, "
         "results.json, best.eqx (best val), last.eqx (resumable with --resume)."

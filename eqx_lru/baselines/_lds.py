@@ -237,7 +237,7 @@ class StandardSIMOLDS(AbstractSIMOLDS):
         dtype=None,
         key: PRNGKeyArray,
     ):
-        """**Arguments:** `d_state` ($n$), `d_out` ($m$), `reals` (how many eigenvalues are
+        r"""**Arguments:** `d_state` ($n$), `d_out` ($m$), `reals` (how many eigenvalues are
         real: $n \bmod 2$ by default; of $n$'s parity, at most $n$), `method`, `dtype`,
         `key`."""
         d_state = check_size("d_state", d_state)

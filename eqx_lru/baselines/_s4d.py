@@ -2,6 +2,7 @@ r"""S4D (Gu et al. 2022, "On the parameterization and initialization of diagonal
 space models"): $H$ independent single-input single-output diagonal SSMs."""
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -20,6 +21,7 @@ from .._checks import (
     float_dtype,
 )
 from .._methods import scan_method
+from .._optim import check_param_groups
 from .._sequence_parallel import SequenceParallel
 from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._s5 import hippo_n_modes
@@ -27,6 +29,7 @@ from ._ssm import AbstractDiagonalSSM
 
 _INITS = ("lin", "inv", "legs")
 _MODES = ("recurrence", "convolution")
+_FIELDS = ("log_dt", "A_re_log", "A_im", "B_re", "B_im", "C_re", "C_im", "D")
 
 
 def s4d_eigenvalues(d_state: int, init: str) -> tuple[list[float], list[float]]:
@@ -85,7 +88,9 @@ class S4D(AbstractDiagonalSSM):
     `(H, N/2)` $\sim \mathcal N(0, \tfrac12)$ (unit-variance complex normal); `D` `(H,)`
     $\sim \mathcal N(0, 1)$.
     `recurrent_fields`: $\Delta$, $A$ and $B$ get the smaller learning rate and no weight
-    decay in `eqx_lru.lru_optimizer` (paper §D.2).
+    decay in `eqx_lru.lru_optimizer` (paper §D.2); `param_groups` moves fields to other
+    groups, as S4's per-parameter settings do (`{"log_dt": "no_decay"}`: $\Delta$ at the
+    base rate without decay; `"recurrent_decay"` for $C$: the smaller rate with decay).
 
     **Convolution mode.** The recurrence keeps all $L \times H \times N/2$ complex states of
     each example (the backward pass needs them), which is $N/2$ times the LRU's memory at the
@@ -120,6 +125,7 @@ class S4D(AbstractDiagonalSSM):
     form: str = eqx.field(static=True)
     mode: str = eqx.field(static=True)
     method: Any = eqx.field(static=True)
+    param_groups: tuple[tuple[str, str], ...] = eqx.field(static=True, default=())
 
     recurrent_fields: ClassVar[tuple[str, ...]] = ("log_dt", "A_re_log", "A_im", "B_re", "B_im")
 
@@ -134,6 +140,7 @@ class S4D(AbstractDiagonalSSM):
         dt_min: float = 0.001,
         dt_max: float = 0.1,
         method: Any = "auto",
+        param_groups: Mapping[str, str] | None = None,
         dtype=None,
         key: PRNGKeyArray,
     ):
@@ -141,13 +148,15 @@ class S4D(AbstractDiagonalSSM):
         channel), `init` (`"lin"`, `"inv"` or `"legs"`), `form` (`"complex"` or `"real"`),
         `mode` (`"recurrence"` or `"convolution"`, see above),
         `dt_min`/`dt_max` (range of the log-uniform initial step), `method` (scan method of
-        `eqx_lru.linear_recurrence`, string or object), `dtype` (real floating; default JAX's
-        float), `key`."""
+        `eqx_lru.linear_recurrence`, string or object), `param_groups` (`{field: group}`,
+        see above; kept as sorted pairs), `dtype` (real floating; default JAX's float),
+        `key`."""
         check_size("d_model", d_model)
         check_even_state(d_state)
         check_steps(dt_min, dt_max)
         check_choice("init", init, _INITS)
         check_choice("mode", mode, _MODES)
+        groups = check_param_groups("S4D", param_groups, _FIELDS)
         dtype = float_dtype(dtype)
         if check_form(form) == "complex":
             self._check_complex_dtype(dtype)
@@ -170,6 +179,7 @@ class S4D(AbstractDiagonalSSM):
         self.form = form
         self.mode = mode
         self.method = scan_method(method)
+        self.param_groups = groups
 
     def continuous(self) -> Complex[Array, "d_model modes"]:
         r"""The continuous-time eigenvalues $A = -e^{a_{\log}} + i a_\text{im}$."""
@@ -202,7 +212,7 @@ class S4D(AbstractDiagonalSSM):
 
     def kernel(self, length: int) -> Float[Array, "length d_model"]:
         r"""The convolution kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n
-        \bar A_n^l)$, $l < $ `length`, in real arithmetic
+        \bar A_n^l)$ for $l < L$ (`length`), in real arithmetic
         ($\bar A^l = e^{l p}(\cos lq + i \sin lq)$, $p + iq = \Delta A$)."""
         dt = jnp.exp(self.log_dt)[:, None]
         _, b = self._pairs()

@@ -2,6 +2,7 @@ r"""S5 (Smith, Warrington, Linderman 2023, "Simplified state space layers for se
 modeling"): one multiple-input multiple-output diagonal SSM with HiPPO-N eigenvalues."""
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -20,6 +21,7 @@ from .._checks import (
     float_dtype,
 )
 from .._methods import scan_method
+from .._optim import check_param_groups
 from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._ssm import AbstractDiagonalSSM
 
@@ -97,7 +99,9 @@ class S5(AbstractDiagonalSSM):
     **Fields** (all real): `Lambda_re`, `Lambda_im`, `log_step` `(P/2,)`; `B_re`, `B_im`
     `(P/2, H)`; `C_re`, `C_im` `(H, P/2)`; `D` `(H,)`. As in S5, $\operatorname{Re}\Lambda$
     is trained freely (no clipping). `recurrent_fields`: $\Lambda$, $\tilde B$, $\Delta$
-    (paper §D.2).
+    (paper §D.2); `param_groups` moves fields to other groups of `eqx_lru.lru_optimizer`
+    (S5's optimiser variants: `{"log_step": "decay"}` for `--dt_global`, $\tilde B$
+    to `"decay"` for `BfastandCdecay`, to `"recurrent_decay"` for `BandCdecay`).
 
     **Time steps** (`dt=`, as `eqx_lru.ComplexLRU`'s: one per position, or a scalar): the
     zero-order hold over $\Delta_j \Delta t_k$ at position $k$, as in S5's irregular-sampling
@@ -130,6 +134,7 @@ class S5(AbstractDiagonalSSM):
     blocks: int = eqx.field(static=True)
     form: str = eqx.field(static=True)
     method: Any = eqx.field(static=True)
+    param_groups: tuple[tuple[str, str], ...] = eqx.field(static=True, default=())
 
     recurrent_fields: ClassVar[tuple[str, ...]] = (
         "Lambda_re",
@@ -151,19 +156,22 @@ class S5(AbstractDiagonalSSM):
         dt_min: float = 0.001,
         dt_max: float = 0.1,
         method: Any = "auto",
+        param_groups: Mapping[str, str] | None = None,
         dtype=None,
         key: PRNGKeyArray,
     ):
         """**Arguments:** `d_model` ($H$), `d_state` ($P$, a multiple of `2 * blocks`),
         `blocks` ($J$, HiPPO-N blocks of size $P/J$), `form` (`"complex"` or `"real"`),
         `C_init` (one of `C_INITS`, see above), `dt_min`/`dt_max` (range of the log-uniform
-        initial steps), `method` (scan method of `eqx_lru.linear_recurrence`), `dtype` (real
+        initial steps), `method` (scan method of `eqx_lru.linear_recurrence`),
+        `param_groups` (`{field: group}`, see above; kept as sorted pairs), `dtype` (real
         floating; default JAX's float), `key`."""
         check_size("d_model", d_model)
         check_size("blocks", blocks)
         check_even_state(d_state, blocks, f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)")
         check_steps(dt_min, dt_max)
         check_choice("C_init", C_init, C_INITS)
+        groups = check_param_groups("S5", param_groups, _FIELDS)
         dtype = float_dtype(dtype)
         if check_form(form) == "complex":
             self._check_complex_dtype(dtype)
@@ -193,6 +201,7 @@ class S5(AbstractDiagonalSSM):
         self.blocks = blocks
         self.form = form
         self.method = scan_method(method)
+        self.param_groups = groups
 
     def continuous(self) -> Complex[Array, " modes"]:
         r"""The continuous-time eigenvalues $\Lambda$."""
@@ -218,6 +227,9 @@ class S5(AbstractDiagonalSSM):
 
     def _state_shape(self) -> tuple[int, ...]:
         return self.Lambda_re.shape
+
+
+_FIELDS = ("Lambda_re", "Lambda_im", "log_step", "B_re", "B_im", "C_re", "C_im", "D")
 
 
 def _init_c(C_init: str, key: PRNGKeyArray, d_model: int, v: Array, dtype) -> Array:

@@ -5,8 +5,10 @@ built from a run's `RunConfig` (`factory`), which of the core settings it uses
 (`settings`, the others are recorded as None), its forms, whether it runs on the scan
 (`--method`, `--sequence-parallel`), its defaults, and its authors' per-task settings
 (`official`, cited data in `experiments/lra/official.py`), which a new run of the core on
-that task starts from. `--core` choices, `RunConfig`, `steps.build_model`, the trainer's
-messages and the benchmark read this registry, so adding a core is one `register(Core(...))`:
+that task starts from, optimiser groups included (`Core.param_groups`, given to the core,
+and `optimizer_kwargs`, the arguments of the run's `eqx_lru.lru_optimizer`). `--core`
+choices, `RunConfig`, `steps.build_model`, the trainer's messages and the benchmark read
+this registry, so adding a core is one `register(Core(...))`:
 
     import eqx_lru.ablation
     from experiments.lra import cores
@@ -35,7 +37,16 @@ import eqx_lru.baselines
 
 from . import official as _official
 
-__all__ = ["Core", "REGISTRY", "DEFAULT", "register", "unregister", "get_core", "names"]
+__all__ = [
+    "Core",
+    "REGISTRY",
+    "DEFAULT",
+    "register",
+    "unregister",
+    "get_core",
+    "names",
+    "optimizer_kwargs",
+]
 
 #: The core of a run that names none (runs from before `--core`, too).
 DEFAULT = "lru"
@@ -93,6 +104,12 @@ class Core:
         record = self.official.get(task)
         return dict(self.defaults) if record is None else {**self.defaults, **record.settings}
 
+    def param_groups(self, task: str) -> dict[str, str]:
+        """The optimiser groups of single core fields in its official recipe for `task`
+        (`official.Official.param_groups`; none without a record)."""
+        record = self.official.get(task)
+        return {} if record is None else dict(record.param_groups)
+
     def describe(self, form: str | None) -> str:
         """How messages name the core of a run in `form`."""
         return self.label.format(form=form)
@@ -132,6 +149,22 @@ def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
+def optimizer_kwargs(config) -> dict[str, Any]:
+    """The keyword arguments of `eqx_lru.lru_optimizer` for the run `config`: its numbers,
+    and the optimiser options of its core's official recipe for its task (S4D: no weight
+    decay on biases, norms and embeddings). The groups of single core fields travel with
+    the cores (`Core.param_groups`)."""
+    record = get_core(config.core).official.get(config.task)
+    return dict(
+        learning_rate=config.lr,
+        total_steps=config.steps,
+        lr_factor=config.lr_factor,
+        weight_decay=config.weight_decay,
+        warmup_fraction=config.warmup_fraction,
+        **({} if record is None else record.optimizer),
+    )
+
+
 # --------------------------------------------------------------------------- the four cores
 
 
@@ -153,6 +186,7 @@ def _s4d(config, method) -> Callable:
         mode="convolution",
         dt_min=config.dt_min,
         dt_max=config.dt_max,
+        param_groups=get_core(config.core).param_groups(config.task),
     )
 
 
@@ -165,6 +199,7 @@ def _s5(config, method) -> Callable:
         dt_max=config.dt_max,
         form=config.form,
         method=method,
+        param_groups=get_core(config.core).param_groups(config.task),
     )
 
 

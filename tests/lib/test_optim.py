@@ -44,6 +44,8 @@ def test_labels_of_an_lru_model(decay_norm_and_bias):
         assert block.norm.weight == block.norm.bias == vector
         assert block.glu.linear.weight == "decay" and block.glu.linear.bias == vector
     assert labels.encoder.weight == "decay"  # the embedding matrix
+    tables = eqx_lru.lru_param_labels(model, decay_embeddings=False)
+    assert tables.encoder.weight == "no_decay" and tables.head.bias == "decay"
     assert labels.head.weight == "decay" and labels.head.bias == vector
     counts = {}
     for label in jax.tree_util.tree_leaves(labels):
@@ -182,3 +184,38 @@ def test_optimizer_follows_the_schedule():
                 np.testing.assert_allclose(-updates["lru"].B_re, lr * factor, rtol=1e-4)
     with pytest.raises(ValueError, match="lr_factor"):
         eqx_lru.lru_optimizer(learning_rate=lr, total_steps=total, lr_factor=0.0)
+
+
+def test_a_core_moves_single_fields_to_other_groups():
+    """`param_groups` (the baselines' argument) moves fields out of the core's default
+    groups, including to the fourth group: lr × lr_factor with weight decay."""
+    from eqx_lru.baselines import S4D, S5
+
+    lr, factor, wd = 1e-2, 0.25, 0.1
+    moved = {"log_dt": "no_decay", "C_re": "recurrent_decay", "C_im": "recurrent_decay"}
+    core = S4D(3, 4, param_groups=moved, key=jax.random.PRNGKey(0))
+    labels = eqx_lru.lru_param_labels(core)
+    assert (labels.log_dt, labels.C_re, labels.C_im) == ("no_decay",) + 2 * ("recurrent_decay",)
+    assert (labels.A_re_log, labels.B_im, labels.D) == ("recurrent", "recurrent", "decay")
+    assert eqx_lru.to_real(core).param_groups == core.param_groups  # kept by conversions
+    params = eqx.filter({"core": core}, eqx.is_inexact_array)
+    params = jax.tree_util.tree_map(jnp.ones_like, params)  # p = 1: AdamW's step -lr (1 + wd)
+    optim = eqx_lru.lru_optimizer(
+        learning_rate=lr, total_steps=10, lr_factor=factor, weight_decay=wd, warmup_fraction=0.0
+    )
+    with jax.numpy_dtype_promotion("standard"):
+        state = optim.init(params)
+        updates, _ = optim.update(params, state, params)
+    step = {name: float(getattr(updates["core"], name)[0, 0]) for name in ("C_re", "A_im")}
+    np.testing.assert_allclose(step["C_re"], -lr * factor * (1 + wd), rtol=1e-5)
+    np.testing.assert_allclose(step["A_im"], -lr * factor, rtol=1e-5)
+    np.testing.assert_allclose(updates["core"].log_dt, -lr, rtol=1e-5)
+    np.testing.assert_allclose(updates["core"].D, -lr * (1 + wd), rtol=1e-5)
+    # The fourth group is in a state only where used: other models' states keep their shape.
+    plain = optim.init(eqx.filter(eqx.nn.Linear(2, 3, key=jax.random.PRNGKey(1)), eqx.is_array))
+    assert set(plain.inner_states) == {"recurrent", "decay", "no_decay"}
+    assert set(state.inner_states) == {"recurrent", "decay", "no_decay", "recurrent_decay"}
+    with pytest.raises(ValueError, match=r"S5: `param_groups` names fields \['b'\]"):
+        S5(3, 4, param_groups={"b": "decay"}, key=jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match=r"S4D: `param_groups` has groups \['fast'\]"):
+        S4D(3, 4, param_groups={"D": "fast"}, key=jax.random.PRNGKey(0))

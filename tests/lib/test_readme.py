@@ -1,6 +1,7 @@
-"""The README is a short entry point: what the library is, install, the two commands, one
-example, and links into the docs. Its example runs in `tests/experiments/test_docs.py` (with
-the docs' blocks); here its shape and links are checked."""
+"""The README is the repository's short entry point: what the library is, install, the two
+commands, one example, and links into the docs. Its example runs in
+`tests/experiments/test_docs.py` (with the docs' blocks); here its shape and links are
+checked. (The package's description is PACKAGE.md: tests/lib/test_release.py.)"""
 
 import pathlib
 import re
@@ -42,25 +43,18 @@ def test_one_python_example():
     assert len(blocks) == 1, f"README.md should hold one python example, has {len(blocks)}"
 
 
-def _repository() -> str:
-    """The repository address of `[project.urls]` in pyproject.toml."""
-    import tomllib
-
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-
-
 def test_links_resolve():
-    """Links are absolute (a package index page shows the README without the repository
-    around it): files of the repository are linked as `<Repository>/blob/main/<path>`, and
-    each such path exists."""
+    """README.md is the repository's page (a package index shows PACKAGE.md instead): its
+    links into the repository are relative, and each such path exists. No link goes to
+    the organisation github.com/eqx-lru, which does not exist."""
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _text())
-    relative = [link for link in links if not re.match(r"^[a-z]+://", link)]
-    assert not relative, f"README.md has relative links, broken on a package index: {relative}"
-    prefix = _repository().rstrip("/") + "/blob/main/"
-    local = [link[len(prefix) :] for link in links if link.startswith(prefix)]
+    absolute = [link for link in links if re.match(r"^[a-z]+://", link)]
+    local = [link for link in links if link not in absolute]
     assert any(link.startswith("docs/") for link in local), "README.md links into no docs page"
     missing = [link for link in local if not (ROOT / link).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+    nowhere = [link for link in absolute if re.search(r"eqx-lru", link)]
+    assert not nowhere, f"README.md links to an organisation that does not exist: {nowhere}"
 
 
 def test_every_docs_page_is_linked_from_somewhere():
