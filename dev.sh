@@ -15,8 +15,11 @@
 #                   (.ci/release_check.py)
 #   ./dev.sh bench  the benchmark suite (experiments/bench), `--quick` for a short run
 #   ./dev.sh docs   the documentation site (MkDocs, strict) into site/; `docs serve` to preview
-#   ./dev.sh gpu-check  on a CUDA machine: tests, benchmark and six LRA trainer runs, one
-#                   Markdown report (experiments/gpu_check.py); exits 2 without a GPU.
+#   ./dev.sh gpu-check  on a CUDA machine, within --budget SECONDS (480: 8 minutes on one
+#                   H100): the GPU-sensitive tests, the layer against the card's bandwidth,
+#                   PathX peak memory, ListOps beside the earlier H100 curve; report.md and
+#                   report.json under --out, rewritten after every part (experiments/gpu_check/);
+#                   exits 2 without a GPU; --dry-run: the same on the CPU at tiny sizes.
 #                   Where nvidia-smi exists it installs the `cuda` extra (JAX for CUDA).
 #   ./dev.sh test-newest  the library's tests (tests/lib, or the test files that do not
 #                   use experiments/) against the newest JAX release, in its own

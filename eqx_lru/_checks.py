@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from ._runtime_check import runtime_check
+from ._runtime_check import check_integers, check_range, check_values, known
 
 #: A size argument: a Python or NumPy integer.
 Size = int | np.integer
@@ -277,45 +277,98 @@ def check_state(state, expected, core: str, hint: str = "") -> None:
 
 
 def check_segment_ids(segment_ids, length: Dim):
-    """`segment_ids` as an integer array of shape `(length,)`, or `None`."""
+    """`segment_ids` as an integer array of shape `(length,)`, or `None`; known ids beyond
+    JAX's integer type (which would wrap, merging sequences) are a `ValueError`."""
     if segment_ids is None:
         return None
-    segment_ids = jnp.asarray(segment_ids)
-    if segment_ids.shape != (length,) or not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+    shape, dtype = shape_and_dtype(segment_ids)
+    if shape != (length,) or not _integer_dtype(dtype):
         raise ValueError(
             f"`segment_ids` must be integers of shape ({length},), one per position; got "
-            f"{segment_ids.dtype} of shape {segment_ids.shape}."
+            f"{dtype} of shape {shape}."
         )
-    return segment_ids
+    return check_integers(segment_ids, "segment_ids")
 
 
 def check_length(length, size: Dim, what: str = "") -> Array:
     """`length` (the number of valid leading positions of a sequence of `size`) as an int32
     scalar; a `ValueError` naming `length` unless it is a scalar integer with
-    `1 <= length <= size`: at once when `length` is concrete (a Python, NumPy or JAX value:
-    also inside `jax.shard_map` and `jit` when it is not an argument), else inside `jit`
-    a run-time error (`runtime_check`: as `eqx.error_if`, skipped in an exported program).
-    `what` describes `size` in the message ("the padded length")."""
-    bound = f"{what} {size}".strip()
-    if not isinstance(length, jax.core.Tracer):
-        value = np.asarray(length)
-        _check_length_type(value.dtype, value.shape)
-        if isinstance(size, int) and not 1 <= int(value) <= size:
-            raise ValueError(f"`length` must be between 1 and {bound}; got {int(value)}.")
-    length = jnp.asarray(length)
-    _check_length_type(length.dtype, length.shape)
-    # Compare in the caller's dtype when it is at least 32 bits wide (an int64 or uint32
-    # value beyond int32 would wrap into range on the cast), in int32 otherwise.
-    wide = length if length.dtype.itemsize >= 4 else length.astype(jnp.int32)
-    bad = (wide < 1) | (wide > size)
-    return runtime_check(
-        length.astype(jnp.int32), bad, f"`length` must be between 1 and {bound}.", check="length"
+    `1 <= length <= size`: at once when `length` is known (a Python, NumPy or JAX value,
+    also one closed over inside `jit` or `jax.shard_map`; compared as given, never wrapped
+    into int32), else a run-time error (`runtime_check`: as `eqx.error_if`, skipped in an
+    exported program). `what` describes `size` in the message ("the padded length")."""
+    check_integer_scalar(
+        length,
+        "`length` must be a scalar integer (the number of valid leading positions of one "
+        "sequence; batch it with `jax.vmap`)",
     )
+    bound = f"{what} {size}".strip()
+    return check_range(length, 1, size, f"`length` must be between 1 and {bound}.", check="length")
 
 
-def _check_length_type(dtype, shape) -> None:
-    if shape != () or not jnp.issubdtype(dtype, jnp.integer):
-        raise ValueError(
-            "`length` must be a scalar integer (the number of valid leading positions of "
-            f"one sequence; batch it with `jax.vmap`); got {dtype} of shape {shape}."
+def check_integer_scalar(given, message: str) -> None:
+    """A `ValueError` with `message` (and what `given` is) unless `given` is one integer
+    (Python, NumPy or JAX; not a bool)."""
+    shape, dtype = shape_and_dtype(given)
+    if shape != () or not _integer_dtype(dtype):
+        raise ValueError(f"{message}; got {dtype} of shape {shape}.")
+
+
+def shape_and_dtype(given) -> tuple[tuple, Any]:
+    """The shape and dtype of `given` as JAX would see it, without converting it (a known
+    Python int beyond int64 has NumPy's `object` dtype, shown as `int`)."""
+    values = known(given)
+    if values is None:
+        return tuple(given.shape), given.dtype
+    if (
+        values.dtype == object
+        and values.size
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in values.reshape(-1))
+    ):
+        return values.shape, np.dtype(int)
+    return values.shape, values.dtype
+
+
+def _integer_dtype(dtype) -> bool:
+    return dtype != np.dtype(object) and bool(jnp.issubdtype(dtype, jnp.integer))
+
+
+def check_token_ids(x, vocab_size: int, *, valid=None, value=None):
+    """`value` (default `x` as an array), with an error if a token id of `x` at a valid
+    position (before `valid`, a length; all if `None`) is outside `[0, vocab_size)`: a
+    `ValueError` naming the first bad id when `x` is known (compared as given: an int64 id
+    beyond int32 is refused, never wrapped), a run-time error otherwise (`runtime_check`:
+    an exported program does not check it). See `_runtime_check.check_values`."""
+
+    def message(first: str | None) -> str:
+        return (
+            f"Token ids must be in [0, {vocab_size}) — `in_size`, the vocabulary size of the "
+            "embedding (JAX would silently clamp them); got "
+            + ("an id out of that range" if first is None else f"id {first}")
+            + ". Positions at or after `length` are not checked."
         )
+
+    def bad(xp, ids):
+        return (ids < 0) | (ids >= vocab_size)
+
+    return check_values(x, bad, message, check="token_ids", value=value, valid=valid)
+
+
+def check_num_segments(segment_ids, length, num_segments: int) -> None:
+    """A `ValueError` when known `segment_ids` (and `length`) hold more packed sequences
+    over the valid positions than `num_segments` (traced ones are checked at run time where
+    the sequences are pooled)."""
+    ids, limit = known(segment_ids), None if length is None else known(length)
+    if ids is None or ids.ndim != 1 or (length is not None and limit is None):
+        return
+    ids = ids[: ids.shape[0] if limit is None else max(int(limit), 0)]
+    found = int(ids.size > 0) + int(np.count_nonzero(ids[1:] != ids[:-1]))
+    if found > num_segments:
+        raise ValueError(num_segments_message(num_segments) + f" Got {found} sequences.")
+
+
+def num_segments_message(num_segments: int) -> str:
+    return (
+        f"`segment_ids` holds more packed sequences than `num_segments={num_segments}`: "
+        "raise `num_segments` (the number of pooled outputs)."
+    )

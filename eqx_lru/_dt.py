@@ -23,39 +23,98 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from ._checks import Dim
-from ._runtime_check import runtime_check
+from ._runtime_check import known, runtime_check
 
 
 def check_dt(dt: ArrayLike, length: Dim | None, dtype) -> Float[Array, "*length"]:
     """`dt` as an array of the parameters' real floating `dtype`: shape `(length,)` (one
     step per position) or `()` (one step for every position); `length=None` (for `step`)
-    accepts `()` only. Shape and dtype errors are `ValueError`s naming `dt`; a step that is
-    not positive and finite is a `ValueError` when `dt` is concrete, a run-time error
-    under `jit`/`vmap` (`runtime_check`: an exported program skips it)."""
-    dt = jnp.asarray(dt)
+    accepts `()` only. Shape and dtype errors are `ValueError`s naming `dt`. Each step must
+    be positive and finite in `dtype`: at least its smallest normal number (float32:
+    1.2e-38; a smaller step underflows, XLA flushes it to zero) and at most its largest. A
+    known `dt` (Python, NumPy, a JAX array, one closed over inside `jit`) is checked at
+    once on its values as given, a `ValueError` that names the value and says whether it
+    underflows or overflows `dtype`; a traced one at run time (`runtime_check`: an
+    exported program skips it)."""
+    values = known(dt)
+    if values is not None:
+        shape, kind = values.shape, values.dtype
+    else:
+        traced = jnp.asarray(dt)  # a tracer: itself
+        shape, kind = traced.shape, traced.dtype
     shapes = "()" if length is None else f"({length},) (one per position) or ()"
-    if dt.shape not in ((), (length,)) or (length is None and dt.shape != ()):
+    if shape not in ((), (length,)) or (length is None and shape != ()):
         raise ValueError(
             f"`dt` must have shape {shapes}: the time step of each position; got shape "
-            f"{dt.shape}."
+            f"{shape}."
             + (" `step` takes one position: pass that position's step." if length is None else "")
         )
-    if not jnp.issubdtype(dt.dtype, jnp.floating):
+    if kind == np.dtype(object) or not jnp.issubdtype(kind, jnp.floating):
         raise ValueError(
-            f"`dt` must be real floating time steps (e.g. float32), got dtype {dt.dtype}. "
+            f"`dt` must be real floating time steps (e.g. float32), got dtype {kind}. "
             "Cast it with `.astype(jnp.float32)`."
         )
-    dt = dt.astype(dtype)
-    bad = ~(jnp.isfinite(dt) & (dt > 0))
-    message = "`dt` must be positive and finite (a time step); got {}."
-    if not isinstance(dt, jax.core.Tracer):
-        values = np.asarray(dt).reshape(-1)[np.asarray(bad).reshape(-1)]
-        if values.size:
-            raise ValueError(message.format(values[0]))
-        return dt
+    dtype = jnp.dtype(dtype)
+    info = jnp.finfo(dtype)
+    if values is not None:
+        check_known_steps(values, dtype)
+        if isinstance(dt, jax.Array):
+            return dt.astype(dtype)
+        return jnp.asarray(values.astype(dtype))
+    dt = jnp.asarray(dt).astype(dtype)
+    bad = ~(jnp.isfinite(dt) & (dt >= info.tiny))
+    message = (
+        f"`dt` must be positive and finite (a time step) in {dtype.name}, between "
+        f"{float(info.tiny):.3g} and {float(info.max):.3g}; got a value that is not."
+    )
     # A run-time check that an exported program skips (`jax.export` can neither serialise
     # `eqx.error_if`'s host callback nor lower it with a symbolic length).
-    return runtime_check(dt, bad, message.format("a value that is not"), check="dt")
+    return runtime_check(dt, bad, message, check="dt")
+
+
+def check_known_dt(dt, length, size: Dim | None, dtype) -> None:
+    """`check_dt`'s value check at once, on a known `dt` (and `length`) given to a
+    sequence of `size` positions (`None`: one position): the steps at positions at or
+    after `length` are not read (`mask_steps`), so not checked. Nothing when `dt` or
+    `length` is traced (the cores check the masked steps at run time) or `dt` has a shape
+    or dtype `check_dt` refuses (it says so)."""
+    values = None if dt is None else known(dt)
+    limit = None if length is None else known(length)
+    if values is None or (length is not None and limit is None):
+        return
+    if values.shape not in ((), (size,)) or not np.issubdtype(values.dtype, np.floating):
+        return
+    if limit is not None and values.shape == (size,) and limit.shape == ():
+        values = np.where(np.arange(values.shape[0]) < limit, values, np.ones((), values.dtype))
+    check_known_steps(values, dtype)
+
+
+def check_known_steps(values: np.ndarray, dtype, *, where: tuple[str, ...] = ("position",)) -> None:
+    """A `ValueError` naming the first step of `values` (as given) that is not positive and
+    finite, or that `dtype` cannot hold: it overflows to infinity or underflows below the
+    smallest normal number. `where` names the axes of `values` for the message."""
+    dtype = jnp.dtype(dtype)
+    info = jnp.finfo(dtype)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        converted = values.astype(dtype).astype(np.float64)
+    given = values.astype(np.float64) if values.dtype.itemsize <= 8 else values
+    checks = (
+        (~(np.isfinite(given) & (given > 0)),
+         "`dt` must be positive and finite (a time step); got {}."),
+        (~np.isfinite(converted),
+         f"`dt` = {{}} overflows {dtype.name}, whose largest number is {float(info.max):.4g}: "
+         "measure time in a larger unit."),
+        (converted < float(info.tiny),
+         f"`dt` = {{}} underflows {dtype.name}: a positive step below its smallest normal "
+         f"number {float(info.tiny):.4g} is flushed to zero. Measure time in a smaller unit "
+         "(larger steps), or use float64 parameters."),
+    )  # fmt: skip
+    for bad, message in checks:
+        bad = np.broadcast_to(bad, values.shape)
+        if bad.any():
+            index = np.unravel_index(np.argmax(bad), values.shape)
+            at = ", ".join(f"{name} {int(i)}" for name, i in zip(where, index, strict=False))
+            raise ValueError(message.format(f"{values[index]}" + (f" (at {at})" if at else "")))
 
 
 def reverse_steps(
@@ -102,3 +161,13 @@ def scaled_polar(
     `(n,)` for a scalar `dt`."""
     dt = dt[..., None]
     return jnp.exp(log_modulus * dt), phase * dt
+
+
+def model_dtype(model) -> jnp.dtype:
+    """The real floating dtype of `model`'s parameters (its first floating array; the real
+    part's for a complex one), in which its cores check `dt`; JAX's default float if it
+    has none."""
+    for leaf in jax.tree_util.tree_leaves(model):
+        if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.inexact):
+            return jnp.dtype(jnp.finfo(leaf.dtype).dtype)
+    return jnp.zeros(()).dtype

@@ -7,7 +7,6 @@ import equinox as eqx
 import jax
 import jax.core
 import jax.numpy as jnp
-import numpy as np
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
@@ -21,10 +20,20 @@ from ._abstract_block import (
 )
 from ._block import LRUBlock
 from ._block_scan import scan_blocks, stack_blocks
-from ._checks import Size, check_key, check_segment_ids, check_size, float_dtype
+from ._checks import (
+    Size,
+    check_key,
+    check_num_segments,
+    check_segment_ids,
+    check_size,
+    check_token_ids,
+    float_dtype,
+    num_segments_message,
+)
+from ._dt import check_known_dt, model_dtype
 from ._padding import check_length, segment_index, where_valid
 from ._runtime_check import runtime_check
-from ._streams import chunk_mask, start_carry
+from ._streams import chunk_mask, running_sum, start_carry
 from ._surface import check_carry, checks_first
 
 Pooling = Literal["mean", "last"] | None
@@ -56,22 +65,25 @@ def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
 
 
 def _check_call(model: "LRUModel", x, *args, **kwargs) -> None:
-    del args, kwargs
+    del args
     model._check_input(x)
+    model._check_known_values(x, kwargs)
 
 
 def _check_step(model: "LRUModel", carry, x_t, *args, **kwargs) -> None:
-    del args, kwargs
+    del args
     model._streaming_blocks("step")
     model._check_input(x_t, position=True)
     check_carry(carry, model.init_carry, "LRUModel")
+    model._check_known_values(x_t, dict(kwargs, sequence=False))
 
 
 def _check_chunk(model: "LRUModel", carry, x, *args, **kwargs) -> None:
-    del args, kwargs
+    del args
     model._streaming_blocks("chunk")
     model._check_input(x)
     check_carry(carry, model.init_carry, "LRUModel")
+    model._check_known_values(x, kwargs)
 
 
 class LRUModel(eqx.Module):
@@ -244,6 +256,20 @@ class LRUModel(eqx.Module):
             check_length(x, "x")
         return x
 
+    def _check_known_values(self, x, options: dict) -> None:
+        """The checks of the values as given that are known now (also when closed over
+        inside `jit`, where the values derived from them are traced): the token ids and
+        time steps at valid positions, and the number of packed sequences (`_checks`,
+        `_dt`); `options` holds the call's keyword arguments."""
+        length = options.get("length")
+        if isinstance(self.encoder, eqx.nn.Embedding) and self.check_tokens:
+            check_token_ids(x, self.encoder.num_embeddings, valid=length, value=x)
+        size = None if not options.get("sequence", True) else jnp.shape(x)[0]
+        check_known_dt(options.get("dt"), length, size, model_dtype(self))
+        segment_ids, num_segments = options.get("segment_ids"), options.get("num_segments")
+        if segment_ids is not None and isinstance(num_segments, int) and self.pooling:
+            check_num_segments(segment_ids, length, num_segments)
+
     def _encode(self, x: Array, mask: Array | None) -> Array:
         # Sanitise pads first: an out-of-range token or a `nan` feature must not reach
         # any computation (not even through a zero-weighted gradient).
@@ -393,7 +419,7 @@ class LRUModel(eqx.Module):
         """The recurrent state of a stream before its first position: a dict with
         `"blocks"`, the tuple of every block's `init_carry()` (its core's state), and
         with `pooling="mean"` also `"sum"` (of the last block's outputs so far, `(d_model,)`)
-        and `"count"` (positions so far, an int32 scalar).
+        and `"count"` (positions so far, an int32 scalar that saturates at 2**31 - 1).
 
         Causal models only: a bidirectional block raises a `ValueError` (its output at a
         position depends on later positions).
@@ -415,8 +441,9 @@ class LRUModel(eqx.Module):
             return carry, where_valid(mask, out)
         size = h.shape[0] if mask is None else jnp.sum(mask, dtype=jnp.int32)
         if self.pooling == "mean":
-            total = carry["sum"] + jnp.sum(where_valid(mask, h), axis=0).astype(carry["sum"].dtype)
-            count = carry["count"] + size
+            added = jnp.sum(where_valid(mask, h), axis=0).astype(carry["sum"].dtype)
+            # The count saturates at 2**31 - 1, never wraps (`_streams.running_sum`).
+            total, count = running_sum(carry["sum"], carry["count"], added, size)
             carry = dict(carry, sum=total, count=count)
             # `max`: no 0/0 (whose gradient would be nan) for a stream with nothing yet.
             pooled = (total / jnp.maximum(count, 1).astype(total.dtype)).astype(h.dtype)
@@ -577,11 +604,7 @@ def _pool_segments(
     index = segment_index(segment_ids)
     found = jnp.max(jnp.where(valid, index, -1)) + 1
     index = runtime_check(
-        index,
-        found > num_segments,
-        f"`segment_ids` holds more packed sequences than `num_segments={num_segments}`: "
-        "raise `num_segments` (the number of pooled outputs).",
-        check="num_segments",
+        index, found > num_segments, num_segments_message(num_segments), check="num_segments"
     )
     target = jnp.where(valid, index, num_segments)  # padding goes out of range: dropped
     counts = jax.ops.segment_sum(valid.astype(jnp.int32), target, num_segments)
@@ -596,19 +619,6 @@ def _pool_segments(
 
 
 def _check_token_ids(x: Array, vocab_size: int) -> Array:
-    """`x`, with an error if an id is outside `[0, vocab_size)`: a `ValueError` naming the
-    first bad id when `x` is concrete, a run-time error under `jit`/`vmap` (`runtime_check`:
-    an exported program does not check it)."""
-    message = (
-        f"Token ids must be in [0, {vocab_size}) — `in_size`, the vocabulary size of the "
-        "embedding (JAX would silently clamp them); got {}. Positions at or after `length` "
-        "are not checked."
-    )
-    bad = (x < 0) | (x >= vocab_size)
-    # `bad`, not `x`: a concrete `x` closed over inside `jit` still gives a traced `bad`.
-    if not isinstance(bad, jax.core.Tracer):
-        ids = np.asarray(x)[np.asarray(bad)]
-        if ids.size:
-            raise ValueError(message.format(f"id {ids[0]} (at {np.argmax(np.asarray(bad))})"))
-        return x
-    return runtime_check(x, bad, message.format("an id out of that range"), check="token_ids")
+    """`x`, with an error if an id is outside `[0, vocab_size)` (`_checks.check_token_ids`:
+    a `ValueError` when `x` is known, else a run-time error)."""
+    return check_token_ids(x, vocab_size)

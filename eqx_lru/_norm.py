@@ -29,7 +29,8 @@ class MaskedBatchNorm(eqx.Module):
     and a batch of padded sequences is normalised exactly like the same sequences unpadded.
     The running statistics are exponential moving averages of $(\mu, \sigma^2)$ with
     `momentum`, bias-corrected by $1 - \text{momentum}^{\text{steps}}$ (so they are the
-    plain average of the batches seen so far early in training); inference mode uses them
+    plain average of the batches seen so far early in training; `steps` counts the
+    training batches, saturating at $2^{31} - 1$); inference mode uses them
     and leaves the state unchanged.
 
     Like `eqx.nn.BatchNorm`: create with `eqx.nn.make_with_state`, call inside
@@ -156,7 +157,8 @@ class MaskedBatchNorm(eqx.Module):
             steps, mean_ema, var_ema = state.get(self.state_index)
             m = jnp.asarray(self.momentum, mean_ema.dtype)
             new = (
-                steps + 1,
+                # Saturates at int32's largest, never wraps (the correction is 1 by then).
+                steps + (steps < jnp.iinfo(steps.dtype).max).astype(steps.dtype),
                 m * mean_ema + (1 - m) * jax.lax.stop_gradient(mean).astype(mean_ema.dtype),
                 m * var_ema + (1 - m) * jax.lax.stop_gradient(var).astype(var_ema.dtype),
             )

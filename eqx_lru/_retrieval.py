@@ -7,9 +7,10 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, jaxtyped
 
-from ._checks import Size, check_key, check_size
+from ._checks import Size, check_key, check_length, check_size
 from ._model import LRUModel
 from ._norm import MaskedBatchNorm
+from ._runtime_check import known
 
 _PAIR_AXIS = "eqx_lru_pair"
 
@@ -99,6 +100,7 @@ class LRURetrievalModel(eqx.Module):
         **Returns:** `(logits, new_state)`, logits of shape `(out_size,)`.
         """
         keys = None if key is None else jax.random.split(key, 2)
+        _check_known_documents(self.encoder, x, length, dt)
 
         def encode(doc, doc_length, doc_dt, doc_key):
             options = dict(length=doc_length, dt=doc_dt, key=doc_key, inference=inference)
@@ -122,6 +124,24 @@ class LRURetrievalModel(eqx.Module):
         u, v = jnp.asarray(u), jnp.asarray(v)
         features = jnp.concatenate([u, v, u - v, u * v])
         return self.mlp_out(jax.nn.gelu(self.mlp_in(features)))
+
+
+def _check_known_documents(encoder: LRUModel, x, length, dt) -> None:
+    """Each document's known values (token ids, length, time steps) checked at once, as
+    the encoder's call checks them (`_checks`); inside the `jax.vmap` over the pair they
+    are traced, and checked at run time only."""
+    pairs = [known(v) if v is not None else None for v in (x, length, dt)]
+    if any(p is None and v is not None for p, v in zip(pairs, (x, length, dt), strict=True)):
+        return
+    xs, lengths, steps = pairs
+    if xs is None or xs.ndim < 2 or xs.shape[0] != 2:
+        return  # the shape checks answer
+    for i in range(2):
+        n = None if lengths is None or lengths.shape != (2,) else lengths[i]
+        if n is not None:
+            check_length(n, xs.shape[1], "the padded length")
+        step = steps[i] if steps is not None and steps.ndim and steps.shape[0] == 2 else None
+        encoder._check_known_values(xs[i], {"length": n, "dt": step})
 
 
 def _pair_steps(dt: ArrayLike) -> Array:

@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Integer, PyTree
 
-from ._checks import Dim
-from ._runtime_check import runtime_check
+from ._checks import Dim, check_integer_scalar
+from ._runtime_check import check_range
 
 
 def check_reset(reset: ArrayLike | None) -> Array | None:
@@ -63,21 +63,20 @@ def chunk_mask(
     """`(mask, valid)` of a chunk of `size` positions with `length` new ones: the mask
     `arange(size) < length` and `length` as int32, or `(None, None)` when every position
     is new. Unlike a sequence's length, a chunk's may be 0 (a stream with nothing new in a
-    call over many streams); inside `jit` a `length` outside `[0, size]` raises at run
-    time (`runtime_check`, as `eqx.error_if`; skipped in an exported program)."""
+    call over many streams). A `length` outside `[0, size]` is a `ValueError` when known,
+    else a run-time error (`runtime_check`, as `eqx.error_if`; skipped in an exported
+    program)."""
     if length is None:
         return None, None
-    given = jnp.asarray(length)
-    if given.shape != () or not jnp.issubdtype(given.dtype, jnp.integer):
-        raise ValueError(
-            "`length` must be a scalar integer (the number of new leading positions of this "
-            f"stream's chunk; batch it with `jax.vmap`); got {given.dtype} of shape "
-            f"{given.shape}."
-        )
-    n = given.astype(jnp.int32)
-    n = runtime_check(
-        n,
-        (n < 0) | (n > size),
+    check_integer_scalar(
+        length,
+        "`length` must be a scalar integer (the number of new leading positions of this "
+        "stream's chunk; batch it with `jax.vmap`)",
+    )
+    n = check_range(
+        length,
+        0,
+        size,
         f"`length` must be between 0 (nothing new for this stream) and the chunk's padded "
         f"length {size}.",
         check="length",
@@ -92,3 +91,26 @@ def keep_when_empty(
     if valid is None:
         return new
     return jax.tree_util.tree_map(lambda a, b: jnp.where(valid > 0, a, b), new, old)
+
+
+#: The most positions a stream's running count holds: int32's largest, 2**31 - 1.
+COUNT_MAX = 2**31 - 1
+
+
+def running_sum(
+    total: Array, count: Integer[ArrayLike, ""], added: Array, n: Integer[ArrayLike, ""]
+) -> tuple[Array, Integer[Array, ""]]:
+    r"""Mean pooling's running sum and count of positions after `n` more positions whose
+    features sum to `added`: $(s + a,\ c + n)$ while the count fits int32. The count never
+    wraps: from $C = 2^{31} - 1$ positions on it stays $C$, and the sum is scaled by
+    $C / (c + n)$ so that $s / c$ is still the mean of every position so far; after that
+    each new position weighs $1/C$ (a running average over about the last $C$
+    positions)."""
+    count = jnp.asarray(count)
+    n = jnp.asarray(n).astype(count.dtype)
+    room = COUNT_MAX - count
+    total = total + added
+    over = n > room
+    seen = count.astype(total.dtype) + n.astype(total.dtype)
+    scale = jnp.where(over, COUNT_MAX / jnp.maximum(seen, 1), 1).astype(total.dtype)
+    return total * scale, count + jnp.minimum(n, room)

@@ -17,6 +17,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -78,7 +79,7 @@ def parity_and_speed(*, d_model: int, d_state: int, length: int, batch: int, see
 
 # Part 2: short ListOps expressions (21-99 tokens; the LRA ones have 501-1999) and a
 # 2-block model, so that a couple of minutes of CPU training clearly beats chance.
-LISTOPS = dict(sizes=(6000, 500, 500), min_length=20, max_length=100)
+LISTOPS: dict[str, Any] = dict(sizes=(6000, 500, 500), min_length=20, max_length=100)
 MODEL = dict(depth=2, d_model=64, d_state=64, batch_size=32)
 
 

@@ -44,24 +44,63 @@ def form_of(model) -> str:
     return "complex" if any(is_complex(c) for c in cores(model)) else "real"
 
 
-def _notes(program: Program, reads: Reads, checked: list[dict[str, str]], unchecked: list) -> str:
-    notes = "Inference mode (running batch-norm statistics, no dropout); batch norm folded."
-    if isinstance(reads, Tokens):
-        notes += f" Token ids must be in [0, {reads.vocab_size})."
-    if any(name == "length" for name, _, _ in program.inputs):
-        notes += " Each length must be in [1, the padded length]."
-    if any(name in ("dt", "dt_t") for name, _, _ in program.inputs):
-        notes += " Time steps must be positive and finite (the gap before each position)."
-    if checked:
-        notes += (
-            " A row that breaks these gets NaN in every floating-point output (see "
-            "'checked'); test isfinite before reading a class."
+#: The manifest's own entries, written by `manifest`: `metadata=` may add others, never
+#: these (`write` refuses an `Exported` whose own entries were changed).
+OWN_KEYS = (
+    "format",
+    "program",
+    "artifact",
+    "bytes",
+    "sha256",
+    "inputs",
+    "outputs",
+    "carry",
+    "vocab_size",
+    "in_features",
+    "classes",
+    "exported_form",
+    "notes",
+    "checked",
+    "unchecked",
+    "eqx_lru",
+    "jax",
+)
+
+#: What each check of `checked` asks of the inputs, in words (its rule follows).
+_MEANS = {
+    "length": "each length must be in [1, the padded length]",
+    "token_ids": "token ids must be in the vocabulary",
+    "dt": "time steps must be positive and finite (the gap before each position)",
+}
+
+_PAIR = (
+    "x[:, 0] and x[:, 1] are the two documents of each pair, each padded to the common "
+    "length; length[:, 0] and length[:, 1] their valid lengths."
+)
+
+
+def notes_of(program: Program, checked: list[dict[str, str]], unchecked: list) -> str:
+    """The manifest's `"notes"`, written from its lists only (`checked`, `unchecked`, the
+    inputs and carry), so that no note can say otherwise than they do."""
+    parts = ["Inference mode (running batch-norm statistics, no dropout); batch norm folded."]
+    if program.kind == "pair":
+        parts.append(_PAIR)
+    for c in checked:
+        means = _MEANS.get(c["check"], c["check"])
+        parts.append(
+            f"{means[0].upper()}{means[1:]} ({c['rule']}): checked; a row that breaks it "
+            "gets NaN in every floating-point output (see 'checked')."
         )
-    if unchecked:
-        notes += " The exported program does not perform the checks in 'unchecked'."
+    if checked:
+        parts.append("Test isfinite before reading a class.")
+    for c in unchecked:
+        parts.append(
+            f"Not checked by the program: {c['check']} ({c['message']}); check it before "
+            "calling (see 'unchecked')."
+        )
     if program.carry:
-        notes += " The carry starts at zeros; feed the returned next_carry back."
-    return notes
+        parts.append("The carry starts at zeros; feed the returned next_carry back.")
+    return " ".join(parts)
 
 
 def manifest(
@@ -93,7 +132,7 @@ def manifest(
         "in_features": reads.size if isinstance(reads, Features) else None,
         "classes": classes_of(model, tuple(closed.out_avals[0].shape)),
         "exported_form": form_of(model),
-        "notes": _notes(program, reads, checked, unchecked),
+        "notes": notes_of(program, checked, unchecked),
         "checked": checked,
         "unchecked": unchecked,
         "eqx_lru": __version__,

@@ -90,6 +90,12 @@ def prepare(model, state: eqx.nn.State, *, real: bool = False):
     and with `real` every core in its real form (an `ExportError` naming a core that has
     none)."""
 
+    if not isinstance(state, eqx.nn.State):
+        raise TypeError(
+            "`state` must be the eqx.nn.State made with the model (eqx.nn.make_with_state); "
+            f"got {type(state).__name__}."
+        )
+
     def fold(node):
         if not isinstance(node, MaskedBatchNorm):
             return node

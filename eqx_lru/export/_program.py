@@ -38,11 +38,26 @@ class ExportError(ValueError):
     """A model, program or format that cannot be exported; the message says what to do."""
 
 
+def _check_size(record: str, field: str, value: Any) -> None:
+    """A positive integer that an int32 holds (token ids and sizes are int32)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or not 1 <= value <= np.iinfo(np.int32).max
+    ):
+        raise ValueError(
+            f"{record}: `{field}` must be a positive integer up to 2**31 - 1; got {value!r}."
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class Tokens:
     """Inputs that are token ids: int32, one id per position, in `[0, vocab_size)`."""
 
     vocab_size: int
+
+    def __post_init__(self):
+        _check_size("Tokens", "vocab_size", self.vocab_size)
 
     def position(self) -> tuple[tuple[int, ...], Any]:
         return (), jnp.int32
@@ -54,6 +69,19 @@ class Features:
 
     size: int
     dtype: Any = jnp.float32
+
+    def __post_init__(self):
+        _check_size("Features", "size", self.size)
+        try:
+            dtype = None if self.dtype is None else jnp.dtype(self.dtype)
+        except TypeError:
+            dtype = None
+        if dtype is None or not (
+            jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+        ):
+            raise ValueError(
+                f"Features: `dtype` must be a real or integer dtype; got {self.dtype!r}."
+            )
 
     def position(self) -> tuple[tuple[int, ...], Any]:
         return (self.size,), jnp.dtype(self.dtype)
@@ -141,13 +169,54 @@ def sequence_program(model, state, reads: Reads, *, dt: bool = False) -> Program
     def fn(x, length, *steps):
         def one(x, length, *steps):
             timed = {"dt": steps[0]} if steps else {}
-            return model(x, state, length=length, inference=True, **timed)[0]
+            out, _ = returned(model(x, state, length=length, inference=True, **timed), "call")
+            return out
 
         return (jax.vmap(one)(x, length, *steps),)
 
     x_shape, x_dtype = _x_input(reads, "batch", "length")
     inputs = [("x", x_shape, x_dtype), ("length", ("batch",), jnp.int32)]
     return Program("sequence", fn, inputs + _steps(dt, "batch", "length"), ["out"])
+
+
+def _kind(value) -> str:
+    shape = getattr(value, "shape", None)
+    return type(value).__name__ + ("" if shape is None else f" of shape {tuple(shape)}")
+
+
+def returned(result, what: str) -> tuple[Any, Any]:
+    """The two values the model's `what` (`"call"`: `(out, state)`, `"step"`: `(carry,
+    y_t)`) returns, its output one array; an `ExportError` naming what it returned
+    otherwise (indexing an output array for its first value was silently wrong)."""
+    names = "(out, state)" if what == "call" else "(carry, y_t)"
+    if not (isinstance(result, tuple | list) and len(result) == 2):
+        raise ExportError(
+            f"the model's {what} must return the pair {names} (the model contract of the "
+            f"export guide); got {_kind(result)}."
+        )
+    out = result[0] if what == "call" else result[1]
+    if not isinstance(out, jax.Array):
+        label = "out" if what == "call" else "y_t"
+        raise ExportError(
+            f"the model's {what} must return {names} with `{label}` one array; got {_kind(out)}."
+        )
+    return result[0], result[1]
+
+
+def _check_carry(carry, treedef, leaves: list) -> None:
+    """An `ExportError` unless `carry` has the structure, shapes and dtypes of `leaves`
+    (`init_carry()`'s, flattened to `treedef`)."""
+    got = jax.tree_util.tree_leaves(carry)
+    if jax.tree_util.tree_structure(carry) != treedef or any(
+        jnp.shape(a) != jnp.shape(b) or jnp.result_type(a) != jnp.result_type(b)
+        for a, b in zip(got, leaves, strict=True)
+    ):
+        mine = [f"{jnp.result_type(a)}{list(jnp.shape(a))}" for a in got]
+        own = [f"{jnp.result_type(b)}{list(jnp.shape(b))}" for b in leaves]
+        raise ExportError(
+            f"the model's step must return a carry like init_carry()'s ({', '.join(own)}); "
+            f"got {', '.join(mine)}."
+        )
 
 
 def _carry_names(tree) -> list[str]:
@@ -205,7 +274,8 @@ def step_program(model, state, reads: Reads, *, dt: bool = False) -> Program:
         def one(x_t, *rest):
             timed = {"dt": rest[0]} if dt else {}
             carry = jax.tree_util.tree_unflatten(treedef, rest[1:] if dt else rest)
-            carry, y_t = model.step(carry, x_t, state, **timed)
+            carry, y_t = returned(model.step(carry, x_t, state, **timed), "step")
+            _check_carry(carry, treedef, leaves)
             return (y_t, *jax.tree_util.tree_leaves(carry))
 
         return jax.vmap(one)(x_t, *rest)
@@ -226,14 +296,17 @@ def _next(names: list[str]) -> list[str]:
 
 def per_position(model, state, reads: Reads) -> bool:
     """Whether `model`'s call returns one output per position (a leading `length` axis)
-    rather than one for the sequence: read off its output shape for a symbolic length."""
+    rather than one for the sequence: read off its output shape, the call made as
+    `sequence_program` makes it (a symbolic length, `length=` an int32 scalar), so that a
+    model takes the same contract in every format."""
     (length,) = jax.export.symbolic_shape("length")
     shape, dtype = _x_input(reads, length)
 
-    def call(x):
-        return model(x, state, length=None, inference=True)[0]
+    def call(x, n):
+        return returned(model(x, state, length=n, inference=True), "call")[0]
 
-    out = jax.eval_shape(call, jax.ShapeDtypeStruct(shape, dtype))
+    n = jax.ShapeDtypeStruct((), jnp.int32)
+    out = jax.eval_shape(call, jax.ShapeDtypeStruct(shape, dtype), n)
     return out.ndim >= 1 and not isinstance(out.shape[0], int) and out.shape[0] == length
 
 

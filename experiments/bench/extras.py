@@ -62,6 +62,44 @@ def step_cost(sizes, *, tokens: int, calls: int) -> list[dict]:
     return rows
 
 
+def _variants(d_model: int, d_state: int, ring) -> dict:
+    """float32 both forms and the real form's bfloat16 compute dtype, one key."""
+    import jax
+    import jax.numpy as jnp
+
+    import eqx_lru
+
+    key = jax.random.PRNGKey(0)
+    kwargs = dict(r_min=ring[0], r_max=ring[1], max_phase=ring[2], dtype=jnp.float32)
+    return {
+        "complex f32": eqx_lru.ComplexLRU(d_model, d_state, key=key, **kwargs),
+        "real f32": eqx_lru.RealLRU(d_model, d_state, key=key, **kwargs),
+        "real bf16": eqx_lru.RealLRU(
+            d_model, d_state, key=key, compute_dtype=jnp.bfloat16, **kwargs
+        ),
+    }
+
+
+def _output_and_grads(layer, u, w):
+    """`y = layer(u)` (batched) and the gradient of `mean(w * y)` by parameter name."""
+    import jax
+    import jax.numpy as jnp
+
+    from . import impls
+
+    def loss(params, u):
+        y = jax.vmap(params)(u)
+        return jnp.mean(w.astype(y.dtype) * y), y
+
+    (_, y), grads = jax.value_and_grad(loss, has_aux=True)(layer, u)
+    return y, {n: getattr(grads, n) for n in impls.PARAM_NAMES}
+
+
+def _rel(x, ref) -> float:
+    ref = np.asarray(ref, np.float64)
+    return float(np.linalg.norm(np.asarray(x, np.float64) - ref) / np.linalg.norm(ref))
+
+
 def precision(configs, *, batch: int) -> list[dict]:
     """Error of float32 (both forms) and of `RealLRU(compute_dtype=bfloat16)` against the same
     layer in float64: relative RMS error of the output and of the gradient of
@@ -72,45 +110,21 @@ def precision(configs, *, batch: int) -> list[dict]:
     from . import impls
 
     jax.config.update("jax_enable_x64", True)
+    run = jax.jit(_output_and_grads)
     rows = []
     for d_model, d_state, length, ring in configs:
-        key = jax.random.PRNGKey(0)
-        kwargs = dict(r_min=ring[0], r_max=ring[1], max_phase=ring[2], dtype=jnp.float32)
-        import eqx_lru
-
-        variants = {
-            "complex f32": eqx_lru.ComplexLRU(d_model, d_state, key=key, **kwargs),
-            "real f32": eqx_lru.RealLRU(d_model, d_state, key=key, **kwargs),
-            "real bf16": eqx_lru.RealLRU(
-                d_model, d_state, key=key, compute_dtype=jnp.bfloat16, **kwargs
-            ),
-        }
+        variants = _variants(d_model, d_state, ring)
         truth_layer = jax.tree.map(
             lambda x: x.astype(jnp.float64) if isinstance(x, jax.Array) else x,
             variants["complex f32"],
         )
         u = jax.random.normal(jax.random.PRNGKey(1), (batch, length, d_model), jnp.float32)
         w = jax.random.normal(jax.random.PRNGKey(2), (batch, length, d_model), jnp.float32)
-
-        @jax.jit
-        def run(layer, u, w):
-            def loss(params, u):
-                y = jax.vmap(params)(u)
-                return jnp.mean(w.astype(y.dtype) * y), y
-
-            (_, y), grads = jax.value_and_grad(loss, has_aux=True)(layer, u)
-            return y, {n: getattr(grads, n) for n in impls.PARAM_NAMES}
-
         y_true, g_true = run(truth_layer, u.astype(jnp.float64), w.astype(jnp.float64))
-
-        def rel(x, ref):
-            ref = np.asarray(ref, np.float64)
-            return float(np.linalg.norm(np.asarray(x, np.float64) - ref) / np.linalg.norm(ref))
-
         for name, layer in variants.items():
             y, grads = run(layer, u, w)
-            errors = {n: rel(grads[n], g_true[n]) for n in impls.PARAM_NAMES}
-            worst = max(errors, key=errors.get)
+            errors = {n: _rel(grads[n], g_true[n]) for n in impls.PARAM_NAMES}
+            worst = max(errors, key=lambda n: errors[n])
             rows.append(
                 {
                     "H": d_model,
@@ -118,7 +132,7 @@ def precision(configs, *, batch: int) -> list[dict]:
                     "L": length,
                     "ring": ring,
                     "variant": name,
-                    "y_err": rel(y, y_true),
+                    "y_err": _rel(y, y_true),
                     "grad_err": errors[worst],
                     "grad_worst": worst,
                     "grad_err_u_proj": max(errors[n] for n in ("B_re", "B_im", "C_re", "C_im")),

@@ -11,6 +11,7 @@ variant name (`impl`, or `impl@unroll`), the times of every round and XLA's temp
 """
 
 import json
+import math
 import sys
 import time
 
@@ -21,32 +22,44 @@ def name(variant) -> str:
     return variant["impl"] + (f"@{variant['unroll']}" if variant.get("unroll") else "")
 
 
-def run(spec) -> dict:
+def run(spec, *, deadline: float | None = None) -> dict:
+    """Compile every variant of `spec`, then time them in `spec["rounds"]` interleaved
+    rounds. With `deadline` (a `time.time()`), variants not yet compiled by then are
+    skipped (listed under `"skipped"`; the first is always compiled) and no round starts
+    after it (the first always runs)."""
     import jax
 
     from .measure import compiled_function
 
-    compiled, temp, data = {}, {}, None
+    compiled, temp, compile_s, skipped, data = {}, {}, {}, [], None
     for variant in spec["variants"]:
+        if deadline is not None and compiled and time.time() >= deadline:
+            skipped.append(name(variant))
+            continue
         case = {k: v for k, v in spec.items() if k not in ("variants", "rounds")}
         case = dict(case, impl=variant["impl"], unroll=variant.get("unroll"))
-        fn, params, u, _ = compiled_function(case)
+        fn, params, u, compile_s[name(variant)] = compiled_function(case)
         data = u if data is None else data  # one input array for all (the same values)
         jax.block_until_ready(fn(params, data))  # warm-up
         compiled[name(variant)] = (fn, params)
-        temp[name(variant)] = fn.memory_analysis().temp_size_in_bytes / 2**20
+        analysis = fn.memory_analysis()
+        temp[name(variant)] = math.nan if analysis is None else analysis.temp_size_in_bytes / 2**20
     times = {n: [] for n in compiled}
-    for _ in range(spec["rounds"]):
+    for round_ in range(spec["rounds"]):
+        if deadline is not None and round_ and time.time() >= deadline:
+            break
         for n, (fn, params) in compiled.items():
             start = time.perf_counter()
             jax.block_until_ready(fn(params, data))
             times[n].append(1e3 * (time.perf_counter() - start))
-    return {
+    result = {
         "spec": spec,
         "ms": {n: float(np.median(t)) for n, t in times.items()},
         "times_ms": times,
         "temp_mb": temp,
+        "compile_s": compile_s,
     }
+    return dict(result, skipped=skipped) if skipped else result
 
 
 def ratio(result, name, ref) -> float | None:

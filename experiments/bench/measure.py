@@ -14,6 +14,7 @@ runs one case and prints one JSON line with the result, including the child's pe
 """
 
 import json
+import math
 import os
 import sys
 import time
@@ -67,7 +68,8 @@ def run_case(case) -> dict:
         jax.block_until_ready(data(case))
         return {"case": case}
     compiled, params, u, compile_s = compiled_function(case)
-    temp = compiled.memory_analysis().temp_size_in_bytes
+    analysis = compiled.memory_analysis()
+    temp = math.nan if analysis is None else analysis.temp_size_in_bytes
     jax.block_until_ready(compiled(params, u))  # warm-up
     times = []
     for _ in range(case["reps"]):

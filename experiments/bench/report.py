@@ -3,6 +3,7 @@ the files a run writes can be written (before it measures)."""
 
 import argparse
 import datetime
+import math
 import os
 import platform
 import subprocess
@@ -23,7 +24,7 @@ def _read(path: str) -> str:
 def machine_info() -> dict:
     import equinox
     import jax
-    import jaxlib
+    from jaxlib import version as jaxlib_version
 
     cpuinfo = _read("/proc/cpuinfo")
     model = next(
@@ -66,10 +67,10 @@ def machine_info() -> dict:
         "thp": thp,
         "python": platform.python_version(),
         "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
+        "jaxlib": jaxlib_version.__version__,
         "equinox": equinox.__version__,
         "backend": jax.default_backend(),
-        "matmul_precision": jax.config.jax_default_matmul_precision or "default",
+        "matmul_precision": getattr(jax.config, "jax_default_matmul_precision", None) or "default",
         "device": getattr(device, "device_kind", str(device)),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
@@ -113,9 +114,16 @@ def key_table(entry, peaks, names, *, mode, H, default_method) -> list[str]:
     return lines
 
 
-def target_checks(entry, *, default_method) -> list[str]:
+def _ratio(entry, name: str, ref: str) -> float:
+    """`interleave.ratio`, NaN where a row is missing."""
     from .interleave import ratio
 
+    value = ratio(entry, name, ref)
+    return math.nan if value is None else value
+
+
+def target_checks(entry, *, default_method) -> list[str]:
+    ratio = _ratio
     cplx, real = f"complex-{default_method}", f"real-{default_method}"
     if not entry or not all(k in entry.get("ms", {}) for k in (BASELINE, FLOOR, cplx, real)):
         return ["(not all rows of the key configuration ran)"]

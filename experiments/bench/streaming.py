@@ -33,6 +33,8 @@ import time
 
 import numpy as np
 
+from .streaming_report import render
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FULL = {
@@ -74,7 +76,19 @@ def _model(grid, form):
     config = RunConfig.defaults(tasks.LISTOPS).replace(
         form=form, method="sequential", **{k: grid[k] for k in ("depth", "d_model", "d_state")}
     )
-    return steps.build_model(config, steps.task_spec(tasks.LISTOPS), jax.random.PRNGKey(0))
+    import eqx_lru
+
+    model, state = steps.build_model(config, steps.task_spec(tasks.LISTOPS), jax.random.PRNGKey(0))
+    assert isinstance(model, eqx_lru.LRUModel), type(model)  # the LRU core: an LRUModel
+    return model, state
+
+
+def vocabulary_size(model) -> int:
+    """The number of tokens of `model`'s embedding encoder."""
+    import equinox as eqx
+
+    assert isinstance(model.encoder, eqx.nn.Embedding), type(model.encoder)
+    return model.encoder.num_embeddings
 
 
 def _windows(make_stream, grid) -> dict:
@@ -102,7 +116,7 @@ def jax_step(grid, form, batch) -> dict:
     import jax.numpy as jnp
 
     model, state = _model(grid, form)
-    vocab = model.encoder.num_embeddings
+    vocab = vocabulary_size(model)
     rng = np.random.default_rng(0)
 
     def one(carry, x_t):
@@ -154,7 +168,7 @@ def parallel_prefix(grid, form, length) -> dict:
     import jax.numpy as jnp
 
     model, state = _model(grid, form)
-    vocab = model.encoder.num_embeddings
+    vocab = vocabulary_size(model)
     x = jnp.asarray(np.random.default_rng(1).integers(0, vocab, (1, length)), jnp.int32)
     call = jax.jit(jax.vmap(lambda x: model(x, state, inference=True)[0]))
     compiled = call.lower(x).compile()
@@ -188,13 +202,16 @@ def onnx_step_session(model, state):
 
     exported = eqx_lru.export.export(model, state, format="onnx", program="step")
     program = exported.program
+    assert program is not None, "a step export describes its program"
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(exported.data, options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
 
+    carry = program.carry or []  # the step's carry: one spec per state array
+
     def carry_zeros(batch):
-        return [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in program.carry]
+        return [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in carry]
 
     return session, names, carry_zeros
 
@@ -206,13 +223,13 @@ def onnx_step(grid, batch) -> dict:
         return {"batch": batch, "error": NO_ONNXRUNTIME}
 
     model, state = _model(grid, "complex")
-    vocab = model.encoder.num_embeddings
+    vocab = vocabulary_size(model)
     session, names, carry_zeros = onnx_step_session(model, state)
     rng = np.random.default_rng(0)
     zeros = carry_zeros(batch)
 
     def make_stream(start):
-        box = {"carry": zeros}
+        box: dict[str, list] = {"carry": zeros}
 
         def step_once():
             x_t = rng.integers(0, vocab, batch).astype(np.int32)
@@ -248,145 +265,37 @@ def _log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def render(grid, results, info) -> str:
-    from . import report
-
-    positions = [str(p) for p in grid["positions"]]
-    head = " | ".join(f"ms/token at {int(p):,}" for p in positions)
-    cpu_head = " | ".join(f"CPU ms at {int(p):,}" for p in positions)
-    lines = [
-        f"# Streaming a deep LRU on `{info['backend']}`",
-        "",
-        "Written by `python -m experiments.bench.streaming` (also part of `./dev.sh bench`); see",
-        f"its docstring. Model: depth {grid['depth']}, H = {grid['d_model']}, "
-        f"N = {grid['d_state']}, ListOps vocabulary,",
-        "batch norm, mean pooling, inference mode, float32. Each time is the median of",
-        f"{grid['tokens']} single-token calls from Python (dispatch included) of a stream",
-        "advanced to the given position; the streams of one configuration take turns token by",
-        "token. 'wall' is elapsed time, 'CPU' the process's CPU time for the call (all its",
-        "threads): on a busy machine the wall time includes waiting for a core, the CPU time",
-        "approximates the time on an idle core.",
-        "",
-        "## Machine",
-        "",
-        *report.machine_lines(info, end_load=results["load_end"]),
-        "- The machine was shared with other jobs during the run (other test suites on its",
-        "  two cores), so absolute times are noisy upwards; the load averages say how busy it was.",
-        "",
-        "## The jitted step (`LRUModel.step`, `jax.vmap` over the streams)",
-        "",
-        f"| form | batch | wall {head} | {cpu_head} | tokens/s (wall) | carry per stream "
-        "| XLA temp | RSS before → after |",
-        "|---|---|" + "---|" * (2 * len(positions)) + "---|---|---|---|",
-    ]
-    for r in results["jax_step"]:
-        ms = [r["ms"][p] for p in positions]
-        rate = r["batch"] / (np.median(ms) / 1e3)
-        rss = (
-            f"{r['rss_before_mb']:,.0f} → {r['rss_after_mb']:,.0f} MB"
-            if r["rss_before_mb"] is not None
-            else "—"
-        )
-        temp = "—" if r["temp_kb"] is None else f"{r['temp_kb']:,.0f} KB"
-        lines.append(
-            f"| {r['form']} | {r['batch']} | "
-            + " | ".join(f"{m:.3f}" for m in ms + [r["cpu_ms"][p] for p in positions])
-            + f" | {rate:,.0f} | {r['carry_bytes'] / 1024:,.1f} KB | {temp} | {rss} |"
-        )
-    lines += [
-        "",
-        "## Re-running the parallel call on the prefix (batch 1)",
-        "",
-        "What each new token costs a model without a recurrent state: the whole-sequence call on",
-        "the prefix so far (its time grows with the prefix, and so does its XLA temp).",
-        "",
-        "| form | prefix length | ms per call (= per new token) | XLA temp | × the batch-1 step |",
-        "|---|---|---|---|---|",
-    ]
-    step1 = {
-        r["form"]: np.median(list(r["ms"].values())) for r in results["jax_step"] if r["batch"] == 1
-    }
-    for r in results["parallel"]:
-        temp = "—" if r["temp_kb"] is None else f"{r['temp_kb'] / 1024:,.1f} MB"
-        lines.append(
-            f"| {r['form']} | {r['length']:,} | {r['ms']:,.1f} | {temp} | "
-            f"{r['ms'] / step1[r['form']]:,.1f}× |"
-        )
-    lines += [
-        "",
-        "## onnxruntime's step beside JAX's",
-        "",
-        "The model exported by `python -m experiments.export --format onnx --step` (real form,",
-        "batch norm folded into one scale and shift, constants folded), onnxruntime on the CPU",
-        "with one intra-op thread; JAX's real-form row above for comparison.",
-        "",
-        f"| runtime | batch | wall {head} | {cpu_head} | tokens/s (wall) |",
-        "|---|---|" + "---|" * (2 * len(positions)) + "---|",
-    ]
-    jax_real = {r["batch"]: r for r in results["jax_step"] if r["form"] == "real"}
-    for r in results["onnx_step"]:
-        if "error" in r:
-            lines.append(f"| onnxruntime | {r['batch']} | {r['error']} |")
-            continue
-        for name, row in (("onnxruntime", r), ("JAX (jit)", jax_real.get(r["batch"]))):
-            if row is None:
-                continue
-            ms = [row["ms"][p] for p in positions]
-            lines.append(
-                f"| {name} | {r['batch']} | "
-                + " | ".join(f"{m:.3f}" for m in ms + [row["cpu_ms"][p] for p in positions])
-                + f" | {r['batch'] / (np.median(ms) / 1e3):,.0f} |"
-            )
-    batch1 = [r for r in results["jax_step"] if r["batch"] == 1]
-    best1 = min(np.median(list(r["ms"].values())) for r in batch1)
-    best1_cpu = min(np.median(list(r["cpu_ms"].values())) for r in batch1)
-    flat = max(max(r["ms"].values()) / min(r["ms"].values()) for r in results["jax_step"])
-    flat_cpu = max(
-        max(r["cpu_ms"].values()) / min(r["cpu_ms"].values()) for r in results["jax_step"]
-    )
-    lines += [
-        "",
-        "## Goals",
-        "",
-        f"- Step ≤ 1 ms at batch 1: wall {best1:.3f} ms, CPU {best1_cpu:.3f} ms per token (the "
-        "better form, median over the windows): "
-        + (
-            "met."
-            if best1 <= 1
-            else f"{'met in CPU time, ' if best1_cpu <= 1 else ''}not met in "
-            "wall time on this busy machine; to be re-measured on an idle one."
-        ),
-        f"- Time per token independent of the position: the largest ratio between the windows "
-        f"of one configuration is {flat:.2f} in wall time, {flat_cpu:.2f} in CPU time. The "
-        "step's work and memory are fixed by the shapes (constant carry and XLA temp above);",
-        "  what remains is the noise of the shared machine.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def default_out(backend: str) -> str:
     """Where the table goes without `--out`: `STREAMING-<backend>.md` beside this file."""
     return os.path.join(HERE, f"STREAMING-{backend}.md")
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     from experiments._flags import output_file
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.bench.streaming", description=__doc__
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a tiny model and few tokens (seconds)"
+        "--quick", action="store_true", help="a tiny model and few tokens (seconds) [off]"
     )
     parser.add_argument(
         "--out",
         type=output_file,
         help="Markdown to write (default: STREAMING-<backend>.md here; quick: stdout)",
     )
-    parser.add_argument("--json", type=output_file, help="also write the raw results here")
+    parser.add_argument(
+        "--json", type=output_file, help="also write the raw results here (default: none)"
+    )
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)  # paths checked here, not after the measurements
     import jax
+
+    from experiments._atomic import write_atomic
 
     from . import report
 
@@ -397,11 +306,9 @@ def main(argv=None) -> int:
     results = measure(grid)
     text = render(grid, results, info)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        write_atomic(args.json, json.dumps(results, indent=1).encode())
     if out:
-        with open(out, "w") as f:
-            f.write(text)
+        write_atomic(out, text.encode())
         _log(f"wrote {out}")
     else:
         print(text)

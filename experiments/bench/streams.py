@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from .streaming import NO_ONNXRUNTIME, _model, onnx_step_session
+from .streaming import NO_ONNXRUNTIME, _model, onnx_step_session, vocabulary_size
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -56,7 +56,7 @@ def jax_runner(grid, form, streams):
     import eqx_lru
 
     model, state = _model(grid, form)
-    vocab = model.encoder.num_embeddings
+    vocab = vocabulary_size(model)
     pool = eqx_lru.StreamPool(model, streams)
     for slot in range(streams):
         pool = pool.admit(slot)
@@ -102,7 +102,7 @@ def measure(grid) -> dict:
         model, state = _model(grid, "complex")
         session = onnx_step_session(model, state)
         for n in grid["streams"]:
-            runners["onnxruntime", n] = onnx_runner(session, n, model.encoder.num_embeddings)
+            runners["onnxruntime", n] = onnx_runner(session, n, vocabulary_size(model))
         onnx_error = None
     except ImportError:
         onnx_error = NO_ONNXRUNTIME

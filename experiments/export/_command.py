@@ -20,40 +20,16 @@ _NO_PAIR_STEP = (
     "documents whole); export the whole-pair program: drop --step (--format stablehlo)."
 )
 
-_PAIR_NOTE = (
-    "x[:, 0] and x[:, 1] are the two documents of each pair, each padded to the common "
-    "length; length[:, 0] and length[:, 1] their valid lengths. "
-)
-
-_STEP_NOTE = " The step's carry starts at zeros; feed the returned next_carry back."
 _MODEL_KEYS = ("core", "form", "depth", "d_model", "d_state", "pooling", "norm", "bidirectional")
 
 
-def _checks_note(run: Run, has_length: bool) -> str:
-    rules = ["token ids in [0, vocab_size)"] if run.tokens else []
-    if has_length:
-        rules.append(f"1 <= length <= x.shape[{2 if run.pair else 1}]")
-    if not rules:
-        return ""
-    return (
-        f"Inputs must have {' and '.join(rules)}; a row that breaks this gets NaN in every "
-        "floating-point output (see 'checked')."
-    )
-
-
-def _run_metadata(run: Run, carry: bool, has_length: bool) -> dict[str, Any]:
-    """What the manifest says of the run beyond the library's fields: the task, the
-    model's settings, the source checkpoint, and the notes of the trainer's programs."""
+def _run_metadata(run: Run) -> dict[str, Any]:
+    """What the manifest says of the run beyond the library's own entries (whose notes
+    describe the program): the task, the model's settings, the source checkpoint."""
     config = run.config
     return {
         "task": config.task,
         "model": {k: getattr(config, k) for k in (*_MODEL_KEYS, "glu")},
-        "notes": (
-            "Inference mode; batch norm folded. "
-            + (_PAIR_NOTE if run.pair else "")
-            + _checks_note(run, has_length)
-            + (_STEP_NOTE if carry else "")
-        ),
         "source": {
             "checkpoint": str(run.checkpoint),
             "step": run.meta.get("step"),
@@ -96,9 +72,7 @@ def export_run(
         config = loaded.config
         flags = f"--core {config.core} ({config.form}) --format {fmt}" + (" --step" * step)
         raise ExportError(f"{flags}: {e}") from None
-    program = exported.program
-    has_length = any(name == "length" for name, _, _ in program.inputs)
-    exported.manifest.update(_run_metadata(loaded, bool(program.carry), has_length))
+    exported.manifest.update(_run_metadata(loaded))
     folder = Path(dest) if dest is not None else Path(run) / "export"
     try:
         folder.mkdir(parents=True, exist_ok=True)

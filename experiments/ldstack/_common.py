@@ -12,11 +12,11 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "figures"
 __all__ = ["DEFAULT_OUT", "parse_args", "plt", "save_figure", "save_json"]
 
 
-def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
     """`--fast`, `--out DIR` (default `experiments/ldstack/figures/`), `--seed N`."""
     import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not any(a == "--out" or a.startswith("--out=") for a in argv):
         argv += ["--out", str(DEFAULT_OUT)]
-    return _parse_args(argv, description)
+    return _parse_args(argv, doc)

@@ -17,6 +17,7 @@ NumPy loop.
 """
 
 import math
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -61,15 +62,15 @@ def projection_variance(a, b, c, x) -> np.ndarray:
 
 def siso_template(lam: np.ndarray) -> StandardSIMOLDS:
     """A `StandardSIMOLDS` with eigenvalues `lam` (closed under conjugation), no skip."""
-    upper = lam[lam.imag > 1e-12]
-    real = lam[np.abs(lam.imag) <= 1e-12].real
+    upper = lam[np.imag(lam) > 1e-12]
+    real = np.real(lam[np.abs(np.imag(lam)) <= 1e-12])
     n = lam.shape[0]
     layer = StandardSIMOLDS(n, 1, reals=real.shape[0], key=jax.random.PRNGKey(0))
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     return eqx.tree_at(
         lambda m: (m.alpha, m.beta, m.alpha_real, m.D),
         layer,
-        (f32(upper.real), f32(upper.imag), f32(real), jnp.zeros(1, jnp.float32)),
+        (f32(np.real(upper)), f32(np.imag(upper)), f32(real), jnp.zeros(1, jnp.float32)),
     )
 
 
@@ -78,8 +79,8 @@ def siso_outputs(a, b, c, x, directions) -> np.ndarray:
     lam, vectors = np.linalg.eig(a)
     # The template's order [α + iβ, α − iβ, real]; a real A has conjugate eigenvectors for
     # conjugate eigenvalues.
-    upper, real = lam.imag > 1e-12, np.abs(lam.imag) <= 1e-12
-    by_value = np.argsort(lam[real].real)
+    upper, real = np.imag(lam) > 1e-12, np.abs(np.imag(lam)) <= 1e-12
+    by_value = np.argsort(np.real(lam[real]))
     lam = np.concatenate([lam[upper], lam[upper].conj(), lam[real][by_value]])
     vectors = np.concatenate(
         [vectors[:, upper], vectors[:, upper].conj(), vectors[:, real][:, by_value]], axis=1
@@ -113,98 +114,99 @@ def relative_rms(approx: np.ndarray, exact: np.ndarray) -> np.ndarray:
     return np.sqrt(np.mean((approx - exact) ** 2, axis=-1) / np.mean(exact**2))
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__.splitlines()[0])
+def measure(seed: int, fast: bool) -> tuple[dict, np.ndarray, np.ndarray, dict]:
+    """A random MISO LDS and `count` SISO LDS from random projections: the results, the
+    SISO outputs `ys`, the MISO output `y` and the errors of averages of k of them."""
     n, d = 16, 32
-    length, count = (128, 32) if args.fast else (1024, 512)
-    rng = np.random.default_rng(args.seed)
+    length, count = (128, 32) if fast else (1024, 512)
+    rng = np.random.default_rng(seed)
     a, b, c = random_miso(rng, n, d)
     x = rng.standard_normal((length, d))
     y = miso_outputs(a, b, c, x)
-    directions = rng.standard_normal((count, d))
-    ys = siso_outputs(a, b, c, x, directions)
+    ys = siso_outputs(a, b, c, x, rng.standard_normal((count, d)))
     # Sanity: with the identity as "directions" (d of them), the SISO sum is the MISO output.
     exact_split = siso_outputs(a, b, c, x, np.eye(d)).sum(0)
     single = relative_rms(ys, y)
     ks = [2**i for i in range(int(math.log2(count)) + 1)]
     errors = {k: relative_rms(ys.reshape(count // k, k, length).mean(1), y) for k in ks}
-    results = dict(
-        n=n,
-        d=d,
-        length=length,
-        projections=count,
+    results: dict[str, Any] = dict(
+        n=n, d=d, length=length, projections=count,
         identity_split_relative_error=float(relative_rms(exact_split, y)),
         single_relative_rms=dict(mean=single.mean(), median=np.median(single), max=single.max()),
         relative_variance_single=float(np.mean(single**2)),
         expected_relative_variance_single=projection_variance(a, b, c, x).mean() / np.mean(y**2),
         averages=[
-            dict(
-                k=k,
-                subsamples=len(e),
-                relative_rms_mean=e.mean(),
-                relative_rms_of_mean_square=math.sqrt(np.mean(e**2)),
-            )
+            dict(k=k, subsamples=len(e), relative_rms_mean=e.mean(),
+                 relative_rms_of_mean_square=math.sqrt(np.mean(e**2)))
             for k, e in errors.items()
         ],
-    )
-    slope = np.polyfit(np.log(ks), np.log([math.sqrt(np.mean(errors[k] ** 2)) for k in ks]), 1)[0]
-    results["log_log_slope"] = slope
-    moduli = standard_init_moduli(n, 10 if args.fast else 200)
+    )  # fmt: skip
+    rms = [math.sqrt(np.mean(errors[k] ** 2)) for k in ks]
+    results["log_log_slope"] = np.polyfit(np.log(ks), np.log(rms), 1)[0]
+    moduli = standard_init_moduli(n, 10 if fast else 200)
     results["standard_init_moduli"] = dict(
-        n=n,
-        draws=len(moduli) // n,
-        median=np.median(moduli),
+        n=n, draws=len(moduli) // n, median=np.median(moduli),
         fraction_within_0_8_to_1_2=np.mean((moduli > 0.8) & (moduli < 1.2)),
-        fraction_above_1=np.mean(moduli > 1),
-        max=moduli.max(),
-    )
+        fraction_above_1=np.mean(moduli > 1), max=moduli.max(),
+    )  # fmt: skip
     results["avg16_relative_rms"] = [float(v) for v in errors.get(16, errors[ks[-1]])[:2]]
     results["avg_all_relative_rms"] = float(errors[count][0])
+    return results, ys, y, errors
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7.5))
+
+def _outputs_panel(ax, results: dict, ys: np.ndarray, y: np.ndarray) -> None:
+    length, count = results["length"], results["projections"]
     steps = np.arange(length)
     spread = np.percentile(np.abs(ys), 99)
     for row in ys:
-        top.plot(steps, row, color="0.82", lw=0.3)
+        ax.plot(steps, row, color="0.82", lw=0.3)
+    k = min(16, count)
     for i in range(2):
-        k = min(16, count)
-        top.plot(
-            steps,
-            ys[i * k : (i + 1) * k].mean(0),
-            color="tab:blue",
-            lw=0.8,
-            label=f"average of {k} SISO" if i == 0 else None,
-        )
-    top.plot(steps, ys.mean(0), color="tab:red", lw=0.9, label=f"average of all {count} SISO")
-    top.plot(steps, y, color="k", lw=0.9, label="MISO LDS")
-    top.set_ylim(-spread, spread)
-    top.set_xlim(0, length)
-    top.set_title(
-        f"MISO LDS (n={n}, d={d}, T={length}) vs {count} SISO LDS from random projections (gray)",
+        label = f"average of {k} SISO" if i == 0 else None
+        ax.plot(steps, ys[i * k : (i + 1) * k].mean(0), color="tab:blue", lw=0.8, label=label)
+    ax.plot(steps, ys.mean(0), color="tab:red", lw=0.9, label=f"average of all {count} SISO")
+    ax.plot(steps, y, color="k", lw=0.9, label="MISO LDS")
+    ax.set_ylim(-spread, spread)
+    ax.set_xlim(0, length)
+    ax.set_title(
+        f"MISO LDS (n={results['n']}, d={results['d']}, T={length}) vs {count} SISO LDS from "
+        "random projections (gray)",
         fontsize=9,
     )
-    top.legend(fontsize=7, loc="upper right")
-    rms = [math.sqrt(np.mean(errors[k] ** 2)) for k in ks]
-    bottom.loglog(ks, rms, "o-", label=f"measured (slope {slope:.2f})")
+    ax.legend(fontsize=7, loc="upper right")
+
+
+def _errors_panel(ax, results: dict, ks: list[int], rms: list[float]) -> None:
+    ax.loglog(ks, rms, "o-", label=f"measured (slope {results['log_log_slope']:.2f})")
     v = results["expected_relative_variance_single"]
-    bottom.loglog(
+    ax.loglog(
         ks,
         [math.sqrt(v / k) for k in ks],
         "--",
         label=f"theory sqrt(v / k), v = {v:.1f} (exact variance of one projection)",
     )
-    bottom.set_xlabel("k (SISO LDS averaged)")
-    bottom.set_ylabel("relative RMS error vs MISO")
-    bottom.legend(fontsize=8)
-    bottom.grid(True, which="both", alpha=0.3)
+    ax.set_xlabel("k (SISO LDS averaged)")
+    ax.set_ylabel("relative RMS error vs MISO")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv, __doc__)
+    results, ys, y, errors = measure(args.seed, args.fast)
+    ks = sorted(errors)
+    rms = [math.sqrt(np.mean(errors[k] ** 2)) for k in ks]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7.5))
+    _outputs_panel(top, results, ys, y)
+    _errors_panel(bottom, results, ks, rms)
     fig.tight_layout()
     results["png"] = save_figure(fig, args.out, "projections").name
     save_json(results, args.out, "projections")
     print(
-        f"one projection: relative RMS {single.mean():.2f} (mean over {count}); "
-        f"averages: "
+        f"one projection: relative RMS {results['single_relative_rms']['mean']:.2f} (mean over "
+        f"{results['projections']}); averages: "
         + ", ".join(f"k={k}: {r:.3f}" for k, r in zip(ks, rms, strict=True))
-        + f"; slope {slope:.2f}"
+        + f"; slope {results['log_log_slope']:.2f}"
     )
     return results
 

@@ -22,6 +22,7 @@ $T$ grows.
 
 import math
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -180,8 +181,41 @@ def timings(
     return rows
 
 
+def _errors_panel(ax, results: dict, depth: int, length: int) -> None:
+    ceiling = 1e12
+    for case in results["errors"]:
+        errs = np.asarray(case["relative_max_error"])
+        label = case["regime"]
+        if errs.max() > ceiling:
+            label += f" (grows to {errs.max():.0e}; clipped)"
+        ax.semilogy(np.arange(depth), np.clip(errs, 1e-17, ceiling), "o-", ms=2.5, label=label)
+    ax.set_ylim(1e-17, ceiling * 10)
+    ax.set_xlabel("layer k (layer 0 = the linear RNN)")
+    ax.set_ylabel("max |s^(k)_t − s_t| / max |s_t|")
+    ax.set_title(f"LDStack vs tanh RNN (n={N}, d={D}, T={length})", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _timings_panel(ax, results: dict, depths, methods) -> None:
+    rows = results["timings"]
+    ts = [r["length"] for r in rows]
+    ms = [r["rnn_sequential_s"] * 1e3 for r in rows]
+    ax.loglog(ts, ms, "k-o", label="tanh RNN, sequential lax.scan")
+    for depth_k in depths:
+        for method, style in (("associative", "-"), ("sequential", ":"))[: len(methods)]:
+            ms = [r[f"stack{depth_k}_{method}_s"] * 1e3 for r in rows]
+            label = f"depth-{depth_k} stack, {method} scan"
+            ax.loglog(ts, ms, style, marker="s", ms=3, label=label)
+    ax.set_xlabel("sequence length T")
+    ax.set_ylabel("time per sequence (ms)")
+    ax.set_title(f"time on {results['device']} ({results['backend']})", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__.splitlines()[0])
+    args = parse_args(argv, __doc__)
     rng = np.random.default_rng(args.seed)
     if args.fast:
         length, depth, lengths, depths, repeats = 64, 12, [256, 1024], [2], 2
@@ -190,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
         length, depth = 1024, 48
         lengths, depths, repeats = [256, 1024, 4096, 16384, 65536], [4, 16], 5
         methods = ("associative", "sequential")
-    results = dict(
+    results: dict[str, Any] = dict(
         state_size=N,
         input_size=D,
         device=jax.devices()[0].device_kind,
@@ -198,44 +232,9 @@ def main(argv: list[str] | None = None) -> dict:
         errors=error_vs_depth(rng, length, depth),
         timings=timings(rng, lengths, depths, methods, repeats),
     )
-
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    layers = np.arange(depth)
-    ceiling = 1e12
-    for case in results["errors"]:
-        errs = np.asarray(case["relative_max_error"])
-        label = case["regime"]
-        if errs.max() > ceiling:
-            label += f" (grows to {errs.max():.0e}; clipped)"
-        left.semilogy(layers, np.clip(errs, 1e-17, ceiling), "o-", ms=2.5, label=label)
-    left.set_ylim(1e-17, ceiling * 10)
-    left.set_xlabel("layer k (layer 0 = the linear RNN)")
-    left.set_ylabel("max |s^(k)_t − s_t| / max |s_t|")
-    left.set_title(f"LDStack vs tanh RNN (n={N}, d={D}, T={length})", fontsize=9)
-    left.legend(fontsize=7)
-    left.grid(True, which="both", alpha=0.3)
-    ts = [r["length"] for r in results["timings"]]
-    right.loglog(
-        ts,
-        [r["rnn_sequential_s"] * 1e3 for r in results["timings"]],
-        "k-o",
-        label="tanh RNN, sequential lax.scan",
-    )
-    for depth_k in depths:
-        for method, style in (("associative", "-"), ("sequential", ":"))[: len(methods)]:
-            right.loglog(
-                ts,
-                [r[f"stack{depth_k}_{method}_s"] * 1e3 for r in results["timings"]],
-                style,
-                marker="s",
-                ms=3,
-                label=f"depth-{depth_k} stack, {method} scan",
-            )
-    right.set_xlabel("sequence length T")
-    right.set_ylabel("time per sequence (ms)")
-    right.set_title(f"time on {results['device']} ({results['backend']})", fontsize=9)
-    right.legend(fontsize=7)
-    right.grid(True, which="both", alpha=0.3)
+    _errors_panel(left, results, depth, length)
+    _timings_panel(right, results, depths, methods)
     fig.tight_layout()
     results["png"] = save_figure(fig, args.out, "stack").name
     save_json(results, args.out, "stack")

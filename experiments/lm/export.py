@@ -28,19 +28,14 @@ __all__ = ["export_run", "export_main"]
 _MODEL_KEYS = ("form", "depth", "d_model", "d_state", "r_min", "r_max", "max_phase")
 
 
-def _metadata(loaded: Loaded, step: bool) -> dict[str, Any]:
+def _metadata(loaded: Loaded) -> dict[str, Any]:
+    """The run's entries of the manifest (the library's own notes say what is checked)."""
     cfg = loaded.cfg
-    inputs = (
-        "The carry starts at zeros (a new stream); feed the returned next_carry back."
-        if step
-        else "Not checked: 1 <= length <= x.shape[1]."
-    )
     return {
-        "task": "byte-level language model (experiments/lm)",
+        "task": "byte-level language model (experiments/lm): inputs are bytes (token ids "
+        "0-255), outputs the logits of the next byte",
         "model": {k: getattr(cfg, k) for k in _MODEL_KEYS},
         "corpus_sha256": cfg.corpus_sha256,
-        "notes": "Inputs are bytes (token ids 0-255, not checked); outputs are the logits of "
-        f"the next byte. {inputs}",
         "source": {
             "checkpoint": str(loaded.checkpoint),
             "step": loaded.step,
@@ -66,7 +61,7 @@ def export_run(run: str | Path, fmt: str, *, step: bool = False, dest: str | Pat
             program="step" if step else "sequence",
             reads=eqx_lru.export.Tokens(VOCAB),
             description=f"eqx_lru byte-level LRUModel from {loaded.checkpoint}",
-            metadata=_metadata(loaded, step),
+            metadata=_metadata(loaded),
         )
         return eqx_lru.export.write(
             exported, folder / (("step" if step else "model") + exported.format.suffix)

@@ -33,9 +33,10 @@ def _parser(description: str = "") -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
-    """The shared flags, checked (a bad value or an unwritable --out is one `error:` line)."""
-    args = _parser(description).parse_args(argv)
+def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
+    """The shared flags, checked (a bad value or an unwritable --out is one `error:` line);
+    `doc`: the script's docstring, whose first line describes it in `--help`."""
+    args = _parser((doc or "").strip().split("\n")[0]).parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     return args
 

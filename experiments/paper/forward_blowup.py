@@ -16,6 +16,7 @@ eigenvalues, $\sum_n \gamma_n^2 \|B_n\|^2 (1 - |\lambda_n|^{2(k+1)}) / (1 - |\la
 """
 
 import math
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -72,61 +73,42 @@ def state_norms(layer: ComplexLRU, u: jax.Array) -> jax.Array:
     return jax.lax.map(one, u, batch_size=2)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__.splitlines()[0])
-    if args.fast:
-        d_model, d_state, length, batch, rings = 4, 32, 512, 8, RINGS[:2]
-    else:
-        d_model, d_state, length, batch, rings = 16, 1024, 16_384, 16, RINGS
-    keys = iter(jax.random.split(jax.random.PRNGKey(args.seed), 2 * len(rings)))
-    steps = np.arange(length)
-    shown = np.unique(np.geomspace(1, length, 300).astype(int) - 1)
+def _ring(axes, color, ring, keys, sizes, steps, shown) -> dict:
+    """One ring's layer with and without γ, measured and expected, drawn on `axes`; its
+    row of the results."""
+    (r_min, r_max, max_phase), (d_model, d_state, length, batch) = ring, sizes
     tail = slice(int(0.9 * length), None)  # average the last 10% of steps
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    results = dict(
-        d_model=d_model,
-        d_state=d_state,
-        length=length,
-        batch=batch,
-        input="unit white noise",
-        rings=[],
+    with_gamma = ComplexLRU(
+        d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, key=next(keys)
     )
-    for color, (r_min, r_max, max_phase) in zip(
-        plt.cm.viridis(np.linspace(0, 0.9, len(rings))), rings, strict=False
-    ):
-        with_gamma = ComplexLRU(
-            d_model, d_state, r_min=r_min, r_max=r_max, max_phase=max_phase, key=next(keys)
+    without_gamma = eqx.tree_at(lambda m: m.gamma_log, with_gamma, jnp.zeros(d_state))
+    u = jax.random.normal(next(keys), (batch, length, d_model))
+    b_sq = float(jnp.sum(with_gamma.B_re**2 + with_gamma.B_im**2))  # E‖Bu‖², unit noise
+    row: dict[str, Any] = dict(
+        r_min=r_min, r_max=r_max, max_phase=max_phase, prop33_limit=prop33_limit(r_min, r_max)
+    )
+    label = f"[{r_min}, {r_max}]"
+    for ax, layer, gamma in ((axes[0], without_gamma, False), (axes[1], with_gamma, True)):
+        measured = np.asarray(state_norms(layer, u)).mean(0) / b_sq
+        expected = sampled_expectation(with_gamma, steps, gamma=gamma)
+        limit = sampled_expectation(with_gamma, np.array([10**9]), gamma=gamma)[0]
+        final = dict(
+            measured_final=float(measured[tail].mean()),
+            expected_final=float(expected[tail].mean()),
+            expected_limit=float(limit),
         )
-        without_gamma = eqx.tree_at(lambda m: m.gamma_log, with_gamma, jnp.zeros(d_state))
-        u = jax.random.normal(next(keys), (batch, length, d_model))
-        b_sq = float(jnp.sum(with_gamma.B_re**2 + with_gamma.B_im**2))  # E‖Bu‖², unit noise
-        row = dict(
-            r_min=r_min, r_max=r_max, max_phase=max_phase, prop33_limit=prop33_limit(r_min, r_max)
-        )
-        label = f"[{r_min}, {r_max}]"
-        for ax, layer, gamma in ((axes[0], without_gamma, False), (axes[1], with_gamma, True)):
-            measured = np.asarray(state_norms(layer, u)).mean(0) / b_sq
-            expected = sampled_expectation(with_gamma, steps, gamma=gamma)
-            name = "with_gamma" if gamma else "without_gamma"
-            row[name] = dict(
-                measured_final=float(measured[tail].mean()),
-                expected_final=float(expected[tail].mean()),
-                expected_limit=float(
-                    sampled_expectation(with_gamma, np.array([10**9]), gamma=gamma)[0]
-                ),
-            )
-            row[name]["measured_over_expected"] = (
-                row[name]["measured_final"] / row[name]["expected_final"]
-            )
-            ax.plot(shown + 1, measured[shown], color=color, lw=1.2, label=f"{label} measured")
-            ax.plot(shown + 1, expected[shown], color=color, lw=0.9, ls="--")
-            if not gamma:
-                ax.plot(shown + 1, prop33_at(shown, r_min, r_max), color=color, lw=0.8, ls=":")
-                ax.axhline(row["prop33_limit"], color=color, lw=0.6, ls="-.", alpha=0.7)
-        row["prop33_at_end"] = float(prop33_at(np.array([length - 1]), r_min, r_max)[0])
-        results["rings"].append(row)
+        final["measured_over_expected"] = final["measured_final"] / final["expected_final"]
+        row["with_gamma" if gamma else "without_gamma"] = final
+        ax.plot(shown + 1, measured[shown], color=color, lw=1.2, label=f"{label} measured")
+        ax.plot(shown + 1, expected[shown], color=color, lw=0.9, ls="--")
+        if not gamma:
+            ax.plot(shown + 1, prop33_at(shown, r_min, r_max), color=color, lw=0.8, ls=":")
+            ax.axhline(row["prop33_limit"], color=color, lw=0.6, ls="-.", alpha=0.7)
+    row["prop33_at_end"] = float(prop33_at(np.array([length - 1]), r_min, r_max)[0])
+    return row
 
+
+def _dress(fig, axes, results: dict) -> None:
     axes[0].set_title("without γ: E‖x_k‖² / E‖Bu‖² grows to Prop. 3.3's limit", fontsize=10)
     axes[1].set_title("with γ = √(1 − |λ|²) (eq. 7): tends to 1 for every ring", fontsize=10)
     for ax in axes:
@@ -140,10 +122,33 @@ def main(argv: list[str] | None = None) -> dict:
     axes[0].plot([], [], "k-.", lw=0.6, label="Prop. 3.3 limit k → ∞")
     axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(
-        f"Forward blow-up: ComplexLRU, N={d_state}, H={d_model}, white noise, batch {batch}",
+        f"Forward blow-up: ComplexLRU, N={results['d_state']}, H={results['d_model']}, white "
+        f"noise, batch {results['batch']}",
         fontsize=10,
     )
     fig.tight_layout()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv, __doc__)
+    if args.fast:
+        d_model, d_state, length, batch, rings = 4, 32, 512, 8, RINGS[:2]
+    else:
+        d_model, d_state, length, batch, rings = 16, 1024, 16_384, 16, RINGS
+    keys = iter(jax.random.split(jax.random.PRNGKey(args.seed), 2 * len(rings)))
+    steps = np.arange(length)
+    shown = np.unique(np.geomspace(1, length, 300).astype(int) - 1)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    results: dict[str, Any] = dict(
+        d_model=d_model, d_state=d_state, length=length, batch=batch, input="unit white noise"
+    )
+    colors = plt.cm.viridis(np.linspace(0, 0.9, len(rings)))
+    sizes = (d_model, d_state, length, batch)
+    results["rings"] = [
+        _ring(axes, color, ring, keys, sizes, steps, shown)
+        for color, ring in zip(colors, rings, strict=False)
+    ]
+    _dress(fig, axes, results)
     results["png"] = save_figure(fig, args.out, "forward_blowup").name
     save_json(results, args.out, "forward_blowup")
     for row in results["rings"]:

@@ -12,6 +12,7 @@ small phase gives a few slow oscillations, i.e. a global feature (§3.4). Runs o
 """
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -41,53 +42,58 @@ def _mean_folded(max_phase: float) -> float:
     ) / max_phase
 
 
+def _case(ax, key, label: str, max_phase: float, length: int) -> tuple[dict, np.ndarray]:
+    """Three modes with phases uniform in [0, max_phase]: their impulse response (drawn on
+    `ax`) and its record."""
+    steps = np.arange(length)
+    theta = jax.random.uniform(key, (3,), maxval=max_phase)
+    lam = jnp.exp(-NU) * jax.lax.complex(jnp.cos(theta), jnp.sin(theta))
+    x = np.asarray(impulse_response(lam, length))
+    theta64 = np.asarray(theta, np.float64)
+    # Sanity: the scan gives λ^k (float32 rounding only).
+    exact = np.exp((-NU + 1j * theta64)[None, :] * steps[:, None])
+    # Re λ^k = e^{-νk} cos(θk) and cos(θk) = cos((2π - θ)k) at integer k: the visible
+    # frequency is the phase folded into [0, π].
+    folded = np.minimum(theta64, 2 * math.pi - theta64)
+    oscillations = folded * length / (2 * math.pi)
+    expected = _mean_folded(max_phase) / (2 * math.pi)  # E over θ ~ U[0, max_phase]
+    case = dict(
+        label=label,
+        max_phase=max_phase,
+        theta=theta64,
+        oscillations_over_length=oscillations,
+        oscillations_over_1024=folded * 1024 / (2 * math.pi),
+        expected_oscillations_over_length=expected * length,
+        expected_oscillations_over_1024=expected * 1024,
+        max_abs_error_vs_closed_form=float(np.abs(x - exact).max()),
+    )
+    for j in range(3):
+        ax.plot(
+            steps,
+            np.real(x[:, j]),
+            lw=0.4,
+            label=f"Re x[{j}]: θ={float(theta[j]):.4f}, {oscillations[j]:.1f} oscillations",
+        )
+    ax.set_title(f"{label}, ν = {NU}, L = {length}", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_xlim(0, length)
+    return case, x
+
+
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__.splitlines()[0])
+    args = parse_args(argv, __doc__)
     length, short = (2048, 256) if args.fast else (16_384, 1_024)
     keys = jax.random.split(jax.random.PRNGKey(args.seed), len(PHASES))
-    results = dict(
+    results: dict[str, Any] = dict(
         nu=NU, length=length, modes=3, decay_at_end=math.exp(-NU * (length - 1)), cases=[]
     )
     fig, axes = plt.subplots(len(PHASES) + 1, 1, figsize=(10, 7))
-    steps = np.arange(length)
     for ax, key, (label, max_phase) in zip(axes[:-1], keys, PHASES, strict=True):
-        theta = jax.random.uniform(key, (3,), maxval=max_phase)
-        lam = jnp.exp(-NU) * jax.lax.complex(jnp.cos(theta), jnp.sin(theta))
-        x = np.asarray(impulse_response(lam, length))
-        # Sanity: the scan gives λ^k (float32 rounding only).
-        exact = np.exp((-NU + 1j * np.asarray(theta, np.float64))[None, :] * steps[:, None])
-        # Re λ^k = e^{-νk} cos(θk) and cos(θk) = cos((2π - θ)k) at integer k: the visible
-        # frequency is the phase folded into [0, π].
-        folded = np.minimum(
-            np.asarray(theta, np.float64), 2 * math.pi - np.asarray(theta, np.float64)
-        )
-        oscillations = folded * length / (2 * math.pi)
-        results["cases"].append(
-            dict(
-                label=label,
-                max_phase=max_phase,
-                theta=np.asarray(theta, np.float64),
-                oscillations_over_length=oscillations,
-                oscillations_over_1024=folded * 1024 / (2 * math.pi),
-                # E over θ ~ U[0, max_phase] of the folded frequency × L / 2π.
-                expected_oscillations_over_length=_mean_folded(max_phase) * length / (2 * math.pi),
-                expected_oscillations_over_1024=_mean_folded(max_phase) * 1024 / (2 * math.pi),
-                max_abs_error_vs_closed_form=float(np.abs(x - exact).max()),
-            )
-        )
-        for j in range(3):
-            ax.plot(
-                steps,
-                x[:, j].real,
-                lw=0.4,
-                label=f"Re x[{j}]: θ={float(theta[j]):.4f}, {oscillations[j]:.1f} oscillations",
-            )
-        ax.set_title(f"{label}, ν = {NU}, L = {length}", fontsize=9)
-        ax.legend(fontsize=7, loc="upper right")
-        ax.set_xlim(0, length)
+        case, x = _case(ax, key, label, max_phase, length)
+        results["cases"].append(case)
         if max_phase > math.pi:
             # The same uniform-phase kernels on a length-1024 task (sCIFAR, PathFinder).
-            axes[-1].plot(steps[:short], x[:short].real, lw=0.6)
+            axes[-1].plot(np.arange(short), np.real(x[:short]), lw=0.6)
             axes[-1].set_title(
                 f"the uniform-phase kernels over the first {short} steps", fontsize=9
             )

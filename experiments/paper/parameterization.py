@@ -19,6 +19,7 @@ number of iterations to a loss $< 10^{-4}$.
 """
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +77,7 @@ def _adam_run(theta_star, theta0, lr, param, steps):
         p, state = carry
         loss, grads = jax.value_and_grad(loss_fn)(p)
         updates, state = optimiser.update(grads, state, p)
-        p_next = optax.apply_updates(p, updates)
+        p_next = jnp.asarray(optax.apply_updates(p, updates))
         return (p_next, state), (loss, p_next)
 
     _, (losses, path) = jax.lax.scan(step, (p0, optimiser.init(p0)), None, length=steps)
@@ -102,39 +103,25 @@ def landscape(param: str, theta_star: float, xs: np.ndarray, ys: np.ndarray) -> 
     return np.log10(0.5 * np.abs(lam**K - target(theta_star)) ** 2 + 1e-12)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__.splitlines()[0])
-    if args.fast:
-        thetas, n_init, rates, steps, grid = (
-            np.array([0.1, 0.3, 0.49]) * math.pi,
-            8,
-            [1e-3, 1e-2],
-            200,
-            40,
-        )
-    else:
-        thetas, n_init, rates, steps, grid = (
-            np.linspace(0.05, 0.5, 10) * math.pi,
-            64,
-            [1e-3, 3e-3, 1e-2, 3e-2],
-            500,
-            200,
-        )
-    rng = np.random.default_rng(args.seed)
+def _sizes(fast: bool) -> tuple[np.ndarray, int, list[float], int, int]:
+    """(θ* values, random initial phases per θ*, learning rates, steps, landscape grid)."""
+    if fast:
+        return np.array([0.1, 0.3, 0.49]) * math.pi, 8, [1e-3, 1e-2], 200, 40
+    return np.linspace(0.05, 0.5, 10) * math.pi, 64, [1e-3, 3e-3, 1e-2, 3e-2], 500, 200
+
+
+def measure(seed: int, fast: bool) -> tuple[dict, dict]:
+    """Every run of the sweep in both parameterisations: the results, and the runs
+    `{param: (losses, paths)}` for the figure."""
+    thetas, n_init, rates, steps, grid = _sizes(fast)
+    rng = np.random.default_rng(seed)
     offsets = jnp.asarray(rng.uniform(-0.5, 0.5, size=n_init), jnp.float32)
-    results = dict(
-        k=K,
-        nu_star=NU_STAR,
-        steps=steps,
-        inits_per_target=n_init,
-        init="magnitude |λ*|, phase θ* + δ, δ ~ U[-0.5, 0.5]",
-        converged_threshold=CONVERGED,
-        fast_threshold=FAST,
-        theta_star_over_pi=thetas / math.pi,
-        learning_rates=rates,
-        converged_fraction={},
-        median_steps_to_fast={},
-    )
+    results: dict[str, Any] = dict(
+        k=K, nu_star=NU_STAR, steps=steps, inits_per_target=n_init,
+        init="magnitude |λ*|, phase θ* + δ, δ ~ U[-0.5, 0.5]", converged_threshold=CONVERGED,
+        fast_threshold=FAST, theta_star_over_pi=thetas / math.pi, learning_rates=rates,
+        converged_fraction={}, median_steps_to_fast={}, grid=grid,
+    )  # fmt: skip
     runs = {}
     for param in PARAMS:
         runs[param] = sweep(param, thetas, offsets, rates, steps)
@@ -148,49 +135,58 @@ def main(argv: list[str] | None = None) -> dict:
         results["median_steps_to_fast"][param] = {
             str(lr): np.median(first[i], axis=-1) for i, lr in enumerate(rates)
         }
+    return results, runs
 
-    # Landscapes with the first few runs of the sweep at lr = 1e-2 (where the two differ),
-    # for θ* nearest π/4 (the landscape least axis-aligned in (Re λ, Im λ)) and nearest π/2.
+
+def _solution(param: str, theta_star: float) -> np.ndarray:
+    """The planted λ* (one of the K solutions of λ^K = λ*^K) in `param`'s coordinates."""
+    if param == "real+imag":
+        r = math.exp(-NU_STAR)
+        return np.array([r * math.cos(theta_star), r * math.sin(theta_star)])
+    return np.array([NU_STAR, theta_star])
+
+
+def _landscape_panel(fig, ax, param, theta_star, losses, paths, grid: int) -> np.ndarray:
+    """The landscape around the runs `paths` with them drawn on it; which converged."""
+    solution = _solution(param, theta_star)
+    points = np.vstack([paths.reshape(-1, 2), solution[None]])
+    low, high = np.percentile(points, 1, axis=0), np.percentile(points, 99, axis=0)
+    pad = np.maximum(0.1 * (high - low), 0.01)
+    xs = np.linspace(low[0] - pad[0], high[0] + pad[0], grid)
+    ys = np.linspace(low[1] - pad[1], high[1] + pad[1], grid)
+    # One colour scale for all panels; losses above 10 (|λ| > 1) are clipped.
+    image = ax.contourf(
+        xs, ys, landscape(param, theta_star, xs, ys), levels=np.linspace(-6, 1, 29),
+        cmap="viridis", extend="both",
+    )  # fmt: skip
+    converged = losses[:, -1] < CONVERGED
+    for path, ok in zip(paths, converged, strict=True):
+        ax.plot(path[:, 0], path[:, 1], "-", color="w" if ok else "r", lw=0.7, alpha=0.9)
+        ax.plot(*path[0], "s", color="w", ms=6, mec="k")
+        ax.plot(*path[-1], "*", color="orange" if ok else "r", ms=11, mec="k")
+    ax.plot(*solution, "k+", ms=10)
+    ax.set_xlim(xs[0], xs[-1])
+    ax.set_ylim(ys[0], ys[-1])
+    fig.colorbar(image, ax=ax, label="log10 loss")
+    ax.set_xlabel("Re λ" if param == "real+imag" else "ν")
+    ax.set_ylabel("Im λ" if param == "real+imag" else "θ")
+    return converged
+
+
+def _landscapes(fig, axes, results: dict, runs: dict) -> None:
+    """Landscapes with the first few runs of the sweep at lr = 1e-2 (where the two differ),
+    for θ* nearest π/4 (the landscape least axis-aligned in (Re λ, Im λ)) and nearest π/2."""
+    thetas = np.asarray(results["theta_star_over_pi"]) * math.pi
+    rates = results["learning_rates"]
     shown = [int(np.argmin(np.abs(thetas - math.pi / 4))), len(thetas) - 1]
     shown_lr, n_show = 1e-2, 6
     results["trajectories"] = []
-    fig, axes = plt.subplots(2, 3, figsize=(14, 8))
     for row, param in enumerate(PARAMS):
         for col, t in enumerate(shown):
             theta_star = float(thetas[t])
             losses, paths = (x[rates.index(shown_lr), t, :n_show] for x in runs[param])
-            # The planted λ* (one of the K solutions of λ^K = λ*^K) in these coordinates.
-            if param == "real+imag":
-                r = math.exp(-NU_STAR)
-                solution = np.array([r * math.cos(theta_star), r * math.sin(theta_star)])
-            else:
-                solution = np.array([NU_STAR, theta_star])
-            points = np.vstack([paths.reshape(-1, 2), solution[None]])
-            low, high = np.percentile(points, 1, axis=0), np.percentile(points, 99, axis=0)
-            pad = np.maximum(0.1 * (high - low), 0.01)
-            xs = np.linspace(low[0] - pad[0], high[0] + pad[0], grid)
-            ys = np.linspace(low[1] - pad[1], high[1] + pad[1], grid)
             ax = axes[row, col]
-            # One colour scale for all panels; losses above 10 (|λ| > 1) are clipped.
-            image = ax.contourf(
-                xs,
-                ys,
-                landscape(param, theta_star, xs, ys),
-                levels=np.linspace(-6, 1, 29),
-                cmap="viridis",
-                extend="both",
-            )
-            converged = losses[:, -1] < CONVERGED
-            for path, ok in zip(paths, converged, strict=True):
-                ax.plot(path[:, 0], path[:, 1], "-", color="w" if ok else "r", lw=0.7, alpha=0.9)
-                ax.plot(*path[0], "s", color="w", ms=6, mec="k")
-                ax.plot(*path[-1], "*", color="orange" if ok else "r", ms=11, mec="k")
-            ax.plot(*solution, "k+", ms=10)
-            ax.set_xlim(xs[0], xs[-1])
-            ax.set_ylim(ys[0], ys[-1])
-            fig.colorbar(image, ax=ax, label="log10 loss")
-            ax.set_xlabel("Re λ" if param == "real+imag" else "ν")
-            ax.set_ylabel("Im λ" if param == "real+imag" else "θ")
+            converged = _landscape_panel(fig, ax, param, theta_star, losses, paths, results["grid"])
             ax.set_title(
                 f"{param}: θ* = {theta_star / math.pi:.2f}π, lr {shown_lr:g}: "
                 f"{int(converged.sum())}/{n_show} converge",
@@ -199,24 +195,17 @@ def main(argv: list[str] | None = None) -> dict:
             results["trajectories"].append(
                 dict(param=param, theta_star=theta_star, lr=shown_lr, final_losses=losses[:, -1])
             )
+
+
+def _sweep_panels(axes, results: dict) -> None:
+    rates, x = results["learning_rates"], results["theta_star_over_pi"]
     colors = plt.cm.plasma(np.linspace(0, 0.85, len(rates)))
     for color, lr in zip(colors, rates, strict=True):
         for param, style in zip(PARAMS, ("s--", "o-"), strict=True):
-            axes[0, 2].plot(
-                thetas / math.pi,
-                results["converged_fraction"][param][str(lr)],
-                style,
-                color=color,
-                ms=4,
-                label=f"{param}, lr {lr:g}",
-            )
-            axes[1, 2].plot(
-                thetas / math.pi,
-                results["median_steps_to_fast"][param][str(lr)],
-                style,
-                color=color,
-                ms=4,
-            )
+            fraction = results["converged_fraction"][param][str(lr)]
+            axes[0, 2].plot(x, fraction, style, color=color, ms=4, label=f"{param}, lr {lr:g}")
+            steps = results["median_steps_to_fast"][param][str(lr)]
+            axes[1, 2].plot(x, steps, style, color=color, ms=4)
     axes[0, 2].set_ylabel(f"fraction with final loss < {CONVERGED:g}")
     axes[0, 2].legend(fontsize=6, ncol=2, loc="lower left")
     axes[0, 2].set_ylim(-0.05, 1.05)
@@ -225,8 +214,18 @@ def main(argv: list[str] | None = None) -> dict:
         ax.set_xlabel("θ* / π")
         ax.grid(alpha=0.3)
     axes[0, 2].set_title(
-        f"{n_init} random phase offsets per θ*, {steps} Adam iterations", fontsize=9
+        f"{results['inits_per_target']} random phase offsets per θ*, {results['steps']} Adam "
+        "iterations",
+        fontsize=9,
     )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv, __doc__)
+    results, runs = measure(args.seed, args.fast)
+    fig, axes = plt.subplots(2, 3, figsize=(14, 8))
+    _landscapes(fig, axes, results, runs)
+    _sweep_panels(axes, results)
     fig.suptitle(
         "Learning λ^100 = (λ*)^100: real+imag vs exponential parameterisation "
         "(Fig. 8; □ start, ★ end — red if not converged, + the planted λ*)",
@@ -234,8 +233,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     fig.tight_layout()
     results["png"] = save_figure(fig, args.out, "parameterization", dpi=75).name
+    del results["grid"]
     save_json(results, args.out, "parameterization")
-    for lr in rates:
+    for lr in results["learning_rates"]:
         ri = np.mean(results["converged_fraction"]["real+imag"][str(lr)])
         ex = np.mean(results["converged_fraction"]["exponential"][str(lr)])
         print(

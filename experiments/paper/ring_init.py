@@ -59,21 +59,17 @@ def ks_tests(one_minus_modulus_sq, phase, r_min, r_max, max_phase):
     )
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__.splitlines()[0])
-    n_ks, n_plot, n_glorot = (2_000, 300, 100) if args.fast else (50_000, 800, 800)
-    keys = iter(jax.random.split(jax.random.PRNGKey(args.seed), len(SETTINGS) + 1))
+_CIRCLE = np.exp(1j * np.linspace(0, 2 * np.pi, 400))
+_CIRCLE_X, _CIRCLE_Y = np.real(_CIRCLE), np.imag(_CIRCLE)
 
-    fig, axes = plt.subplots(2, len(SETTINGS) + 1, figsize=(15, 6.2))
-    results = dict(n_samples=n_ks, settings=[])
-    circle = np.exp(1j * np.linspace(0, 2 * np.pi, 400))
 
-    # Fig. 2: eigenvalues of a Glorot dense A (entries N(0, 1/N)) fill the unit disk.
-    glorot = LinearDenseRNN(1, n_glorot, key=next(keys))
+def _glorot_column(axes, n_glorot: int, key) -> dict:
+    """Fig. 2: eigenvalues of a Glorot dense A (entries N(0, 1/N)) fill the unit disk."""
+    glorot = LinearDenseRNN(1, n_glorot, key=key)
     eig = np.asarray(glorot.eigenvalues())
     ax = axes[0, 0]
-    ax.scatter(eig.real, eig.imag, s=2, alpha=0.6, color="tab:gray")
-    ax.plot(circle.real, circle.imag, "k", lw=0.8)
+    ax.scatter(np.real(eig), np.imag(eig), s=2, alpha=0.6, color="tab:gray")
+    ax.plot(_CIRCLE_X, _CIRCLE_Y, "k", lw=0.8)
     ax.set_title(f"Glorot dense A, N={n_glorot}\n(Thm. 3.1, Fig. 2)", fontsize=9)
     ax.set_aspect("equal")
     glorot_u = np.abs(eig) ** 2  # uniform on the disk ⇔ |λ|² ~ U[0, 1]
@@ -83,46 +79,58 @@ def main(argv: list[str] | None = None) -> dict:
     ax.axhline(1, color="k", lw=0.8, ls="--")
     ax.set_xlabel("|λ|² (disk: U[0, 1])", fontsize=8)
     ax.set_title(f"KS vs U[0,1] = {glorot_ks.statistic:.3f} (finite N)", fontsize=8)
-    results["glorot_dense"] = dict(
+    return dict(
         n=n_glorot,
         spectral_radius=float(np.abs(eig).max()),
         modulus_sq_ks=float(glorot_ks.statistic),
         fraction_modulus_below_half=float(np.mean(np.abs(eig) <= 0.5)),
     )
 
-    for column, (label, r_min, r_max, max_phase) in enumerate(SETTINGS, start=1):
-        one_minus, phase = ring_samples(n_ks, r_min, r_max, max_phase, next(keys))
-        stats, u_modulus, u_phase = ks_tests(one_minus, phase, r_min, r_max, max_phase)
-        results["settings"].append(
-            dict(label=label, r_min=r_min, r_max=r_max, max_phase=max_phase, **stats)
-        )
-        modulus = np.sqrt(1 - one_minus[:n_plot])
-        lam = modulus * np.exp(1j * phase[:n_plot])
-        ax = axes[0, column]
-        ax.scatter(lam.real, lam.imag, s=2, alpha=0.6)
-        if max_phase < math.pi:
-            # A thin slice at the unit circle: plot it in polar coordinates instead.
-            ax.cla()
-            ax.scatter(phase[:n_plot], one_minus[:n_plot], s=2, alpha=0.6)
-            ax.set_xlabel("arg λ", fontsize=8)
-            ax.set_ylabel("1 − |λ|²", fontsize=8)
-        else:
-            ax.plot(circle.real, circle.imag, "k", lw=0.8)
-            ax.plot(r_min * circle.real, r_min * circle.imag, "k:", lw=0.6)
-            ax.set_aspect("equal")
-        ax.set_title(f"{label}\nLemma 3.2 (ring_init)", fontsize=9)
-        ax = axes[1, column]
-        ax.hist(u_modulus, bins=30, range=(0, 1), density=True, histtype="step", label="|λ|²")
-        ax.hist(u_phase, bins=30, range=(0, 1), density=True, histtype="step", label="arg λ")
-        ax.axhline(1, color="k", lw=0.8, ls="--")
-        ax.set_ylim(0, 1.6)
-        ax.set_xlabel("rescaled to [0, 1]", fontsize=8)
-        ax.set_title(
-            f"KS |λ|² {stats['modulus_sq_ks']:.4f} (p={stats['modulus_sq_p']:.2f}), "
-            f"arg {stats['phase_ks']:.4f} (p={stats['phase_p']:.2f})",
-            fontsize=7,
-        )
-        ax.legend(fontsize=7, loc="lower center")
+
+def _ring_column(axes, column: int, setting, n_ks: int, n_plot: int, key) -> dict:
+    """One ring's samples, their KS tests against uniform |λ|² and arg λ, and its plots."""
+    label, r_min, r_max, max_phase = setting
+    one_minus, phase = ring_samples(n_ks, r_min, r_max, max_phase, key)
+    stats, u_modulus, u_phase = ks_tests(one_minus, phase, r_min, r_max, max_phase)
+    modulus = np.sqrt(1 - one_minus[:n_plot])
+    lam = modulus * np.exp(1j * phase[:n_plot])
+    ax = axes[0, column]
+    if max_phase < math.pi:  # a thin slice at the unit circle: in polar coordinates
+        ax.scatter(phase[:n_plot], one_minus[:n_plot], s=2, alpha=0.6)
+        ax.set_xlabel("arg λ", fontsize=8)
+        ax.set_ylabel("1 − |λ|²", fontsize=8)
+    else:
+        ax.scatter(np.real(lam), np.imag(lam), s=2, alpha=0.6)
+        ax.plot(_CIRCLE_X, _CIRCLE_Y, "k", lw=0.8)
+        ax.plot(r_min * _CIRCLE_X, r_min * _CIRCLE_Y, "k:", lw=0.6)
+        ax.set_aspect("equal")
+    ax.set_title(f"{label}\nLemma 3.2 (ring_init)", fontsize=9)
+    ax = axes[1, column]
+    ax.hist(u_modulus, bins=30, range=(0, 1), density=True, histtype="step", label="|λ|²")
+    ax.hist(u_phase, bins=30, range=(0, 1), density=True, histtype="step", label="arg λ")
+    ax.axhline(1, color="k", lw=0.8, ls="--")
+    ax.set_ylim(0, 1.6)
+    ax.set_xlabel("rescaled to [0, 1]", fontsize=8)
+    ax.set_title(
+        f"KS |λ|² {stats['modulus_sq_ks']:.4f} (p={stats['modulus_sq_p']:.2f}), "
+        f"arg {stats['phase_ks']:.4f} (p={stats['phase_p']:.2f})",
+        fontsize=7,
+    )
+    ax.legend(fontsize=7, loc="lower center")
+    return dict(label=label, r_min=r_min, r_max=r_max, max_phase=max_phase, **stats)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv, __doc__)
+    n_ks, n_plot, n_glorot = (2_000, 300, 100) if args.fast else (50_000, 800, 800)
+    keys = iter(jax.random.split(jax.random.PRNGKey(args.seed), len(SETTINGS) + 1))
+    fig, axes = plt.subplots(2, len(SETTINGS) + 1, figsize=(15, 6.2))
+    results: dict = dict(n_samples=n_ks)
+    results["glorot_dense"] = _glorot_column(axes, n_glorot, next(keys))
+    results["settings"] = [
+        _ring_column(axes, column, setting, n_ks, n_plot, next(keys))
+        for column, setting in enumerate(SETTINGS, start=1)
+    ]
     for ax in axes.flat:
         ax.tick_params(labelsize=7)
     fig.suptitle(

@@ -132,7 +132,7 @@ def plot_spectrum(model, path) -> None:
     spectra = layer_spectra(model)
     fig, (plane, memory_ax) = plt.subplots(1, 2, figsize=(11, 4.8))
     circle = np.exp(1j * np.linspace(0, 2 * math.pi, 400))
-    plane.plot(circle.real, circle.imag, "k", lw=0.8)
+    plane.plot(np.real(circle), np.imag(circle), "k", lw=0.8)
     colors = plt.cm.tab10(np.arange(len(spectra)) % 10)
     for color, spectrum in zip(colors, spectra, strict=True):
         lam = spectrum["eigenvalues"]
@@ -173,7 +173,7 @@ def demo_model(d_model: int, d_state: int, key) -> dict:
         "sCIFAR [0.9, 0.999]": (0.9, 0.999, 2 * math.pi),
         "PathX [0.999, 0.9999] π/10": (0.999, 0.9999, math.pi / 10),
     }
-    model = {
+    model: dict[str, eqx.Module] = {
         name: ComplexLRU(d_model, d_state, r_min=a, r_max=b, max_phase=p, key=next(keys))
         for name, (a, b, p) in rings.items()
     }
@@ -187,7 +187,7 @@ def demo_model(d_model: int, d_state: int, key) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__.splitlines()[0])
+    args = parse_args(argv, __doc__)
     d_model, d_state = (4, 16) if args.fast else (64, 256)
     model = demo_model(d_model, d_state, jax.random.PRNGKey(args.seed))
     report = spectrum_report(model)

@@ -1,4 +1,5 @@
-"""Precision and determinism on a CUDA GPU, plus the CPU checks of the test set-up.
+"""Precision and determinism on a CUDA GPU, plus the CPU checks of the test set-up, and
+`python -m experiments.gpu_check` end to end: without a GPU, its dry run, and killed midway.
 
 On NVIDIA GPUs JAX runs float32 matmuls as TF32 by default: each operand is rounded to 11
 significant bits (unit roundoff u = 2**-11 ~ 4.9e-4) and products are accumulated in
@@ -15,10 +16,10 @@ reason). The rest of the suite runs at `"highest"` precision (conftest), checked
 import functools
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import equinox as eqx
@@ -30,7 +31,6 @@ from conftest import TEST_MATMUL_PRECISION, cuda_skip_reason, max_rel_err
 from reference import lru_loop, lru_params_np
 
 import eqx_lru
-from experiments import gpu_check
 
 REPO = Path(__file__).resolve().parents[2]
 FORMS = (eqx_lru.ComplexLRU, eqx_lru.RealLRU)
@@ -197,12 +197,38 @@ def test_grad_is_bit_exact_with_deterministic_ops():
 
 
 # --------------------------------------------------------------------------- gpu_check (CPU)
+# The command's pieces are tested in test_gpu_check.py; here the command end to end.
+
+
+def _check_cmd(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "experiments.gpu_check", "--out", str(out), *extra]
+
+
+def _processes_naming(text: str) -> list[int]:
+    """This user's processes whose environment or command line contains `text` (every
+    child of a check has its folder in JAX_COMPILATION_CACHE_DIR)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            blob = (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in blob and int(proc.name) != os.getpid():
+            found.append(int(proc.name))
+    return found
+
+
+def _state(out: Path) -> dict | None:
+    try:
+        return json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def test_gpu_check_without_a_gpu_says_so_in_one_line_and_exits_2():
     if cuda_skip_reason() is None:
         pytest.skip("this machine has a CUDA GPU")
-    cmd = [sys.executable, "-m", "experiments.gpu_check", "--work", "/nonexistent/never-made"]
+    cmd = _check_cmd(Path("/nonexistent/never-made"))
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 2
     assert result.stdout == ""
@@ -211,16 +237,88 @@ def test_gpu_check_without_a_gpu_says_so_in_one_line_and_exits_2():
     assert not Path("/nonexistent/never-made").exists()
 
 
-def test_gpu_check_no_cuda_reason():
-    assert gpu_check.no_cuda_reason({"backend": "gpu", "platform_version": "cuda 12030"}) is None
-    assert "backend is cpu" in gpu_check.no_cuda_reason({"backend": "cpu"})
-    assert gpu_check.no_cuda_reason({"backend": "gpu", "platform_version": "rocm 6"}) is not None
-    smi = {"backend": "cpu", "nvidia_smi": ["NVIDIA H100, 570.1, 80 GiB"]}
-    hint = gpu_check.no_cuda_reason(smi)
-    assert "nvidia-smi sees NVIDIA H100" in hint and "jax[cuda12]" in hint
+@pytest.mark.slow
+def test_dry_run_reports_every_part(tmp_path):
+    # The GPU script end to end on the CPU at tiny sizes: what CI runs so that it cannot
+    # break unseen.
+    out = tmp_path / "check"
+    result = subprocess.run(
+        _check_cmd(out, "--dry-run"), cwd=REPO, capture_output=True, text=True, timeout=1200
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    state, md = _state(out), (out / "report.md").read_text()
+    assert state is not None and state["status"] == "finished" and state["dry_run"]
+    assert state["machine"]["backend"] == "cpu" and state["machine"]["jax"] == jax.__version__
+    assert state["machine"]["commit"] and state["budget_s"] == 480
+    parts = state["parts"]
+    assert list(parts) == ["tests", "layer", "memory", "learning"]
+    assert {p["status"] for p in parts.values()} <= {"pass", "partial"}, md
+    tests = parts["tests"]["data"]
+    outcomes = {r["id"].split("::")[1]: r["outcome"] for r in tests["results"].values()}
+    assert outcomes["test_conftest_sets_highest_matmul_precision"] == "passed"
+    assert set(outcomes.values()) <= {"passed", "skipped"}  # the gpu-marked ones: skipped
+    first = parts["layer"]["data"]["specs"][0]
+    assert (first["spec"]["mode"], first["spec"]["B"], first["spec"]["H"]) == ("grad", 2, 6)
+    assert {"floor", "app_a"} <= set(first["ms"]) and first["bytes"]["floor"] > 0
+    step = parts["memory"]["data"]["steps"][0]
+    assert step["form"] == "complex" and step["remat"] and step["xla_temp_gb"] > 0
+    assert step["peak_gb"] is None  # the CPU backend reports no device memory
+    listops = parts["learning"]["data"]
+    assert listops["val"] and len(listops["reference"]["val"]) == 8
+    assert md.startswith("# GPU check (dry run on the CPU, tiny sizes): PASS\n")
+    for heading in ("## Budget plan", *(f"## {p['title']}" for p in parts.values())):
+        assert heading in md, heading
+    assert "| step | val accuracy now | then (H100, 0.1) | now − then |" in md
+    assert "| 24 | floor |" in md and "**not reported**" in md
 
 
-def test_gpu_check_prepares_all_six_tasks_at_full_length(tmp_path):
+@pytest.mark.slow
+def test_a_dry_run_killed_midway_leaves_its_report_and_no_process(tmp_path):
+    # SIGKILL, which nothing can catch, while part (b)'s process runs: the report on disk is
+    # whole (written atomically) and has part (a)'s results; every child died with the check
+    # (PR_SET_PDEATHSIG), the layer's process among them.
+    out = tmp_path / "check"
+    proc = subprocess.Popen(
+        _check_cmd(out, "--dry-run"),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            state = _state(out)
+            if state is not None and state["parts"]["layer"]["status"] == "running":
+                time.sleep(1.0)  # its process has started
+                assert set(_processes_naming(str(out))) - {proc.pid}, "no child to kill"
+                break
+            assert proc.poll() is None, "the dry run ended before part (b)"
+            time.sleep(0.2)
+        else:
+            pytest.fail("part (b) did not start within 600 s")
+        proc.kill()
+        proc.wait(60)
+    finally:
+        proc.kill()
+        proc.wait(60)
+    state = _state(out)
+    assert state is not None and state["status"] == "running"
+    assert state["parts"]["tests"]["data"]["results"]
+    assert state["parts"]["learning"]["status"] == "pending"
+    md = (out / "report.md").read_text()
+    assert md.startswith("# GPU check (dry run on the CPU, tiny sizes): INCOMPLETE\n")
+    assert "| (a) GPU-sensitive tests | PASS |" in md
+    assert "| (b) the layer at the benchmark's shapes | RUNNING |" in md
+    waited = time.monotonic() + 30
+    while _processes_naming(str(out)) and time.monotonic() < waited:
+        time.sleep(0.5)
+    assert _processes_naming(str(out)) == []
+
+
+def test_every_task_writes_synthetic_data_at_full_length(tmp_path):
+    # (Was the old gpu_check's data preparation; the writers are the task registry's.)
+    from experiments.lra.tasks import get_task, load_task, names
+
     counts = {
         "listops": (3, 1, 1),
         "text": (2, 0, 2),
@@ -229,11 +327,12 @@ def test_gpu_check_prepares_all_six_tasks_at_full_length(tmp_path):
         "pathfinder": (10, 0, 0),
         "pathx": (10, 0, 0),
     }
-    gpu_check.prepare_data(tmp_path, counts)
+    tasks = [t for t in names() if get_task(t).synthetic is not None]
+    assert sorted(tasks) == sorted(counts)
+    for task in tasks:
+        get_task(task).synthetic(tmp_path, counts[task], seed=0, workers=1)
     lengths = {"text": 4096, "retrieval": 4000, "image": 1024, "pathfinder": 1024, "pathx": 16384}
-    from experiments.lra.tasks import load_task
-
-    for task in gpu_check.synthetic_tasks():
+    for task in tasks:
         data = load_task(task, tmp_path)
         assert min(data.sizes.values()) >= 1, (task, data.sizes)
         if task == "listops":  # the official generator: 500 < length < 2000, plus <eos>
@@ -241,144 +340,6 @@ def test_gpu_check_prepares_all_six_tasks_at_full_length(tmp_path):
         else:
             assert data.seq_len == lengths[task], task
     assert data.sizes == {"train": 8, "val": 1, "test": 1}  # pathx: 80/10/10 of 10
-
-
-def test_gpu_check_commands(tmp_path):
-    from experiments.lra import train
-
-    cmd = gpu_check.pytest_command(4, tmp_path / "t.xml")
-    assert cmd[1:6] == ["-m", "pytest", "-p", "no:benchmark", "-q"]
-    assert f"--junitxml={tmp_path / 't.xml'}" in cmd and "-rs" in cmd
-    assert gpu_check.gpu_env()["XLA_PYTHON_CLIENT_PREALLOCATE"] in (
-        "false",
-        os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
-    )
-    for task in gpu_check.synthetic_tasks():
-        args = train.parse_args(gpu_check.train_args(task, tmp_path / "d", tmp_path / task, 7))
-        assert (args.task, args.steps, args.eval_every, args.batch_size) == (task, 7, 7, None)
-    full = gpu_check.train_command(tmp_path / "s.json", ["--task", "listops"])
-    assert full[1:5] == ["-m", "experiments.gpu_check", "_train-one", str(tmp_path / "s.json")]
-    bench = gpu_check.bench_command(tmp_path)
-    if bench is not None:
-        assert bench[1:3] == ["-m", "experiments.bench"] and "--quick" in bench
-        assert str(tmp_path / "bench.md") in bench  # never overwrites the committed results
-        assert "--quick" not in gpu_check.bench_command(tmp_path, full=True)
-
-
-def test_gpu_check_reads_junit_and_trainer_outputs(tmp_path):
-    junit = tmp_path / "t.xml"
-    junit.write_text(
-        '<testsuites><testsuite tests="4" failures="1" errors="0" skipped="1">'
-        '<testcase classname="tests.test_a" name="test_ok"/>'
-        '<testcase classname="tests.test_a" name="test_x[1]"><failure message="boom"/></testcase>'
-        '<testcase classname="tests.test_b" name="test_g">'
-        '<skipped message="needs a CUDA GPU; backend is cpu"/></testcase>'
-        '<testcase classname="tests.test_b" name="test_ok2"/></testsuite></testsuites>'
-    )
-    parsed = gpu_check.parse_junit(junit)
-    assert (parsed["passed"], parsed["failures"], parsed["skipped"]) == (2, 1, 1)
-    assert parsed["failed"] == ["tests.test_a::test_x[1]"]
-    assert parsed["skip_reasons"] == {"needs a CUDA GPU; backend is cpu": 1}
-    out = tmp_path / "run"
-    out.mkdir()
-    (out / "results.json").write_text(
-        json.dumps({"status": "finished", "step": 20, "steps_per_sec": 12.5})
-    )
-    (out / "config.json").write_text(
-        json.dumps({"batch_size": 32, "depth": 6, "d_model": 128, "d_state": 256})
-    )
-    (tmp_path / "s.json").write_text(json.dumps({"rc": 0, "peak_bytes": 3 * 2**30}))
-    row = gpu_check._train_row("pathx", out, tmp_path / "s.json", 0)
-    assert row["ok"] and row["model"] == "6/128/256" and row["peak_gb"] == 3.0
-    assert not gpu_check._train_row("pathx", tmp_path / "none", tmp_path / "none.json", 1)["ok"]
-
-
-def test_gpu_check_report():
-    info = {
-        "backend": "gpu",
-        "jax": "0.11.2",
-        "jaxlib": "0.11.2",
-        "python": "3.12.1",
-        "platform_version": "cuda 13000",
-        "devices": ["NVIDIA H100 80GB HBM3"],
-        "nvidia_smi": ["NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB"],
-    }
-    parts = [
-        gpu_check.PartResult("tests", "pass", 95.2, "300 passed, 0 failed, 2 skipped"),
-        gpu_check.PartResult(
-            "train",
-            "fail",
-            300.0,
-            "5/6 tasks trained 20 steps",
-            "| task | steps/s |\n|---|---|\n| pathx | 6.00 |",
-        ),
-    ]
-    text = gpu_check.render_report(info, parts, when="2026-01-01 00:00 UTC")
-    assert text.startswith("# GPU check: FAIL\n")
-    for needle in (
-        "1 x NVIDIA H100 80GB HBM3",
-        "driver: 580.65.06",
-        "JAX 0.11.2",
-        "| tests | PASS | 95 s | 300 passed",
-        "| train | FAIL | 300 s |",
-        "## train",
-        "| pathx | 6.00 |",
-    ):
-        assert needle in text, needle
-    assert gpu_check.render_report(info, parts[:1]).startswith("# GPU check: PASS")
-
-
-def test_gpu_check_tests_part_reads_a_real_pytest_run(tmp_path):
-    target = tmp_path / "test_sample.py"
-    target.write_text(
-        textwrap.dedent("""
-        import pytest
-
-        def test_ok():
-            pass
-
-        def test_broken():
-            assert 1 == 2
-
-        @pytest.mark.skip(reason="needs a CUDA GPU; backend is cpu")
-        def test_gpu_only():
-            pass
-        """)
-    )
-    part = gpu_check.run_tests(tmp_path, workers=0, timeout=300, targets=[str(target)])
-    assert part.status == "fail"
-    assert part.summary == "1 passed, 1 failed, 1 skipped (exit status 1)"
-    # The test's dotted class name depends on where pytest puts its root (the common
-    # ancestor of the working directory and the temporary folder), so match its end.
-    assert re.search(r"FAILED `([\w.-]+\.)?test_sample::test_broken`", part.details), part.details
-    assert "skipped 1: needs a CUDA GPU; backend is cpu" in part.details
-    assert "$ " in (tmp_path / "logs" / "tests.log").read_text()
-
-
-def test_gpu_check_main_writes_one_report_and_fails_on_any_failure(tmp_path, monkeypatch):
-    info = {"backend": "gpu", "platform_version": "cuda 13000", "devices": ["H100"]}
-    monkeypatch.setattr(gpu_check, "probe", lambda: info)
-    monkeypatch.setattr(
-        gpu_check, "run_tests", lambda *a: gpu_check.PartResult("tests", "pass", 1.0, "9 passed")
-    )
-
-    def broken(*args):
-        raise RuntimeError("the bench blew up")
-
-    monkeypatch.setattr(gpu_check, "run_bench", broken)
-    report = tmp_path / "r.md"
-    argv = ["--work", str(tmp_path / "w"), "--report", str(report), "--parts", "tests,bench"]
-    assert gpu_check.main(argv) == 1
-    text = report.read_text()
-    assert text.startswith("# GPU check: FAIL") and "| tests | PASS |" in text
-    assert "| bench | FAIL |" in text and "RuntimeError: the bench blew up" in text
-    assert gpu_check.main([*argv[:4], "--parts", "tests"]) == 0
-    assert report.read_text().startswith("# GPU check: PASS")
-    monkeypatch.setitem(gpu_check.NEEDS, "tests", ("pytest", "no_such_module_xyz"))
-    assert gpu_check.main([*argv[:4], "--parts", "tests"]) == 1
-    assert "missing Python packages ['no_such_module_xyz']" in report.read_text()
-    with pytest.raises(SystemExit):
-        gpu_check.main(["--parts", "tests,nope"])
 
 
 def test_bench_traffic_model_counts_passes():

@@ -14,7 +14,9 @@ A new scan method, algebra or core is one entry here, and every conformance test
   the others;
 - `test_streaming.py`: a model of every core that `in_models` streamed four ways, the LRU
   forms with every method;
-- `test_packing.py`: packed sequences through a block of either LRU form with every method.
+- `test_packing.py`: packed sequences through a block of either LRU form with every method;
+- `test_export_*.py`: every export format (`FORMATS`), its artifacts read back as a user of
+  the format reads them.
 
 `test_conformance.py` checks that each of these tests is parametrised over every entry
 it selects, so an entry cannot be left out by a hand-written list.
@@ -28,6 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from reference import rglru_loop
 
 import eqx_lru
@@ -343,3 +346,84 @@ def build_core(name, *, dtype=jnp.float64, length=7, seed=0):
     core = case.make(*case.sizes, dtype=dtype, key=key)
     shape = (length,) if case.scalar_input else (length, case.sizes[0])
     return core, jax.random.normal(input_key, shape, dtype)
+
+
+# --- export formats ---------------------------------------------------------------------------
+
+
+#: How a user reads each format back without eqx_lru: Python source defining
+#: `load(data: bytes) -> run`, `run(*inputs) -> outputs` (NumPy arrays). The tests run it in
+#: this process (`export_session`) and in fresh ones that never import eqx_lru.
+_STABLEHLO_LOADER = """
+import jax
+import numpy as np
+
+def load(data):
+    call = jax.jit(jax.export.deserialize(bytearray(data)).call)
+    return lambda *inputs: [np.asarray(o) for o in call(*inputs)]
+"""
+
+_ONNX_LOADER = """
+import onnxruntime
+
+def load(data):
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return lambda *inputs: session.run(None, dict(zip(names, inputs, strict=True)))
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportFormat:
+    """A format of `eqx_lru.export.FORMATS`, as the export tests run it.
+
+    - `needs`: the modules its export and its runtime need (the test is skipped where one
+      is missing: the `export` extra).
+    - `loader`: Python source defining `load(data: bytes) -> run(*inputs) -> outputs`, the
+      artifact read back as a user of the format would, without eqx_lru.
+    - `atol`: the absolute tolerance of its outputs against JAX's (ONNX runtimes reorder
+      float32 sums more than XLA does).
+    - `slow`: its export takes several times as long (ONNX's translator): a test that
+      exports several programs marks it slow (`export_formats(slow=True)`).
+    """
+
+    needs: tuple[str, ...]
+    loader: str
+    atol: float
+    slow: bool = False
+
+
+#: Every export format of the library; `test_export_formats.py` checks that it is
+#: `eqx_lru.export.FORMATS`, and the export tests run over it (a new format is one entry).
+FORMATS = {
+    "stablehlo": ExportFormat(("flatbuffers",), _STABLEHLO_LOADER, atol=1e-6),
+    "onnx": ExportFormat(("onnx", "onnxruntime"), _ONNX_LOADER, atol=1e-5, slow=True),
+}
+
+
+def export_formats(*, slow: bool = False) -> list:
+    """The names of `FORMATS` for `pytest.mark.parametrize`; with `slow`, the slow ones
+    marked `slow`."""
+    return [
+        pytest.param(name, marks=pytest.mark.slow) if slow and f.slow else name
+        for name, f in FORMATS.items()
+    ]
+
+
+def export_session(fmt: str, data: bytes) -> Callable[..., list[np.ndarray]]:
+    """`run(*inputs) -> outputs` of the artifact `data` in format `fmt`, read by the
+    format's `loader` (skipped where the format's modules are missing)."""
+    for module in FORMATS[fmt].needs:
+        pytest.importorskip(module)
+    scope: dict[str, Any] = {}
+    exec(FORMATS[fmt].loader, scope)
+    return scope["load"](data)
+
+
+def zero_carry(manifest: dict, batch: int) -> list[np.ndarray]:
+    """The carry at the start of `batch` streams, from the manifest alone (none if the
+    program takes no carry)."""
+    return [
+        np.zeros([batch if d == "batch" else d for d in c["shape"]], c["dtype"])
+        for c in manifest["carry"] or []
+    ]

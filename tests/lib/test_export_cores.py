@@ -1,5 +1,5 @@
-"""Every core of the library exports to both formats or is refused in one line (issue
-27). The LRA trainer's cores are covered through its command
+"""Every core of the library exports to every format (`conformance.FORMATS`) or is
+refused in one line (issue 27). The LRA trainer's cores are covered through its command
 (tests/experiments/test_export_matrix.py); here the RG-LRU, which the trainer does not
 train yet, with complex states (`phase=True`: StableHLO keeps them, ONNX exports its real
 2x2 form), in both formats and both programs, read back equal to JAX (its variant with
@@ -12,8 +12,10 @@ import functools
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from conformance import FORMATS, export_formats, export_session, zero_carry
 
 import eqx_lru
 import eqx_lru.export
@@ -22,17 +24,11 @@ from eqx_lru.export import ExportError, Tokens
 VOCAB, CLASSES = 7, 3
 
 
-def _run(exported, *inputs):
-    if exported.format.name == "stablehlo":
-        return [np.asarray(o) for o in jax.export.deserialize(exported.data).call(*inputs)]
-    ort = pytest.importorskip("onnxruntime")
-    session = ort.InferenceSession(exported.data, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    return session.run(None, dict(zip(names, inputs, strict=True)))
-
-
 @pytest.mark.slow
-def test_rglru_exports_to_both_formats():
+@pytest.mark.parametrize("fmt", export_formats())
+def test_rglru_exports_to_every_format(fmt):
+    for module in FORMATS[fmt].needs:
+        pytest.importorskip(module)
     block = functools.partial(eqx_lru.LRUBlock, core=functools.partial(eqx_lru.RGLRU, phase=True))
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
         VOCAB, CLASSES, 8, 8, 1, encoder="embedding", block=block, key=jax.random.PRNGKey(0)
@@ -43,22 +39,17 @@ def test_rglru_exports_to_both_formats():
         call = jax.vmap(lambda x, n: model(x, state, length=n, inference=True)[0])
         step = jax.vmap(lambda t: model.step(model.init_carry(), t, state)[1])
         expected = {"sequence": np.asarray(call(x, length)), "step": np.asarray(step(x[:, 0]))}
-    for fmt in ("stablehlo", "onnx"):
-        if fmt == "onnx":
-            pytest.importorskip("onnx")
-        for program in ("sequence", "step"):
-            exported = eqx_lru.export.export(model, state, format=fmt, program=program)
-            carry = [
-                np.zeros([2 if d == "batch" else d for d in c["shape"]], c["dtype"])
-                for c in exported.manifest["carry"] or []
-            ]
-            inputs = (x, length) if program == "sequence" else (x[:, 0],)
-            got = _run(exported, *inputs, *carry)[0]
-            np.testing.assert_allclose(got, expected[program], rtol=1e-4, atol=1e-5)
+    for program in ("sequence", "step"):
+        exported = eqx_lru.export.export(model, state, format=fmt, program=program)
+        inputs = (x, length) if program == "sequence" else (x[:, 0],)
+        run = export_session(fmt, exported.data)
+        got = run(*inputs, *zero_carry(exported.manifest, 2))[0]
+        np.testing.assert_allclose(got, expected[program], rtol=1e-4, atol=1e-5)
 
 
 class _FixedLength(eqx.Module):
-    """A model whose call needs a concrete length (a NumPy array of that size)."""
+    """A model whose call needs a concrete length (a NumPy array of that size); its step
+    is fine, so ONNX's loop over it reaches the call too (for the output's shape)."""
 
     embedding: eqx.nn.Embedding
 
@@ -66,12 +57,21 @@ class _FixedLength(eqx.Module):
         ones = np.ones(x.shape[0], np.float32)  # not traceable with a symbolic length
         return jax.vmap(self.embedding)(x).sum(0) * ones.sum(), state
 
+    def init_carry(self):
+        return jnp.zeros(4)
 
-def test_a_model_that_needs_a_concrete_length_is_refused_in_one_line():
+    def step(self, carry, x_t, state):
+        carry = carry + self.embedding(x_t)
+        return carry, carry
+
+
+@pytest.mark.parametrize("fmt", export_formats())
+def test_a_model_that_needs_a_concrete_length_is_refused_in_one_line(fmt):
     model = _FixedLength(eqx.nn.Embedding(VOCAB, 4, key=jax.random.PRNGKey(0)))
     with pytest.raises(ExportError) as e:
-        eqx_lru.export.export(model, format="stablehlo", reads=Tokens(VOCAB))
+        eqx_lru.export.export(model, format=fmt, reads=Tokens(VOCAB))
     message = str(e.value)
-    assert "\n" not in message and "format 'stablehlo'" in message, message
+    assert "\n" not in message and f"format {fmt!r}" in message, message
     assert "'sequence' program of this model (_FixedLength)" in message, message
     assert "symbolic batch and length failed (TypeError:" in message, message
+    assert "the symbolic dimension `length`" in message and "jnp, not np" in message, message

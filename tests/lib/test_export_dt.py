@@ -1,8 +1,9 @@
-"""`eqx_lru.export` of RG-LRU models and of models with time steps (`dt=True`): the
-StableHLO whole-sequence and step programs read back (`jax.export.deserialize`) and the
-ONNX ones (real form, run by onnxruntime where the `export` extra is installed) equal the
-model's call and `step` with `dt`, for other batch sizes and lengths than any traced; the
-manifest names the steps; models whose cores take no steps and pairs are refused.
+"""`eqx_lru.export` of RG-LRU models and of models with time steps (`dt=True`): in every
+format (`conformance.FORMATS`: StableHLO read back with `jax.export.deserialize`, ONNX in
+the real form run by onnxruntime where the `export` extra is installed) the whole-sequence
+and step programs equal the model's call and `step` with `dt`, for other batch sizes and
+lengths than any traced; the manifest names the steps; models whose cores take no steps
+and pairs are refused.
 
 Sizes are distinct: IN 3, OUT 5, H = N 6 (the RG-LRU's state has its input's width),
 depth 2, lengths 7 and 11, batches 2 and 3."""
@@ -13,6 +14,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import pytest
+from conformance import FORMATS, export_formats, export_session, zero_carry
 
 import eqx_lru
 import eqx_lru.export as ex
@@ -63,67 +65,49 @@ def _stepped(run, x, dt, carry_specs):
     return np.stack(ys, axis=1), [np.asarray(c) for c in carry]
 
 
-def test_stablehlo_programs_take_dt(model):
+@pytest.mark.parametrize("fmt", export_formats())
+def test_programs_take_dt(fmt, model):
+    """Both programs with `dt`, read back as a user of the format reads them (ONNX: the
+    real form, the same function), equal the model's call and `step` with `dt`."""
+    for module in FORMATS[fmt].needs:
+        pytest.importorskip(module)
     model, state = model
-    sequence = ex.export(model, state, format="stablehlo", program="sequence", dt=True)
-    step = ex.export(model, state, format="stablehlo", program="step", dt=True)
+    sequence = ex.export(model, state, format=fmt, program="sequence", dt=True)
+    step = ex.export(model, state, format=fmt, program="step", dt=True)
     names = [i["name"] for i in sequence.manifest["inputs"]]
     assert (
-        names == ["x", "length", "dt"]
+        names[:3] == ["x", "length", "dt"]
         and "Time steps must be positive" in (sequence.manifest["notes"])
     )
+    assert names[3:] == [c["name"] for c in sequence.manifest["carry"] or []]
     assert [i["name"] for i in step.manifest["inputs"]][:2] == ["x_t", "dt_t"]
     assert sequence.manifest["inputs"][2]["shape"] == ["batch", "length"]
-    program = jax.export.deserialize(bytearray(sequence.data))
-    stepper = jax.export.deserialize(bytearray(step.data))
+    program = export_session(fmt, sequence.data)
+    stepper = export_session(fmt, step.data)
     specs = [(tuple(c["shape"][1:]), np.dtype(c["dtype"])) for c in step.manifest["carry"]]
+    same_form = step.manifest["exported_form"] == "complex"  # the model's: its carry too
+    tolerance = dict(rtol=1e-5, atol=FORMATS[fmt].atol)
     for batch, length, seed in ((2, 7, 1), (3, 11, 2)):
         x, lengths, dt = _inputs(batch, length, seed)
         calls, streamed, carry = _expected(model, state, x, lengths, dt)
-        got = np.asarray(program.call(x, lengths, dt)[0])
-        np.testing.assert_allclose(got, calls, rtol=1e-5, atol=1e-6)
-        ys, final = _stepped(jax.jit(stepper.call), x, dt, specs)
-        np.testing.assert_allclose(ys, streamed, rtol=1e-5, atol=1e-6)
-        for a, b in zip(final, carry, strict=True):
-            np.testing.assert_allclose(a, np.asarray(b), rtol=1e-5, atol=1e-6)
+        got = program(x, lengths, dt, *zero_carry(sequence.manifest, batch))[0]
+        np.testing.assert_allclose(got, calls, **tolerance)
+        ys, final = _stepped(stepper, x, dt, specs)
+        np.testing.assert_allclose(ys, streamed, **tolerance)
+        for a, b in zip(final, carry, strict=True) if same_form else ():
+            np.testing.assert_allclose(a, np.asarray(b), **tolerance)
     # A step that is not positive and finite at a valid position: that row is NaN (the
     # library raises there); at a pad it is ignored, as the library ignores it.
     x, lengths, dt = _inputs(3, 7, 3)
     dt[0, 2], dt[1, 6] = -1.0, np.nan  # row 1's length is 4: position 6 is a pad
-    got = np.asarray(program.call(x, lengths, dt)[0])
+    got = program(x, lengths, dt, *zero_carry(sequence.manifest, 3))[0]
     assert np.isnan(got[0]).all() and np.isfinite(got[1:]).all()
     zeros = [np.zeros((3, *s), d) for s, d in specs]
-    y, *_ = stepper.call(x[:, 0], np.array([1.0, 0.0, np.inf], np.float32), *zeros)
-    assert np.isfinite(np.asarray(y[0])).all() and np.isnan(np.asarray(y[1:])).all()
+    y, *_ = stepper(x[:, 0], np.array([1.0, 0.0, np.inf], np.float32), *zeros)
+    assert np.isfinite(y[0]).all() and np.isnan(y[1:]).all()
     rules = {c["check"]: c["rule"] for c in sequence.manifest["checked"]}
     assert rules["dt"] == "dt > 0 and finite at every position before length"
     assert {c["check"]: c["rule"] for c in step.manifest["checked"]}["dt"] == "dt_t > 0 and finite"
-
-
-def test_onnx_programs_take_dt_in_the_real_form(model):
-    ort = pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
-    model, state = model  # complex states; ONNX exports the real form, the same function
-    sequence = ex.export(model, state, format="onnx", program="sequence", dt=True)
-    step = ex.export(model, state, format="onnx", program="step", dt=True)
-    assert sequence.manifest["exported_form"] == "real"
-    run = lambda data: ort.InferenceSession(data, providers=["CPUExecutionProvider"])  # noqa: E731
-    loop, stepper = run(sequence.data), run(step.data)
-    carry = [(tuple(c["shape"][1:]), np.dtype(c["dtype"])) for c in step.manifest["carry"]]
-    names = [i["name"] for i in step.manifest["inputs"]]
-    loop_names = [i["name"] for i in sequence.manifest["inputs"]]
-    for batch, length, seed in ((2, 7, 1), (3, 11, 2)):
-        x, lengths, dt = _inputs(batch, length, seed)
-        calls, streamed, _ = _expected(model, state, x, lengths, dt)
-        zeros = [np.zeros((batch, *s), d) for s, d in carry]
-        got = loop.run(None, dict(zip(loop_names, [x, lengths, dt, *zeros], strict=True)))[0]
-        np.testing.assert_allclose(got, calls, rtol=1e-5, atol=1e-5)
-
-        def one(*inputs):
-            return stepper.run(None, dict(zip(names, inputs, strict=True)))
-
-        ys, _ = _stepped(one, x, dt, carry)
-        np.testing.assert_allclose(ys, streamed, rtol=1e-5, atol=1e-5)
 
 
 def test_refusals():

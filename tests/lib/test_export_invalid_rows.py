@@ -11,12 +11,12 @@ import equinox as eqx
 import jax
 import numpy as np
 import pytest
+from conformance import FORMATS, export_formats, export_session, zero_carry
 
 import eqx_lru
 import eqx_lru.export
 
 VOCAB, CLASSES = 7, 3
-FORMATS = ["stablehlo", pytest.param("onnx", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
@@ -28,30 +28,21 @@ def model():
 
 def _runner(exported):
     """`(*inputs) -> outputs` of the artifact, read back as a user of the format would."""
-    if exported.format.name == "stablehlo":
-        program = jax.export.deserialize(exported.data)
-        return lambda *args: [np.asarray(o) for o in program.call(*args)]
-    ort = pytest.importorskip("onnxruntime")
-    session = ort.InferenceSession(exported.data, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    return lambda *args: session.run(None, dict(zip(names, args, strict=True)))
+    return export_session(exported.format.name, exported.data)
 
 
 def _zeros(exported, batch):
-    return [
-        np.zeros([batch if d == "batch" else d for d in c["shape"]], c["dtype"])
-        for c in exported.manifest["carry"] or []
-    ]
+    return zero_carry(exported.manifest, batch)
 
 
 def _export(model, fmt, program):
-    if fmt == "onnx":
-        pytest.importorskip("onnx")
+    for module in FORMATS[fmt].needs:
+        pytest.importorskip(module)
     return eqx_lru.export.export(*model, format=fmt, program=program)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", export_formats(slow=True))
 def test_invalid_rows_are_nan_and_valid_rows_exact(fmt, model):
     exported = _export(model, fmt, "sequence")
     x = np.random.default_rng(0).integers(0, VOCAB, (7, 9)).astype(np.int32)
@@ -74,7 +65,7 @@ def test_invalid_rows_are_nan_and_valid_rows_exact(fmt, model):
     assert "NaN" in checked["length"]["on_failure"]
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", export_formats(slow=True))
 def test_a_stream_fed_an_invalid_token_is_nan_until_reset(fmt, model):
     exported = _export(model, fmt, "step")
     run = _runner(exported)

@@ -298,3 +298,93 @@ def test_pool_errors():
         model.step(model.init_carry(), jnp.asarray(1), state, reset=jnp.ones(2, bool))
     with pytest.raises(Exception, match="between 0"):
         model.chunk(model.init_carry(), jnp.zeros(CHUNK, jnp.int32), state, length=CHUNK + 1)
+
+
+# --- time steps per slot, and counters that cannot wrap -----------------------------------
+
+
+def _small(pooling="mean"):
+    """One block, no norm: the cheapest model whose cores take `dt`."""
+    core = functools.partial(eqx_lru.ComplexLRU, r_min=0.5, r_max=0.95)
+    block = functools.partial(eqx_lru.LRUBlock, core=core, norm=None)
+    return eqx.nn.make_with_state(eqx_lru.LRUModel)(
+        VOCAB, OUT, H, N, 1, encoder="embedding", pooling=pooling, block=block,
+        key=jax.random.PRNGKey(3),
+    )  # fmt: skip
+
+
+@eqx.filter_jit
+def _pool_with_steps(model, state, pool, tokens, dt, chunks, lengths, chunk_dt):
+    pool, first = pool.step(model, tokens, state, dt=dt)
+    pool, then = pool.chunk(model, chunks, state, length=lengths, dt=chunk_dt)
+    return first, then
+
+
+def test_pool_time_steps_are_the_models():
+    """`StreamPool.step/chunk(dt=)` (issue 34): each active slot's outputs equal the
+    model's parallel call on that stream with those time steps (a free slot's steps,
+    `nan` here, and a step after a slot's `length` are not read); a slot with `length` 0
+    keeps its output."""
+    model, state = _small()
+    rng = np.random.default_rng(5)
+    pool = eqx_lru.StreamPool(model, STREAMS).admit(0).admit(1).admit(3)
+    tokens = rng.integers(0, VOCAB, STREAMS).astype(np.int32)
+    dt = rng.uniform(0.3, 3, STREAMS).astype(np.float32)
+    dt[2] = np.nan  # a free slot
+    chunks = rng.integers(0, VOCAB, (STREAMS, CHUNK)).astype(np.int32)
+    lengths = np.array([CHUNK, 2, 3, 0], np.int32)
+    chunk_dt = rng.uniform(0.3, 3, (STREAMS, CHUNK)).astype(np.float32)
+    chunk_dt[1, 2:] = np.nan  # after slot 1's length
+    first, then = _pool_with_steps(model, state, pool, tokens, dt, chunks, lengths, chunk_dt)
+    call = eqx.filter_jit(lambda x, n, dt: model(x, state, length=n, dt=dt, inference=True)[0])
+    for slot in (0, 1, 3):
+        n = 1 + lengths[slot]
+        seq = np.pad(np.r_[tokens[slot], chunks[slot, : n - 1]], (0, CHUNK + 1 - n))
+        steps = np.pad(np.r_[dt[slot], chunk_dt[slot, : n - 1]], (0, CHUNK + 1 - n),
+                       constant_values=1)  # fmt: skip
+        np.testing.assert_allclose(
+            first[slot], call(seq, jnp.asarray(1), steps), rtol=1e-5, atol=1e-6
+        )
+        whole = call(seq, jnp.asarray(n), steps) if n > 1 else 0
+        np.testing.assert_allclose(then[slot], whole, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(first[2], 0)
+    np.testing.assert_array_equal(then[2], 0)
+
+
+def test_mean_pooling_count_saturates_instead_of_wrapping():
+    """Issue 34 (round 4's silent kind): a stream's position count passed 2**31 - 1 and
+    wrapped, and mean pooling became garbage. Started from a carry 3 positions short of
+    the limit, 5 more positions: the count stays at 2**31 - 1 and the pooled output is
+    the mean of every position so far (float64 reference); later positions keep it
+    there, finite."""
+    model, state = _small()
+    rng = np.random.default_rng(6)
+    count = 2**31 - 4
+    mean = rng.normal(size=H).astype(np.float32)
+    carry = dict(model.init_carry(), sum=jnp.asarray(mean * np.float32(count)),
+                 count=jnp.asarray(count, jnp.int32))  # fmt: skip
+    x = jnp.asarray(rng.integers(0, VOCAB, CHUNK), jnp.int32)
+    added = np.asarray(model.chunk(model.init_carry(), x, state)[0]["sum"], np.float64)
+    new, out = model.chunk(carry, x, state)
+    assert int(new["count"]) == 2**31 - 1
+    expected = (mean.astype(np.float64) * count + added) / (count + CHUNK)
+    got = np.asarray(new["sum"], np.float64) / int(new["count"])
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    np.testing.assert_allclose(out, model.head(jnp.asarray(expected, jnp.float32)), rtol=1e-5)
+    later, out = model.step(new, jnp.asarray(1), state)
+    assert int(later["count"]) == 2**31 - 1 and np.all(np.isfinite(out))
+
+
+def test_batch_norm_step_count_saturates():
+    """`MaskedBatchNorm`'s count of training batches (its bias correction's exponent)
+    stays at 2**31 - 1 instead of wrapping to a negative count, which turned the running
+    statistics into "never seen"."""
+    norm, state = eqx.nn.make_with_state(eqx_lru.MaskedBatchNorm)(H, "batch")
+    _, mean, var = state.get(norm.state_index)
+    state = state.set(norm.state_index, (jnp.asarray(2**31 - 1, jnp.int32), mean + 1, var + 2))
+    x = jnp.asarray(np.random.default_rng(7).normal(size=(2, CHUNK, H)), jnp.float32)
+    _, state = jax.vmap(lambda x: norm(x, state), axis_name="batch", out_axes=(0, None))(x)
+    steps, _, _ = state.get(norm.state_index)
+    assert int(steps) == 2**31 - 1
+    y, _ = norm(x[0], state, inference=True)
+    assert np.all(np.isfinite(y))

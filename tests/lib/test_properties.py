@@ -31,13 +31,16 @@ import pytest
 # ------------------------------------------------------------------------ the test (parent)
 
 
-def _results() -> dict:
+def _results(names: tuple[str, ...] = ()) -> dict:
+    """The records of the properties `names` (default: all but those with their own
+    test), run in one subprocess."""
+    names = names or tuple(name for name in PROPERTIES if name not in OWN_TEST)
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env["JAX_PLATFORMS"] = "cpu"
     env["JAX_TRACEBACK_FILTERING"] = "off"  # JAX's frames show where an error comes from
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(
-        [sys.executable, __file__],
+        [sys.executable, __file__, *names],
         env=env,
         cwd=repo,
         capture_output=True,
@@ -49,7 +52,7 @@ def _results() -> dict:
         if line.startswith("{"):
             record = json.loads(line)
             results[record["property"]] = record
-    missing = [name for name in PROPERTIES if name not in results]
+    missing = [name for name in names if name not in results]
     assert not missing, f"no result for {missing} (a crash?): {proc.stderr[-3000:]}"
     return results
 
@@ -57,6 +60,20 @@ def _results() -> dict:
 #: Expected to fail until the block/model input checks of issue 27 land (width != d_model,
 #: batched input, malformed carries): reported as an expected failure, not an error.
 BLOCK_PROPERTIES = ("block constructors and calls", "model constructors and calls")
+
+
+#: Properties with a test of their own (not run by `test_public_surface_properties`).
+OWN_TEST = ("stream pool arguments",)
+
+
+@pytest.mark.slow
+def test_stream_pool_properties():
+    """`StreamPool`'s arguments (issue 34): every one works or is refused in one line
+    naming it: slot indices of every type and size (2**40 included), token ids and time
+    steps per slot, chunk lengths, models that cannot stream."""
+    (record,) = _results(OWN_TEST).values()
+    assert record["ok"], record["detail"]
+    assert record["counts"].get("ok") and record["counts"].get("refused"), record["counts"]
 
 
 @pytest.mark.slow
@@ -420,7 +437,82 @@ def model_constructors_and_calls():
     check()
 
 
+def stream_pool_arguments():
+    """`StreamPool(model, slots)`, `admit`/`evict(slot)`, `step(model, x, state, dt=)` and
+    `chunk(model, x, state, length=, dt=)` on generated arguments, in order on one pool."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    import eqx_lru
+
+    st, small, sizes, floats, dtypes = _strategies()
+    from hypothesis import given
+
+    model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
+        5, 2, 3, 4, 1, encoder="embedding", pooling="mean", key=jax.random.PRNGKey(0)
+    )
+    wide = [2**31, 2**40, 2**70, -(2**40), np.uint64(2**63), np.int64(2**40)]
+    slot_odd = [-1, 3, 1.0, "1", None, True, np.float32(0), jnp.zeros(2, jnp.int32), *wide]
+    slots = st.sampled_from([1, 3])
+    slot = _mostly(st, [0, 2, np.int32(1), np.int64(2), jnp.asarray(0), np.uint8(1)], slot_odd)
+    x_kinds = _mostly(
+        st, ["tokens", "numpy tokens"],
+        ["too many", "floats", "2-D", "out of vocabulary", "negative", "beyond int32", "scalar"],
+    )  # fmt: skip
+    dt = _mostly(
+        st, [None, 0.5, "per slot", "per position"],
+        [-1.0, math.nan, math.inf, 1e-45, 1e39, 0.0, "0.5", "wrong shape", "integers", 1 + 0j],
+    )  # fmt: skip
+    length = _mostly(st, [None, "per slot", "zeros"], [-1, "too long", "beyond int32", 2.5, 3])
+    chunk = 4
+
+    def per_slot(kind, n, shape=()):
+        tokens = (np.arange(n * int(np.prod(shape))) % 5).reshape((n, *shape)).astype(np.int32)
+        return {
+            "tokens": jnp.asarray(tokens), "numpy tokens": tokens,
+            "too many": np.zeros((n + 1, *shape), np.int32), "floats": tokens.astype(np.float32),
+            "2-D": np.zeros((n, 2, 2, *shape), np.int32), "out of vocabulary": tokens + 5,
+            "negative": tokens - 5, "beyond int32": tokens.astype(np.int64) + 2**40,
+            "scalar": np.int32(1),
+        }[kind]  # fmt: skip
+
+    def steps(kind, n, positions):
+        if not isinstance(kind, str):
+            return kind
+        return {
+            "per slot": np.linspace(0.5, 2, n).astype(np.float32),
+            "per position": np.full((n, positions or 1), 0.5, np.float32),
+            "wrong shape": np.ones(n + 2, np.float32), "integers": np.ones(n, np.int32),
+            "0.5": "0.5",
+        }[kind]  # fmt: skip
+
+    @_settings(20)
+    @given(slots, slot, slot, x_kinds, dt, x_kinds, length, dt, st.sampled_from([model, None]))
+    def check(n, admit, evict, x_step, dt_step, x_chunk, length_chunk, dt_chunk, which):
+        pool = eqx_lru.StreamPool(model, n).admit(0)
+        outcome = _outcome(lambda: pool.admit(admit))
+        if outcome == "ok":
+            pool = pool.admit(admit)
+        _outcome(lambda: pool.evict(evict))
+        target = model if which is not None else object()
+        _outcome(lambda: pool.step(target, per_slot(x_step, n), state, dt=steps(dt_step, n, 0)))
+        lengths = {"per slot": np.arange(n, dtype=np.int32) % (chunk + 1),
+                   "zeros": np.zeros(n, np.int32), "too long": np.full(n, chunk + 1),
+                   "beyond int32": np.full(n, 2**40), 2.5: np.full(n, 2.5)}  # fmt: skip
+        lengths = lengths.get(length_chunk, length_chunk)
+        _outcome(
+            lambda: pool.chunk(
+                model, per_slot(x_chunk, n, (chunk,)), state, length=lengths,
+                dt=steps(dt_chunk, n, chunk),
+            )
+        )  # fmt: skip
+
+    check()
+
+
 PROPERTIES = {
+    "stream pool arguments": stream_pool_arguments,
     "core constructors": core_constructors,
     "baseline constructors": baseline_constructors,
     "core calls": core_calls,
@@ -429,10 +521,12 @@ PROPERTIES = {
 }
 
 
-def _main():
+def _main(names: list[str]):
     import time
 
     for name, prop in PROPERTIES.items():
+        if name not in names:
+            continue
         COUNTS.clear()
         start = time.perf_counter()
         try:
@@ -446,4 +540,4 @@ def _main():
 
 
 if __name__ == "__main__":
-    _main()
+    _main(sys.argv[1:] or list(PROPERTIES))
