@@ -97,7 +97,7 @@ if [ "${1:-}" = gpu-check ] && command -v nvidia-smi >/dev/null 2>&1; then
 fi
 groups="experiments test docs release"
 stamp=.venv/.install-stamp
-want="$(cat pyproject.toml | cksum) $extras $groups"
+want="$(cat pyproject.toml | cksum) $extras $groups recurrentgemma-1.0.1"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     why=$(install_reason "$stamp" "$want" "other extras: $extras")
     echo "dev.sh: installing eqx_lru[$extras] and the groups $groups into .venv ($why);" \
@@ -107,6 +107,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     for group in $groups; do group_flags="$group_flags --group $group"; done
     # shellcheck disable=SC2086 # one word per flag
     .venv/bin/python -m pip install --quiet -e ".[$extras]" $group_flags
+    # recurrentgemma's JAX layers for the parity tests (tests/lib/recurrentgemma_layers.py):
+    # --no-deps, as it pins numpy<2.4; its layers need only these (not its sampler's
+    # sentencepiece nor its checkpointer's orbax).
+    .venv/bin/python -m pip install --quiet --no-deps recurrentgemma==1.0.1 flax==0.12.8 \
+        einops==0.8.2 msgpack==1.2.4 typeguard==2.13.3
     echo "$want" > "$stamp"
 fi
 job=${1:-}

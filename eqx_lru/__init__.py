@@ -28,6 +28,10 @@ from ._norm import MaskedBatchNorm as MaskedBatchNorm
 from ._padding import valid_mask as valid_mask
 from ._padding import where_valid as where_valid
 from ._pool import StreamPool as StreamPool
+from ._recurrentgemma import hawk_block_from_recurrentgemma as hawk_block_from_recurrentgemma
+from ._recurrentgemma import hawk_block_to_recurrentgemma as hawk_block_to_recurrentgemma
+from ._recurrentgemma import rglru_from_recurrentgemma as rglru_from_recurrentgemma
+from ._recurrentgemma import rglru_to_recurrentgemma as rglru_to_recurrentgemma
 from ._retrieval import LRURetrievalModel as LRURetrievalModel
 
 # isort: split
@@ -92,6 +96,8 @@ __all__ = [
     "default_method",
     "export",
     "gamma_log_init",
+    "hawk_block_from_recurrentgemma",
+    "hawk_block_to_recurrentgemma",
     "linear_recurrence",
     "lru_init",
     "lru_optimizer",
@@ -99,6 +105,8 @@ __all__ = [
     "lru_schedule",
     "predict",
     "projection_init",
+    "rglru_from_recurrentgemma",
+    "rglru_to_recurrentgemma",
     "ring_init",
     "scan_method",
     "to_complex",

@@ -28,25 +28,37 @@ class CausalConv(eqx.Module):
     back (row 0 the current one); `bias` `(features,)`.
 
     **Initialisation.** $w_k \sim \mathcal N(0, 0.01/K)$ (Griffin's small taps) plus 1 on
-    the current input's tap, $b = 0$: the convolution starts near the identity, so the
-    recurrence reads its projected input from the first step (with Griffin's taps alone
-    it starts about ten times smaller, $\sqrt{K \cdot 0.01/K}$, and in the test suite's
-    small recall task training left the plateau later or not at all; see the concepts
-    page on the RG-LRU).
+    the current input's tap (`identity=True`, the default), $b = 0$: the convolution
+    starts near the identity, so the recurrence reads its projected input from the first
+    step (with Griffin's taps alone, `identity=False`, it starts about ten times smaller,
+    $\sqrt{K \cdot 0.01/K}$, and in the test suite's small recall task training left the
+    plateau later or not at all; see the concepts page on the RG-LRU).
+
+    recurrentgemma's `Conv1D` stores the same taps in the other order: its `w[K - 1 - k]`
+    is `weight[k]`.
     """
 
     weight: Float[Array, "width features"]
     bias: Float[Array, " features"]
 
-    def __init__(self, features: Size, width: Size = 4, *, dtype=None, key: PRNGKeyArray):
+    def __init__(
+        self,
+        features: Size,
+        width: Size = 4,
+        *,
+        identity: bool = True,
+        dtype=None,
+        key: PRNGKeyArray,
+    ):
         """**Arguments:** `features` (channels in and out), `width` (taps, $K \\ge 1$),
-        `dtype` of the parameters, `key`."""
+        `identity` (add 1 to the current input's tap; see above), `dtype` of the
+        parameters, `key`."""
         features, width = check_size("features", features), check_size("conv_width", width)
         check_key(key)
         dtype = float_dtype(dtype)
         scale = math.sqrt(0.01 / width)
         taps = scale * jax.random.normal(key, (width, features), dtype)
-        self.weight = taps.at[0].add(1)
+        self.weight = taps.at[0].add(1) if identity else taps
         self.bias = jnp.zeros(features, dtype)
 
     @property

@@ -13,7 +13,7 @@ per position except the convolution (`CausalConv`, $K$ taps) and the recurrent c
 """
 
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -24,13 +24,14 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTr
 from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
 from ._causal_conv import CausalConv
-from ._checks import Size, check_key, check_segment_ids, check_size
+from ._checks import Size, _check_number, check_key, check_segment_ids, check_size
 from ._core import AbstractRecurrentCore, dt_options
 from ._core_factory import Core, build_core, core_factory
 from ._dt import mask_steps
 from ._gated_mlp import GatedMLP
 from ._padding import check_length, where_valid
 from ._rglru import RGLRU
+from ._rglru_init import lecun_linear
 from ._streams import chunk_mask, keep_when_empty, start_carry
 from ._surface import check_carry, check_features, checks_first
 
@@ -83,6 +84,21 @@ class HawkBlock(AbstractStreamingBlock):
     **Sequence parallelism.** With a core scanning by `eqx_lru.SequenceParallel`, each
     device's chunk reads the previous chunk's last $K - 1$ inputs (a `ppermute`); chunks
     must hold at least $K - 1$ positions.
+
+    **Initialisation** (`init=`). The norms' weights are 1 and the core initialises itself
+    (the RG-LRU as recurrentgemma does) either way. `"equinox"` (default): the dense layers
+    as `eqx.nn.Linear` (weights and biases uniform on $\pm 1/\sqrt{\text{fan-in}}$), the
+    convolution near the identity (`CausalConv`). `"recurrentgemma"`: equal in distribution
+    to recurrentgemma's `ResidualBlock`: zero biases, $W_x, W_y \sim \mathcal N(0, 1/H)$,
+    $W_o \sim \mathcal N(0, s/N)$, the MLP's $W_g, W_v \sim \mathcal N(0, 1/(2H))$ and
+    $W_d \sim \mathcal N(0, s/E)$, taps $\mathcal N(0, 0.01/K)$ ($s$ = `final_scale`,
+    recurrentgemma's `final_w_init_variance_scale`; its Griffin model passes
+    $2/\text{layers}$).
+
+    **Document starts.** recurrentgemma's RG-LRU takes a document's first input
+    unnormalised: build the core as
+    `functools.partial(eqx_lru.RGLRU, document_start="unnormalised")` (what
+    `eqx_lru.hawk_block_from_recurrentgemma` builds).
     """
 
     norm: eqx.nn.RMSNorm
@@ -104,6 +120,8 @@ class HawkBlock(AbstractStreamingBlock):
         conv_width: Size = 4,
         mlp_width: Size | None = None,
         dropout: float = 0.0,
+        init: Literal["equinox", "recurrentgemma"] = "equinox",
+        final_scale: float = 1.0,
         dtype=None,
         key: PRNGKeyArray,
     ):
@@ -117,6 +135,9 @@ class HawkBlock(AbstractStreamingBlock):
         - `conv_width`: $K$, the convolution's taps (4 in Griffin).
         - `mlp_width`: $E$, the MLP's hidden features (default $3H$, Griffin's expansion).
         - `dropout`: rate on each residual branch (training mode only).
+        - `init`: `"equinox"` (default) or `"recurrentgemma"` (see above).
+        - `final_scale`: with `init="recurrentgemma"`, the variance scale of the layers
+            that end the two residual branches ($W_o$, $W_d$); default 1.
         - `dtype`: of every parameter (passed to the core as `dtype=` when not `None`).
         - `key`: a `jax.random.PRNGKey`.
         """
@@ -127,20 +148,24 @@ class HawkBlock(AbstractStreamingBlock):
         if not 0 <= dropout < 1:
             raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
         core_factory(core)
+        _check_init(init, final_scale)
         keys = jax.random.split(key, 6)
         self.norm = eqx.nn.RMSNorm(d_model, eps=1e-6, use_bias=False, dtype=dtype)
-        self.linear_x = eqx.nn.Linear(d_model, d_state, dtype=dtype, key=keys[0])
-        self.linear_y = eqx.nn.Linear(d_model, d_state, dtype=dtype, key=keys[1])
-        self.conv = CausalConv(d_state, conv_width, dtype=dtype, key=keys[2])
+        self.linear_x = _dense(init, d_model, d_state, 1.0, dtype, keys[0])
+        self.linear_y = _dense(init, d_model, d_state, 1.0, dtype, keys[1])
+        identity = init == "equinox"
+        self.conv = CausalConv(d_state, conv_width, identity=identity, dtype=dtype, key=keys[2])
         self.core = build_core(core, d_state, d_state, dtype=dtype, key=keys[3])
         if not self.core.causal:
             raise ValueError(
                 f"HawkBlock needs a causal core; {type(self.core).__name__} declares "
                 "`causal = False`."
             )
-        self.linear_out = eqx.nn.Linear(d_state, d_model, dtype=dtype, key=keys[4])
+        self.linear_out = _dense(init, d_state, d_model, final_scale, dtype, keys[4])
         self.mlp_norm = eqx.nn.RMSNorm(d_model, eps=1e-6, use_bias=False, dtype=dtype)
-        self.mlp = GatedMLP(d_model, mlp_width, dtype=dtype, key=keys[5])
+        self.mlp = GatedMLP(
+            d_model, mlp_width, init=init, final_scale=final_scale, dtype=dtype, key=keys[5]
+        )
         self.dropout = eqx.nn.Dropout(dropout)
 
     @property
@@ -258,6 +283,24 @@ class HawkBlock(AbstractStreamingBlock):
         y = _mix_out(self, x, h, gate, mask, key, inference, None)
         new = {"conv": history, "core": core_state}
         return keep_when_empty(valid, new, carry), y
+
+
+def _check_init(init: str, final_scale: float) -> None:
+    if init not in ("equinox", "recurrentgemma"):
+        raise ValueError(f"`init` must be 'equinox' or 'recurrentgemma', got {init!r}.")
+    if not 0 < _check_number("final_scale", final_scale) < float("inf"):
+        raise ValueError(f"`final_scale` must be a positive finite number, got {final_scale!r}.")
+    if init == "equinox" and final_scale != 1:
+        raise ValueError(
+            f"`final_scale`={final_scale} scales recurrentgemma's initialisation; it needs "
+            "`init='recurrentgemma'` (the default 'equinox' init has no such scale)."
+        )
+
+
+def _dense(init: str, d_in: int, d_out: int, scale: float, dtype, key) -> eqx.nn.Linear:
+    if init == "recurrentgemma":
+        return lecun_linear(d_in, d_out, scale=scale, dtype=dtype, key=key)
+    return eqx.nn.Linear(d_in, d_out, dtype=dtype, key=key)
 
 
 def _mix_in(block: HawkBlock, x: Array) -> tuple[Array, Array]:

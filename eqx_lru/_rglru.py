@@ -25,6 +25,15 @@ as 2×2 rotation-scaling blocks $|a_t| R(\theta r_t)$ on planar real states (the
 
 **Time steps** (`dt=`): $a_t^{\Delta t_t}$ replaces $a_t$ (the gated exponent is scaled by
 $\Delta t_t$), and the normalisation follows it, $\sqrt{1 - |a_t^{\Delta t_t}|^2}$.
+
+**Document starts** (`document_start=`). With `"normalised"` (the default) the update above
+holds at every position. With `"unnormalised"` (recurrentgemma's semantics) a position
+that starts a document takes its input whole and carries nothing,
+$h_t = i_t \odot x_t$ ($a_t$ replaced by 0, the normalisation by 1). A document starts at
+each packed segment's first position processed, and at the first position processed when
+the state before it is the zero state `init_state()` (no `initial_state`, a fresh stream,
+a `reset`): the zero state means "no document begun", so `step` from it, chunks and the
+call agree.
 """
 
 import functools
@@ -55,7 +64,9 @@ from ._dt import check_dt
 from ._methods import AbstractScanMethod, scan_method
 from ._projection import Precision, check_precision
 from ._rglru_init import block_diagonal_init, check_rglru_ring, rglru_lambda_init
-from ._scan import ScanMethod, recurrence
+from ._scan import ScanMethod, recurrence, segment_starts
+
+DocumentStart = Literal["normalised", "unnormalised"]
 
 #: The largest derivative of the normalisation's square root (recurrentgemma's bound):
 #: its backward pass reads $\max(x, 1/(4 \cdot 1000^2))$, so an $a_t$ within $2.5 \cdot
@@ -106,12 +117,15 @@ class RGLRU(AbstractStatesCore):
     `d_state = d_model`; a wider recurrence is a projection around the core (Hawk's
     block).
 
-    **Packing.** No state crosses a segment boundary (`segment_ids`); each position, the
-    segment's first included, gets the normalisation $\sqrt{1-a_t^2}$ of the paper's
-    eq. (4), so packed, chunked and streamed runs equal separate calls. recurrentgemma
-    instead feeds a document's first token unnormalised ($h = i_t \odot x_t$ where its
-    `segment_pos` is 0); the two agree on every position of a sequence that does not start
-    a document there.
+    **Packing and document starts.** No state crosses a segment boundary (`segment_ids`);
+    packed, chunked and streamed runs equal separate calls. With
+    `document_start="normalised"` (default) each position, a segment's first included,
+    gets the normalisation $\sqrt{1-a_t^2}$ of the paper's eq. (4). With `"unnormalised"`
+    (recurrentgemma's: $h = i_t \odot x_t$ where its `segment_pos` is 0) a document's first
+    position takes its gated input whole; a document starts at each segment's first
+    position processed, and where the state before it is exactly the zero state (a new
+    stream, a `reset`, no `initial_state`). The two agree on every position of a sequence
+    that does not start a document there.
 
     ??? cite
 
@@ -135,6 +149,7 @@ class RGLRU(AbstractStatesCore):
     b_x: Float[Array, "heads block_out"]
     c: float = eqx.field(static=True)
     form: str = eqx.field(static=True)
+    document_start: str = eqx.field(static=True)
     method: AbstractScanMethod = eqx.field(static=True)
     precision: jax.lax.Precision | None = eqx.field(static=True)
 
@@ -153,6 +168,7 @@ class RGLRU(AbstractStatesCore):
         r_min: float = 0.9,
         r_max: float = 0.999,
         max_phase: float = 0.1 * math.pi,
+        document_start: DocumentStart = "normalised",
         method: ScanMethod = "auto",
         precision: Precision = None,
         dtype=None,
@@ -173,6 +189,9 @@ class RGLRU(AbstractStatesCore):
             $0 < r_\min \le r_\max < 1$ (default Griffin's $[0.9, 0.999]$).
         - `max_phase`: with `phase`, $\theta \sim U[0, \text{max_phase}]$ (default
             recurrentgemma's $0.1\pi$).
+        - `document_start`: `"normalised"` (default; eq. (4) at every position) or
+            `"unnormalised"` (recurrentgemma's: a document's first position enters as
+            $i_t \odot x_t$ and carries nothing; see above).
         - `method`, `precision`, `dtype`, `key`: as `eqx_lru.ComplexLRU` (`precision` is
             the gates' matmuls').
         """
@@ -185,6 +204,12 @@ class RGLRU(AbstractStatesCore):
             )
         check_key(key)
         check_rglru_ring(r_min, r_max, max_phase, c)
+        if document_start not in ("normalised", "unnormalised"):
+            raise ValueError(
+                "`document_start` must be 'normalised' (eq. (4) at every position) or "
+                "'unnormalised' (recurrentgemma's: a document's first input enters whole); "
+                f"got {document_start!r}."
+            )
         form = ("complex" if phase else "real") if form is None else check_form(form)
         if not phase and form != "real":
             raise ValueError(
@@ -214,6 +239,7 @@ class RGLRU(AbstractStatesCore):
         self.W_x, self.b_x = block_diagonal_init(d_model, modes, heads, dtype=dtype, key=x_key)
         self.c = float(c)
         self.form = form
+        self.document_start = document_start
         self.method = scan_method(method)
         self.precision = check_precision(precision)
 
@@ -256,14 +282,19 @@ class RGLRU(AbstractStatesCore):
 
         return gate(self.W_a, self.b_a), gate(self.W_x, self.b_x)
 
-    def _terms(self, x: Array, dt: Array | None) -> tuple[Array, Array]:
+    def _terms(self, x: Array, dt: Array | None, starts: Array | None = None):
         """(transitions $a_t$, drives $\\sqrt{1-|a_t|^2}\\, i_t x_t$) in the algebra's
-        layout, one per position (or for one token)."""
+        layout, one per position (or for one token); where `starts` (booleans, one per
+        position) is true, $a_t = 0$ and the drive is $i_t x_t$ (a document's start)."""
         r, i = self.gates(x)
         scale = self.c * r if dt is None else self.c * r * dt[..., None]
         log_modulus = scale * jax.nn.log_sigmoid(self.Lambda)
         norm: Array = bounded_sqrt(-jnp.expm1(2 * log_modulus), SQRT_MAX_GRADIENT)
         modulus = jnp.exp(log_modulus)
+        if starts is not None:
+            start = starts[..., None]
+            norm = jnp.where(start, jnp.ones_like(norm), norm)
+            modulus = jnp.where(start, jnp.zeros_like(modulus), modulus)
         if self.theta is None:  # no phase
             return modulus, norm * (i * x)
         angle = self.theta * (r if dt is None else r * dt[..., None])
@@ -290,11 +321,27 @@ class RGLRU(AbstractStatesCore):
             initial_state = jnp.asarray(initial_state)
             self._check_state(initial_state)
         dt = None if dt is None else check_dt(dt, u.shape[0], self.Lambda.dtype)
-        a, b = self._terms(u, dt)
+        starts = None
+        if self.document_start == "unnormalised":
+            starts = self._document_starts(u.shape[0], initial_state, reverse, segment_ids)
+        a, b = self._terms(u, dt, starts)
         return recurrence(
             a, b, algebra=self._algebra, initial_state=initial_state, reverse=reverse,
             method=self.method, segment_ids=segment_ids,
         )  # fmt: skip
+
+    def _document_starts(self, length, initial_state, reverse, segment_ids) -> Array:
+        """`document_start="unnormalised"`: `True` at each position that starts a document:
+        a packed segment's first position processed, and the first position processed when
+        the state before it is the zero state (on the device holding the sequence's start,
+        for a sequence split across devices)."""
+        first = jnp.arange(length) == (length - 1 if reverse else 0)
+        if initial_state is not None:
+            first = first & _is_zero(initial_state)
+        first = first & self.method.resolve().holds_start(reverse=reverse)
+        if segment_ids is None:
+            return first
+        return first | segment_starts(segment_ids, reverse=reverse, method=self.method.resolve())
 
     def _outputs(self, states, u, initial_state, reverse, segment_ids) -> Array:
         del u, initial_state, reverse, segment_ids
@@ -318,13 +365,16 @@ class RGLRU(AbstractStatesCore):
         dt: ArrayLike | None = None,
     ) -> tuple[Inexact[Array, "..."], Float[Array, " d_model"]]:
         r"""One position: $h_t = a_t h_{t-1} + \sqrt{1-|a_t|^2}\, i_t x_t$, `(h_t, y_t)`;
-        `dt` this position's time step (a positive scalar). Repeated from `init_state()`
-        it equals the parallel call."""
+        `dt` this position's time step (a positive scalar). With
+        `document_start="unnormalised"`, $h_t = i_t x_t$ from the zero state (a document's
+        first position). Repeated from `init_state()` it equals the parallel call."""
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)
         check_token(u_t, self.d_model, self.Lambda.dtype)
         self._check_state(state)
         dt_options(self, dt)
-        a, b = self._terms(u_t, None if dt is None else check_dt(dt, None, self.Lambda.dtype))
+        dt = None if dt is None else check_dt(dt, None, self.Lambda.dtype)
+        start = _is_zero(state) if self.document_start == "unnormalised" else None
+        a, b = self._terms(u_t, dt, start)
         h = self._algebra.apply(a, state) + b
         return h, self._output(h)
 
@@ -342,3 +392,9 @@ class RGLRU(AbstractStatesCore):
         if form == "complex":
             complex_float_dtype(self.Lambda.dtype, "RGLRU(form='complex')", "`form='real'`")
         return rebuild(RGLRU, self, form=form)
+
+
+def _is_zero(state: Array) -> Array:
+    """Whether a state is exactly the zero state (`document_start="unnormalised"`: no
+    document begun)."""
+    return jnp.all(jnp.asarray(state) == 0)

@@ -8,10 +8,13 @@ r"""Initialisation of the RG-LRU (Griffin, De et al. 2024), as pure functions of
 - The gates' block-diagonal weights: normal with variance $1/H$ ($H$ = `d_model`, the
     fan-in recurrentgemma's initialiser computes for its `(heads, H/heads, out/heads)`
     kernels), biases zero.
+- Hawk's dense layers with `init="recurrentgemma"` (`lecun_linear`): normal weights of
+    variance $\text{scale}/\text{fan_in}$, biases zero.
 """
 
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
@@ -53,3 +56,16 @@ def block_diagonal_init(
     shape = (heads, d_model // heads, width // heads)
     weight = jax.random.normal(key, shape, dtype) * math.sqrt(1.0 / d_model)
     return weight, jnp.zeros(shape[::2], dtype)
+
+
+def lecun_linear(
+    d_in: int, d_out: int, *, scale: float = 1.0, fan_in: int | None = None, dtype, key
+) -> eqx.nn.Linear:
+    r"""An `eqx.nn.Linear(d_in, d_out)` with recurrentgemma's dense initialisation: weights
+    $\mathcal N(0, \text{scale}/\text{fan_in})$ (`fan_in` default `d_in`), biases zero."""
+    shape_key, weight_key = jax.random.split(key)
+    linear = eqx.nn.Linear(d_in, d_out, dtype=dtype, key=shape_key)
+    std = math.sqrt(scale / (d_in if fan_in is None else fan_in))
+    weight = std * jax.random.normal(weight_key, linear.weight.shape, linear.weight.dtype)
+    bias = jnp.zeros(d_out, linear.weight.dtype)
+    return eqx.tree_at(lambda m: (m.weight, m.bias), linear, (weight, bias))

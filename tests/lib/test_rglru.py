@@ -1,7 +1,7 @@
 """RGLRU (Griffin's RG-LRU and its complex counterpart in two forms): the float64 NumPy
 oracle (outputs, states, gradients by central differences, with and without `dt`), the two
 forms of the complex counterpart against each other, packing, chunks, `step`,
-initialisation, bad arguments, and recurrentgemma's own layer when it is installed."""
+initialisation, bad arguments, and recurrentgemma's own layer (installed by ./dev.sh)."""
 
 import functools
 
@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from core_runs import packed_chunked_streamed
+from recurrentgemma_layers import load
 from reference import rglru_loop
 
 import eqx_lru
@@ -213,18 +214,25 @@ def test_bad_inputs_and_forms():
     assert "recurrent" in set(jax.tree.leaves(eqx_lru.lru_param_labels(core)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["real", "complex"])
 def test_matches_recurrentgemma(variant):
-    """recurrentgemma's own flax RG-LRU on the same parameters (its `a_param` = -Λ,
-    `a_imag_param` = θ) on a sequence that starts no document (`segment_pos` ≥ 1):
-    outputs and final state to 1e-6 of the largest value (float32; measured 2e-7), gradients
-    to 1e-5 of the largest entry (measured 9e-7). The real variant from a given state; the
-    complex one from zero, as recurrentgemma's complex variant drops the imaginary parts
-    when given a state (its scan accumulates in float32 for a complex `h0`). Skipped unless
-    `recurrentgemma` and `flax` are installed."""
-    layers = pytest.importorskip("recurrentgemma.jax.layers")
+    """recurrentgemma's own flax RG-LRU (its associative scan) on the same parameters (its
+    `a_param` = -Λ, `a_imag_param` = θ). (1) On a sequence that starts no document
+    (`segment_pos` ≥ 1), the default core: outputs and final state to 1e-6 of the largest
+    value (float32; measured 2e-7), gradients to 1e-5 of the largest entry (measured 9e-7);
+    the real variant from a given state, the complex one from zero, as recurrentgemma's
+    complex variant drops the imaginary parts when given a state (its scan accumulates in
+    float32 for a complex `h0`). (2) On packed documents (`segment_pos` 0 where
+    `segment_ids` start one, a one-position document among them), the core that
+    `rglru_from_recurrentgemma` builds (`document_start="unnormalised"`): outputs, and
+    gradients in recurrentgemma's layout through the converter, to the same bounds."""
+    rg = load()
     core = _core(variant, jnp.float32)
-    theirs = layers.RGLRU(width=H, num_heads=HEADS, only_real=variant == "real")
+    theirs = rg.layers.RGLRU(
+        width=H, num_heads=HEADS, only_real=variant == "real",
+        scan_type=rg.common.ScanType.ASSOCIATIVE_NATIVE,
+    )  # fmt: skip
     params = {
         "a_param": -core.Lambda,
         "input_gate": {"w": core.W_x, "b": core.b_x},
@@ -236,28 +244,56 @@ def test_matches_recurrentgemma(variant):
         h0 = jnp.asarray(np.random.default_rng(2).normal(size=H), jnp.float32)
     else:
         params["a_imag_param"] = core.theta
-    pos = jnp.arange(1, L + 1)[None]
+    pos = jnp.arange(1, L + 1)
+    ids = jnp.asarray([0] * 4 + [1] + [2] * (L - 5))
+    doc_pos = jnp.asarray(list(range(4)) + [0] + list(range(L - 5)))
 
-    def run_theirs(params, x):
-        y, last = theirs.apply({"params": params}, x[None], pos, None if h0 is None else h0[None])
+    def run_theirs(params, x, pos, h0):
+        y, last = theirs.apply(
+            {"params": params}, x[None], pos[None], None if h0 is None else h0[None]
+        )
         return y[0], last[0]
 
-    # Its complex variant writes `re + 1j * im`, which strict promotion refuses.
-    with jax.numpy_dtype_promotion("standard"):
-        y, last = run_theirs(params, x)
-        g_theirs = jax.grad(lambda p: jnp.sum(jnp.sin(run_theirs(p, x)[0])))(params)
-    ours, final = core.run(x, initial_state=h0)
+    def loss(run):
+        return lambda *args: jnp.sum(jnp.sin(run(*args)[0]))
+
+    def run_converted(params, x):
+        return eqx_lru.rglru_from_recurrentgemma(params)(x, segment_ids=ids), None
+
+    @eqx.filter_jit  # one compilation: theirs (plain, documents), ours, and the gradients
+    def all_runs(core, params, x):
+        # Its complex variant writes `re + 1j * im`, which strict promotion refuses.
+        with jax.numpy_dtype_promotion("standard"):
+            plain = (
+                run_theirs(params, x, pos, h0),
+                jax.grad(loss(run_theirs))(params, x, pos, h0),
+            )
+            docs = run_theirs(params, x, doc_pos, None)[0]
+            g_docs = jax.grad(loss(run_theirs))(params, x, doc_pos, None)
+        ours = core.run(x, initial_state=h0)
+        g_ours = eqx.filter_grad(lambda m: jnp.sum(jnp.sin(m(x, initial_state=h0))))(core)
+        converted = (run_converted(params, x)[0], jax.grad(loss(run_converted))(params, x))
+        return plain, (docs, g_docs), (ours, g_ours), converted
+
+    runs = all_runs(core, params, x)
+    ((y, last), g_theirs), (docs, g_docs), ((ours, final), g_ours), (converted, g_converted) = runs
     final = final if variant == "real" else jnp.concatenate([final.real, final.imag])
     scale = float(jnp.max(jnp.abs(y)))
     np.testing.assert_allclose(ours, y, rtol=0, atol=1e-6 * scale)
     np.testing.assert_allclose(final, last, rtol=0, atol=1e-6 * scale)
-    g_ours = eqx.filter_grad(lambda m: jnp.sum(jnp.sin(m(x, initial_state=h0))))(core)
     pairs = [(g_theirs["a_param"], -g_ours.Lambda), (g_theirs["a_gate"]["w"], g_ours.W_a)]
     pairs += [(g_theirs["a_gate"]["b"], g_ours.b_a), (g_theirs["input_gate"]["w"], g_ours.W_x)]
     pairs += [(g_theirs["input_gate"]["b"], g_ours.b_x)]
     if variant == "complex":
         pairs += [(g_theirs["a_imag_param"], g_ours.theta)]
     for theirs_g, ours_g in pairs:
+        scale = float(jnp.max(jnp.abs(theirs_g)))
+        np.testing.assert_allclose(ours_g, theirs_g, rtol=0, atol=1e-5 * scale)
+    # (2) Packed documents, recurrentgemma's document starts.
+    np.testing.assert_allclose(converted, docs, rtol=0, atol=1e-6 * float(jnp.max(jnp.abs(docs))))
+    flat, tree = jax.tree_util.tree_flatten(g_docs)
+    assert jax.tree_util.tree_structure(g_converted) == tree
+    for theirs_g, ours_g in zip(flat, jax.tree_util.tree_leaves(g_converted), strict=True):
         scale = float(jnp.max(jnp.abs(theirs_g)))
         np.testing.assert_allclose(ours_g, theirs_g, rtol=0, atol=1e-5 * scale)
 
