@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import _checkpoint as ckpt
-from ._metrics import MetricsLog
-from ._signals import Stop
-from ._timing import Speed
+from ..runs import checkpoint as ckpt
+from ..runs.metrics import MetricsLog
+from ..runs.signals import Stop
+from ..runs.timing import Speed
 from .config import RunConfig
 from .data import TaskData
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._atomic import open_append, write_atomic
+from .atomic import open_append, write_atomic
 
 __all__ = ["MetricsLog", "read_records", "plot_curves"]
 
