@@ -4,6 +4,7 @@ model, programs, the log and the signal handler."""
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ class Run:
     started: float | None = None  # the `clock` reading `--time-limit` counts from
     stop: Stop | None = None
     lock: ckpt.RunLock | None = None
+    on_record: Callable[[dict[str, Any]], Any] | None = None  # `MetricsLog`'s hook
 
     def say(self, msg: str) -> None:
         try:

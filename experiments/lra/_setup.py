@@ -242,7 +242,7 @@ def build(r: Run) -> Carry:
         write_atomic(
             r.out / "config.json", json.dumps(cfg.to_json(), indent=1, sort_keys=True).encode()
         )
-    r.log = MetricsLog(r.out / "metrics.jsonl", enabled=r.primary)
+    r.log = MetricsLog(r.out / "metrics.jsonl", enabled=r.primary, on_record=r.on_record)
     r.log.truncate(carry.step)
     on_devices = {
         f: par.replicate(getattr(carry, f), r.mesh)

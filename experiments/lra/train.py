@@ -57,6 +57,7 @@ def run(
     clock: Callable[[], float] = time.monotonic,
     started: float | None = None,
     hard_abort: bool = False,
+    on_record: Callable[[dict[str, Any]], Any] | None = None,
 ) -> dict[str, Any]:
     """Train (or continue) one run; the body of the CLI.
 
@@ -70,6 +71,8 @@ def run(
         passes the process's start).
     - `hard_abort`: a second signal outside a checkpoint write ends the process at once
         (`os._exit(130)`, the CLI) instead of raising `Abort` (see `runs.signals.Stop`).
+    - `on_record`: called with each record of `OUT/metrics.jsonl` as it is written (to
+        forward metrics to TensorBoard, W&B...; `runs.metrics.MetricsLog`).
 
     **Returns:** a dict: `status` (`"finished"`, `"stopped"` by `--stop-at` or
     `--time-limit`, or `"interrupted"`), `step`, `steps_per_sec`, `best_val_accuracy`,
@@ -82,7 +85,7 @@ def run(
     started = clock() if started is None else started
     with Stop(hard_abort=hard_abort) as stop:  # signals: flags; before training they end the run
         r = set_up(args)
-        r.started, r.stop = started, stop
+        r.started, r.stop, r.on_record = started, stop, on_record
         stop.watch(r.cfg.save_signals)
         try:
             mp.settle(lambda: load_data(r))

@@ -62,15 +62,19 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
-    """An uninterrupted complex run: its results and output folder."""
+    """An uninterrupted complex run: its results, output folder and the records it sent to
+    `on_record`."""
     out = tmp_path_factory.mktemp("ref") / "run"
-    return train.run(_args(data, out)), out
+    forwarded = []
+    return train.run(_args(data, out), on_record=forwarded.append), out, forwarded
 
 
 @pytest.mark.parametrize("form", ["complex", pytest.param("real", marks=pytest.mark.slow)])
 def test_run_writes_everything(form, data, reference, tmp_path):
     if form == "complex":
-        results, out = reference
+        results, out, forwarded = reference
+        # Every record reaches the hook, as written (TensorBoard, W&B... without a dependency).
+        assert forwarded == read_records(out / "metrics.jsonl")
     else:
         out = tmp_path / "run"
         # An explicit --method goes through the `form=make_core` path of the model.
