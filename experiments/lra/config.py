@@ -224,12 +224,13 @@ class RunConfig:
         LRU), with the core's official settings for the task over it (`cores.Core`) and
         the settings the core does not use as None."""
         entry = tasks.get_task(task)
-        values = dict(task=task, core=core, **entry.settings, remat=entry.remat)
+        values: dict[str, Any] = {"task": task, "core": core, **entry.settings}
+        values["remat"] = entry.remat
         record = cores.get_core(core)
         official = record.settings_for(task)
         values.update(official)
-        if "batch_size" in official and "eval_every" not in tasks.get_task(task).defaults:
-            values["eval_every"] = max(1, tasks.get_task(task).train_size // values["batch_size"])
+        if "batch_size" in official and "eval_every" not in entry.defaults:
+            values["eval_every"] = max(1, entry.train_size // values["batch_size"])
         return cls(**_core_fields(record, values, given={}))
 
     def replace(self, **changes) -> "RunConfig":
