@@ -8,11 +8,10 @@ after `length`) are masked so they never change an output at a valid position.
 """
 
 from collections.abc import Hashable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 from beartype import beartype
 from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
@@ -20,14 +19,14 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTr
 from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
 from ._bidirectional import sum_of_directions
-from ._checks import Size, check_key, check_segment_ids, check_size, float_dtype
-from ._core import AbstractRecurrentCore, dt_options
+from ._checks import Size, check_key, check_size, float_dtype
+from ._core import AbstractRecurrentCore
 from ._core_factory import Core, build_core, core_factory
-from ._dt import mask_steps
 from ._glu import GLU
 from ._norm import MaskedBatchNorm
-from ._padding import check_length, where_valid
-from ._streams import chunk_mask, keep_when_empty, start_carry
+from ._padding import where_valid
+from ._prologue import start_call, start_chunk, start_step, with_steps
+from ._streams import keep_when_empty
 from ._surface import check_carry, check_features, checks_first
 
 # The checks that run before the type checker of the block's public methods (one line per
@@ -321,11 +320,11 @@ class LRUBlock(AbstractStreamingBlock):
         `jax.lax.scan`): the block's call in inference mode, position by position.
         """
         core = self._causal_core("step")
-        timed = dt_options(core, dt)
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=True)
-        x_t = jnp.asarray(x_t)
+        carry, x_t, dt = start_step(
+            carry, x_t, core=core, init_carry=self.init_carry, reset=reset, dt=dt
+        )
         z = _normalise(self, x_t[None], state, None, inference=True)[0][0]
-        carry, h = core.step(carry, z, **timed)
+        carry, h = with_steps(core.step, carry, z, dt=dt)
         return carry, x_t + self.glu(jax.nn.gelu(h))
 
     @checks_first(_check_chunk)
@@ -386,8 +385,6 @@ class LRUBlock(AbstractStreamingBlock):
         over their concatenation, and of `step` position by position.
         """
         core = self._causal_core("chunk")
-        timed = dt_options(core, dt)
-        sharding.refuse(self, "`LRUBlock.chunk`")
         if not inference and isinstance(self.norm, MaskedBatchNorm):
             raise ValueError(
                 "`LRUBlock.chunk(..., inference=False)` cannot train a block with batch norm "
@@ -396,19 +393,18 @@ class LRUBlock(AbstractStreamingBlock):
                 "training of the whole sequences. Use `norm='layer'` or `norm=None` to "
                 "train by chunks, or train with the block's call on whole sequences."
             )
-        x = jnp.asarray(x)
-        check_length(x, "x")
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=carry_gradient)
-        mask, valid = chunk_mask(length, x.shape[0])
-        x = where_valid(mask, x)
-        z, _ = _normalise(self, x, state, mask, inference=True)  # batch norm: running stats
-        z = where_valid(mask, z)
-        last = None if valid is None else jnp.maximum(valid, 1)  # 0: the carry is kept below
-        timed: dict[str, Any] = {n: mask_steps(steps, mask) for n, steps in timed.items()}
-        h, new = core.run(z, initial_state=carry, length=last, segment_ids=segment_ids, **timed)
-        y = _residual(self, x, h, mask, key, inference)
-        return keep_when_empty(valid, new, carry), y
+        c = start_chunk(
+            self, "LRUBlock.chunk", carry, x, core=core, init_carry=self.init_carry,
+            length=length, segment_ids=segment_ids, reset=reset,
+            carry_gradient=carry_gradient, dt=dt,
+        )  # fmt: skip
+        z, _ = _normalise(self, c.x, state, c.mask, inference=True)  # batch norm: running stats
+        z = where_valid(c.mask, z)
+        h, new = with_steps(
+            core.run, z, initial_state=c.carry, length=c.last, segment_ids=c.segment_ids, dt=c.dt
+        )
+        y = _residual(self, c.x, h, c.mask, key, inference)
+        return keep_when_empty(c.valid, new, c.carry), y
 
 
 def _normalise(block: LRUBlock, x, state, mask, inference):
@@ -436,16 +432,14 @@ def _call(
     sequential: bool,
 ):
     """`LRUBlock.__call__` and `LRUBlock.scan_body` (their signatures check the types):
-    the checks of `x`, `length`, `segment_ids` and whether the cores take `dt`, then
-    `_forward`, inside one `eqx.filter_checkpoint` when `checkpoint`."""
-    dt_options(block.core, dt)  # a core without time steps refuses `dt` before any work
-    x = jnp.asarray(x)
-    check_length(x, "x")
-    segment_ids = check_segment_ids(segment_ids, x.shape[0])
-    mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(block))
-    dt = mask_steps(dt, mask)
+    the prologue (`start_call`: the checks of `x`, `length`, `segment_ids` and whether the
+    cores take `dt`, before any work), then `_forward`, inside one `eqx.filter_checkpoint`
+    when `checkpoint`."""
+    c = start_call(block, x, core=block.core, length=length, segment_ids=segment_ids, dt=dt)
     forward = eqx.filter_checkpoint(_forward) if checkpoint else _forward
-    return forward(block, x, state, mask, key, inference, segment_ids, dt, sequential=sequential)
+    return forward(
+        block, c.x, state, c.mask, key, inference, c.segment_ids, c.dt, sequential=sequential
+    )
 
 
 def _forward(
@@ -460,15 +454,14 @@ def _forward(
     *,
     sequential: bool = False,
 ):
-    """The block's formula (Fig. 1) on one sequence with a validity `mask`, `segment_ids`
-    and time steps `dt` (each `None` or an array)."""
-    x = where_valid(mask, x)
+    """The block's formula (Fig. 1) on one sequence `x`, zero at pads, with a validity
+    `mask`, `segment_ids` and time steps `dt` (each `None` or an array; `start_call`)."""
     z, state = _normalise(block, x, state, mask, inference)
     # Zero pads before the recurrence: the norm's shift makes them non-zero, and a
     # reverse scan starting at the padded end would carry them into valid positions.
     z = where_valid(mask, z)
     if block.reverse_core is None:
-        h = block.core(z, segment_ids=segment_ids, **dt_options(block.core, dt))
+        h = with_steps(block.core, z, segment_ids=segment_ids, dt=dt)
     else:
         cores = (block.core, block.reverse_core)
         axis = sharding.sequence_axis(block)

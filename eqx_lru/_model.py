@@ -11,20 +11,13 @@ from beartype import beartype
 from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from . import _sharding as sharding
-from ._abstract_block import (
-    AbstractBlock,
-    AbstractStreamingBlock,
-    call_block,
-    chunk_block,
-    step_block,
-)
+from ._abstract_block import AbstractBlock, AbstractStreamingBlock, call_block
 from ._block import LRUBlock
 from ._block_scan import scan_blocks, stack_blocks
 from ._checks import (
     Size,
     check_key,
     check_num_segments,
-    check_segment_ids,
     check_size,
     check_token_ids,
     float_dtype,
@@ -32,8 +25,9 @@ from ._checks import (
 )
 from ._dt import check_known_dt, model_dtype
 from ._padding import check_length, segment_index, where_valid
+from ._prologue import Call, start_call, start_chunk, start_step
 from ._runtime_check import runtime_check
-from ._streams import chunk_mask, running_sum, start_carry
+from ._streams import running_sum
 from ._surface import check_carry, checks_first
 
 Pooling = Literal["mean", "last"] | None
@@ -51,7 +45,8 @@ def _check_block(block: object, index: int, factory: BlockFactory) -> AbstractBl
         f"`block` must build eqx_lru.AbstractBlock subclasses; block {index} from "
         f"{getattr(factory, '__name__', factory)!r} is a {name}. Subclass "
         f"eqx_lru.AbstractBlock (`class {name}(eqx_lru.AbstractBlock)`, with LRUBlock's call "
-        "`__call__(x, state, *, length=None, segment_ids=None, key=None, inference=None) -> "
+        "`__call__(x, state, *, length=None, segment_ids=None, dt=None, key=None, "
+        "inference=None) -> "
         "(y, state)`), or eqx_lru.AbstractStreamingBlock to also stream."
     )
 
@@ -64,26 +59,40 @@ def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
 # mistake; see `_surface`).
 
 
-def _check_call(model: "LRUModel", x, *args, **kwargs) -> None:
-    del args
+def _check_call(
+    model: "LRUModel",
+    x,
+    state=None,
+    *,
+    length=None,
+    segment_ids=None,
+    num_segments=None,
+    dt=None,
+    **_,
+) -> None:
+    del state
     model._check_input(x)
-    model._check_known_values(x, kwargs)
+    model._check_known_values(
+        x, length=length, segment_ids=segment_ids, num_segments=num_segments, dt=dt
+    )
 
 
-def _check_step(model: "LRUModel", carry, x_t, *args, **kwargs) -> None:
-    del args
+def _check_step(model: "LRUModel", carry, x_t, state=None, *, dt=None, **_) -> None:
+    del state
     model._streaming_blocks("step")
     model._check_input(x_t, position=True)
     check_carry(carry, model.init_carry, "LRUModel")
-    model._check_known_values(x_t, dict(kwargs, sequence=False))
+    model._check_known_values(x_t, dt=dt, sequence=False)
 
 
-def _check_chunk(model: "LRUModel", carry, x, *args, **kwargs) -> None:
-    del args
+def _check_chunk(
+    model: "LRUModel", carry, x, state=None, *, length=None, segment_ids=None, dt=None, **_
+) -> None:
+    del state
     model._streaming_blocks("chunk")
     model._check_input(x)
     check_carry(carry, model.init_carry, "LRUModel")
-    model._check_known_values(x, kwargs)
+    model._check_known_values(x, length=length, segment_ids=segment_ids, dt=dt)
 
 
 class LRUModel(eqx.Module):
@@ -256,17 +265,24 @@ class LRUModel(eqx.Module):
             check_length(x, "x")
         return x
 
-    def _check_known_values(self, x, options: dict) -> None:
+    def _check_known_values(
+        self,
+        x,
+        *,
+        length=None,
+        segment_ids=None,
+        num_segments=None,
+        dt: ArrayLike | None = None,
+        sequence: bool = True,
+    ) -> None:
         """The checks of the values as given that are known now (also when closed over
         inside `jit`, where the values derived from them are traced): the token ids and
-        time steps at valid positions, and the number of packed sequences (`_checks`,
-        `_dt`); `options` holds the call's keyword arguments."""
-        length = options.get("length")
+        time steps `dt` at valid positions, and the number of packed sequences (`_checks`,
+        `_dt`), of a call's sequence `x` (`sequence=False`: of a step's position)."""
         if isinstance(self.encoder, eqx.nn.Embedding) and self.check_tokens:
             check_token_ids(x, self.encoder.num_embeddings, valid=length, value=x)
-        size = None if not options.get("sequence", True) else jnp.shape(x)[0]
-        check_known_dt(options.get("dt"), length, size, model_dtype(self))
-        segment_ids, num_segments = options.get("segment_ids"), options.get("num_segments")
+        size = jnp.shape(x)[0] if sequence else None
+        check_known_dt(dt, length, size, model_dtype(self))
         if segment_ids is not None and isinstance(num_segments, int) and self.pooling:
             check_num_segments(segment_ids, length, num_segments)
 
@@ -278,19 +294,27 @@ class LRUModel(eqx.Module):
             x = _check_token_ids(x, self.encoder.num_embeddings)
         return jax.vmap(self.encoder)(x)
 
-    def _features(self, x, state, length, key, inference, segment_ids=None, dt=None):
-        mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
-        h = self._encode(x, mask)
+    def _features(
+        self, x, state, *, length, segment_ids, dt, key, inference
+    ) -> tuple[Array, eqx.nn.State, Call]:
+        """The last block's outputs on one sequence, the state, and the checked arguments
+        (`start_call`'s prologue; the blocks check and mask `dt`)."""
+        c = start_call(self, x, core=None, length=length, segment_ids=segment_ids, dt=dt)
+        h = self._encode(c.x, c.mask)
         stacked = stack_blocks(self.blocks) if self.remat else None
         if stacked is not None:
             h, state = scan_blocks(
-                self.blocks, stacked, h, state, length, key, inference, segment_ids, dt
-            )
-            return h, state, mask
+                self.blocks, stacked, h, state, length=length, segment_ids=c.segment_ids,
+                dt=c.dt, key=key, inference=inference,
+            )  # fmt: skip
+            return h, state, c
         call = eqx.filter_checkpoint(call_block) if self.remat else call_block
         for block, block_key in zip(self.blocks, _split(key, len(self.blocks)), strict=True):
-            h, state = call(block, h, state, length, block_key, inference, segment_ids, dt)
-        return h, state, mask
+            h, state = call(
+                block, h, state, length=length, segment_ids=c.segment_ids, dt=c.dt,
+                key=block_key, inference=inference,
+            )  # fmt: skip
+        return h, state, c
 
     @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
@@ -310,8 +334,9 @@ class LRUModel(eqx.Module):
         Same arguments as `__call__`.
         """
         x = self._check_input(x)
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        h, state, _ = self._features(x, state, length, key, inference, segment_ids, dt)
+        h, state, _ = self._features(
+            x, state, length=length, segment_ids=segment_ids, dt=dt, key=key, inference=inference
+        )
         return h, state
 
     @checks_first(_check_call)
@@ -363,11 +388,13 @@ class LRUModel(eqx.Module):
         `out_size is None`.
         """
         x = self._check_input(x)
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
         num_segments = self._check_num_segments(segment_ids, num_segments)
         if num_segments is not None:
             sharding.refuse(self, "Pooling per packed sequence (`segment_ids=` with pooling)")
-        h, state, mask = self._features(x, state, length, key, inference, segment_ids, dt)
+        h, state, c = self._features(
+            x, state, length=length, segment_ids=segment_ids, dt=dt, key=key, inference=inference
+        )
+        mask, segment_ids = c.mask, c.segment_ids
         if self.pooling is None:
             out = h if self.head is None else jax.vmap(self.head)(h)
             return where_valid(mask, out), state
@@ -491,11 +518,13 @@ class LRUModel(eqx.Module):
         """
         streaming = self._streaming_blocks("step")
         x_t = self._check_input(x_t, position=True)
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=True)
+        carry, x_t, dt = start_step(
+            carry, x_t, core=None, init_carry=self.init_carry, reset=reset, dt=dt
+        )
         h = self._encode(x_t[None], None)[0]
         blocks = []
         for block, block_carry in zip(streaming, carry["blocks"], strict=True):
-            block_carry, h = step_block(block, block_carry, h, state, dt=dt)
+            block_carry, h = block.step(block_carry, h, state, dt=dt)
             blocks.append(block_carry)
         carry, out = self._readout(dict(carry, blocks=tuple(blocks)), h[None], None)
         return carry, out[0] if self.pooling is None else out
@@ -560,32 +589,30 @@ class LRUModel(eqx.Module):
         of `step` position by position.
         """
         streaming = self._streaming_blocks("chunk")
-        sharding.refuse(self, "`LRUModel.chunk`")
         x = self._check_input(x)
-        if segment_ids is not None:
-            if self.pooling is not None:
-                raise ValueError(
-                    "`LRUModel.chunk` takes `segment_ids` only with `pooling=None`: with "
-                    f"pooling={self.pooling!r} the stream has one pooled output, and packed "
-                    "sequences would each need their own. Stream each sequence from "
-                    "`init_carry()`, or pool packed sequences with the model's call "
-                    "(`segment_ids=`, `num_segments=`)."
-                )
-            segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=carry_gradient)
-        mask, valid = chunk_mask(length, x.shape[0])
-        h = self._encode(x, mask)
-        options = dict(
-            segment_ids=segment_ids, inference=inference, carry_gradient=carry_gradient, dt=dt
-        )
+        if segment_ids is not None and self.pooling is not None:
+            raise ValueError(
+                "`LRUModel.chunk` takes `segment_ids` only with `pooling=None`: with "
+                f"pooling={self.pooling!r} the stream has one pooled output, and packed "
+                "sequences would each need their own. Stream each sequence from "
+                "`init_carry()`, or pool packed sequences with the model's call "
+                "(`segment_ids=`, `num_segments=`)."
+            )
+        c = start_chunk(
+            self, "LRUModel.chunk", carry, x, core=None, init_carry=self.init_carry,
+            length=length, segment_ids=segment_ids, reset=reset,
+            carry_gradient=carry_gradient, dt=dt,
+        )  # fmt: skip
+        h = self._encode(c.x, c.mask)
         blocks = []
         keys = _split(key, len(streaming))
-        for block, block_carry, block_key in zip(streaming, carry["blocks"], keys, strict=True):
-            block_carry, h = chunk_block(
-                block, block_carry, h, state, valid, key=block_key, **options
-            )
+        for block, block_carry, block_key in zip(streaming, c.carry["blocks"], keys, strict=True):
+            block_carry, h = block.chunk(
+                block_carry, h, state, length=c.valid, segment_ids=c.segment_ids,
+                inference=inference, key=block_key, carry_gradient=carry_gradient, dt=c.dt,
+            )  # fmt: skip
             blocks.append(block_carry)
-        return self._readout(dict(carry, blocks=tuple(blocks)), h, mask)
+        return self._readout(dict(c.carry, blocks=tuple(blocks)), h, c.mask)
 
 
 def _sum_dtype(encoder) -> jnp.dtype:
