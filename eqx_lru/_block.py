@@ -13,19 +13,17 @@ from typing import Literal
 import equinox as eqx
 import jax
 from beartype import beartype
-from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
-from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
-from ._bidirectional import sum_of_directions
+from ._block_formula import call, normalise, residual
 from ._checks import Size, check_key, check_size, float_dtype
 from ._core import AbstractRecurrentCore
 from ._core_factory import Core, build_core, core_factory
 from ._glu import GLU
 from ._norm import MaskedBatchNorm
 from ._padding import where_valid
-from ._prologue import start_call, start_chunk, start_step, with_steps
+from ._prologue import start_chunk, start_step, with_steps
 from ._streams import keep_when_empty
 from ._surface import check_carry, check_features, checks_first
 
@@ -229,9 +227,10 @@ class LRUBlock(AbstractStreamingBlock):
         **Returns:** `(y, new_state)`, `y` of shape `(length, d_model)`, zero at padded
         positions.
         """
-        remat = self.remat
-        options = dict(segment_ids=segment_ids, dt=dt, key=key, inference=inference)
-        return _call(self, x, state, length, **options, checkpoint=remat, sequential=remat)
+        return call(
+            self, x, state, length=length, segment_ids=segment_ids, dt=dt, key=key,
+            inference=inference, checkpoint=self.remat, sequential=self.remat,
+        )  # fmt: skip
 
     @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
@@ -261,8 +260,10 @@ class LRUBlock(AbstractStreamingBlock):
 
         Same arguments and returns as `__call__`.
         """
-        options = dict(segment_ids=segment_ids, dt=dt, key=key, inference=inference)
-        return _call(self, x, state, length, **options, checkpoint=False, sequential=True)
+        return call(
+            self, x, state, length=length, segment_ids=segment_ids, dt=dt, key=key,
+            inference=inference, checkpoint=False, sequential=True,
+        )  # fmt: skip
 
     # --- streaming: a causal block as an RNN ----------------------------------------------
 
@@ -323,7 +324,7 @@ class LRUBlock(AbstractStreamingBlock):
         carry, x_t, dt = start_step(
             carry, x_t, core=core, init_carry=self.init_carry, reset=reset, dt=dt
         )
-        z = _normalise(self, x_t[None], state, None, inference=True)[0][0]
+        z = normalise(self, x_t[None], state, None, inference=True)[0][0]
         carry, h = with_steps(core.step, carry, z, dt=dt)
         return carry, x_t + self.glu(jax.nn.gelu(h))
 
@@ -398,83 +399,10 @@ class LRUBlock(AbstractStreamingBlock):
             length=length, segment_ids=segment_ids, reset=reset,
             carry_gradient=carry_gradient, dt=dt,
         )  # fmt: skip
-        z, _ = _normalise(self, c.x, state, c.mask, inference=True)  # batch norm: running stats
+        z, _ = normalise(self, c.x, state, c.mask, inference=True)  # batch norm: running stats
         z = where_valid(c.mask, z)
         h, new = with_steps(
             core.run, z, initial_state=c.carry, length=c.last, segment_ids=c.segment_ids, dt=c.dt
         )
-        y = _residual(self, c.x, h, c.mask, key, inference)
+        y = residual(self, c.x, h, c.mask, key, inference)
         return keep_when_empty(c.valid, new, c.carry), y
-
-
-def _normalise(block: LRUBlock, x, state, mask, inference):
-    """The block's norm on one sequence: `(z, state)`."""
-    if isinstance(block.norm, MaskedBatchNorm):
-        # Over a sequence split across devices, the statistics span the chunks too.
-        norm = sharding.with_sequence_axis(block.norm, sharding.sequence_axis(block))
-        return norm(x, state, mask=mask, inference=inference)
-    if block.norm is None:
-        return x, state
-    return jax.vmap(block.norm)(x), state
-
-
-def _call(
-    block: LRUBlock,
-    x,
-    state,
-    length,
-    *,
-    segment_ids,
-    dt,
-    key,
-    inference,
-    checkpoint: bool,
-    sequential: bool,
-):
-    """`LRUBlock.__call__` and `LRUBlock.scan_body` (their signatures check the types):
-    the prologue (`start_call`: the checks of `x`, `length`, `segment_ids` and whether the
-    cores take `dt`, before any work), then `_forward`, inside one `eqx.filter_checkpoint`
-    when `checkpoint`."""
-    c = start_call(block, x, core=block.core, length=length, segment_ids=segment_ids, dt=dt)
-    forward = eqx.filter_checkpoint(_forward) if checkpoint else _forward
-    return forward(
-        block, c.x, state, c.mask, key, inference, c.segment_ids, c.dt, sequential=sequential
-    )
-
-
-def _forward(
-    block: LRUBlock,
-    x,
-    state,
-    mask,
-    key,
-    inference,
-    segment_ids=None,
-    dt=None,
-    *,
-    sequential: bool = False,
-):
-    """The block's formula (Fig. 1) on one sequence `x`, zero at pads, with a validity
-    `mask`, `segment_ids` and time steps `dt` (each `None` or an array; `start_call`)."""
-    z, state = _normalise(block, x, state, mask, inference)
-    # Zero pads before the recurrence: the norm's shift makes them non-zero, and a
-    # reverse scan starting at the padded end would carry them into valid positions.
-    z = where_valid(mask, z)
-    if block.reverse_core is None:
-        h = with_steps(block.core, z, segment_ids=segment_ids, dt=dt)
-    else:
-        cores = (block.core, block.reverse_core)
-        axis = sharding.sequence_axis(block)
-        h = sum_of_directions(cores, z, segment_ids, dt, axis=axis, sequential=sequential)
-        if sequential:
-            h = checkpoint_name(h, block.remat_name)
-    return _residual(block, x, h, mask, key, inference), state
-
-
-def _residual(block: LRUBlock, x, h, mask, key, inference):
-    r"""The block after its recurrence $h$: $x + \operatorname{Dropout}(\operatorname{GLU}(
-    \operatorname{GELU}(h)))$, zero at padded positions."""
-    h = jax.vmap(block.glu)(jax.nn.gelu(h))
-    key = sharding.chunk_key(key, sharding.sequence_axis(block))  # a chunk's own masks
-    h = block.dropout(h, key=key, inference=inference)
-    return where_valid(mask, x + h)
