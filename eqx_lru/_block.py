@@ -321,9 +321,7 @@ class LRUBlock(AbstractStreamingBlock):
         `jax.lax.scan`): the block's call in inference mode, position by position.
         """
         core = self._causal_core("step")
-        carry, x_t, dt = start_step(
-            carry, x_t, core=core, init_carry=self.init_carry, reset=reset, dt=dt
-        )
+        carry, x_t, dt = start_step(self, carry, x_t, core=core, reset=reset, dt=dt)
         z = normalise(self, x_t[None], state, None, inference=True)[0][0]
         carry, h = with_steps(core.step, carry, z, dt=dt)
         return carry, x_t + self.glu(jax.nn.gelu(h))
@@ -395,8 +393,7 @@ class LRUBlock(AbstractStreamingBlock):
                 "train by chunks, or train with the block's call on whole sequences."
             )
         c = start_chunk(
-            self, "LRUBlock.chunk", carry, x, core=core, init_carry=self.init_carry,
-            length=length, segment_ids=segment_ids, reset=reset,
+            self, carry, x, core=core, length=length, segment_ids=segment_ids, reset=reset,
             carry_gradient=carry_gradient, dt=dt,
         )  # fmt: skip
         z, _ = normalise(self, c.x, state, c.mask, inference=True)  # batch norm: running stats

@@ -225,9 +225,7 @@ class HawkBlock(AbstractStreamingBlock):
         `init_carry()` when `reset` is true (as `LRUBlock.step`); `dt`: this position's
         time step. Repeated from `init_carry()`: the call, position by position.
         **Returns:** `(carry, y_t)`."""
-        carry, x_t, dt = start_step(
-            carry, x_t, core=self.core, init_carry=self.init_carry, reset=reset, dt=dt
-        )
+        carry, x_t, dt = start_step(self, carry, x_t, core=self.core, reset=reset, dt=dt)
         gate, v = _mix_in(self, x_t[None])
         history, u = self.conv.step(carry["conv"], v[0])
         core_state, h = with_steps(self.core.step, carry["core"], u, dt=dt)
@@ -257,8 +255,7 @@ class HawkBlock(AbstractStreamingBlock):
         core's time steps. **Returns:** `(carry, y)`, the carry after the last valid
         position and the outputs, zero at pads."""
         c = start_chunk(
-            self, "HawkBlock.chunk", carry, x, core=self.core, init_carry=self.init_carry,
-            length=length, segment_ids=segment_ids, reset=reset,
+            self, carry, x, core=self.core, length=length, segment_ids=segment_ids, reset=reset,
             carry_gradient=carry_gradient, dt=dt,
         )  # fmt: skip
         gate, v = _mix_in(self, c.x)

@@ -69,9 +69,7 @@ def stream_step(
     name), then `readout`."""
     streaming = streaming_blocks(model, "step")
     x_t = check_input(model, x_t, position=True)
-    carry, x_t, dt = start_step(
-        carry, x_t, core=None, init_carry=model.init_carry, reset=reset, dt=dt
-    )
+    carry, x_t, dt = start_step(model, carry, x_t, core=None, reset=reset, dt=dt)
     h = encode(model, x_t[None], None)[0]
     blocks = []
     for block, block_carry in zip(streaming, carry["blocks"], strict=True):
@@ -108,8 +106,7 @@ def stream_chunk(
             "(`segment_ids=`, `num_segments=`)."
         )
     c = start_chunk(
-        model, "LRUModel.chunk", carry, x, core=None, init_carry=model.init_carry,
-        length=length, segment_ids=segment_ids, reset=reset,
+        model, carry, x, core=None, length=length, segment_ids=segment_ids, reset=reset,
         carry_gradient=carry_gradient, dt=dt,
     )  # fmt: skip
     h = encode(model, c.x, c.mask)

@@ -87,31 +87,29 @@ class Chunk(NamedTuple):
 
 
 def start_chunk(
-    owner: eqx.Module,
-    method: str,
+    owner: Any,
     carry: PyTree[ArrayLike],
     x: ArrayLike,
     *,
     core: AbstractRecurrentCore | None,
-    init_carry: Callable[[], PyTree[Array]],
     length: Integer[ArrayLike, ""] | None,
     segment_ids: Integer[ArrayLike, " length"] | None,
     reset: Bool[ArrayLike, ""] | None,
     carry_gradient: bool,
     dt: ArrayLike | None,
 ) -> Chunk:
-    """The prologue of `chunk` (a block's or a model's, named `method` in errors): `core`
-    takes `dt`, the owner is not split across devices, `x` has a position and
-    `segment_ids` one per position; the carry to start from (`start_carry`), the mask of
-    the `length` new positions, `x` zeroed and the steps set to 1 at pads. A chunk with
-    no new position (`valid == 0`) runs its core over one (`last`) and keeps its carry
-    (`_streams.keep_when_empty`)."""
+    """The prologue of `owner.chunk` (a streaming block's or a model's): `core` takes
+    `dt`, the owner is not split across devices, `x` has a position and `segment_ids` one
+    per position; the carry to start from (`start_carry`, from `owner.init_carry()` on
+    `reset`), the mask of the `length` new positions, `x` zeroed and the steps set to 1 at
+    pads. A chunk with no new position (`valid == 0`) runs its core over one (`last`)
+    and keeps its carry (`_streams.keep_when_empty`)."""
     dt = core_steps(core, dt)
-    sharding.refuse(owner, f"`{method}`")
+    sharding.refuse(owner, f"`{type(owner).__name__}.chunk`")
     x = jnp.asarray(x)
     check_length(x, "x")
     segment_ids = check_segment_ids(segment_ids, x.shape[0])
-    carry = start_carry(carry, init_carry, reset=reset, carry_gradient=carry_gradient)
+    carry = start_carry(carry, owner.init_carry, reset=reset, carry_gradient=carry_gradient)
     mask, valid = chunk_mask(length, x.shape[0])
     last = None if valid is None else jnp.maximum(valid, 1)
     steps = dt if core is None else mask_steps(dt, mask)
@@ -119,17 +117,17 @@ def start_chunk(
 
 
 def start_step(
+    owner: Any,
     carry: PyTree[ArrayLike],
     x_t: ArrayLike,
     *,
     core: AbstractRecurrentCore | None,
-    init_carry: Callable[[], PyTree[Array]],
     reset: Bool[ArrayLike, ""] | None,
     dt: ArrayLike | None,
 ) -> tuple[PyTree[Array], Array, ArrayLike | None]:
-    """The prologue of `step`: `(carry, x_t, dt)`, the carry to start from (`init_carry()`
-    on `reset`; gradients flow into it), `x_t` as an array, and `dt` once `core` is known
-    to take it (`None`: a model)."""
+    """The prologue of `owner.step`: `(carry, x_t, dt)`, the carry to start from
+    (`owner.init_carry()` on `reset`; gradients flow into it), `x_t` as an array, and
+    `dt` once `core` is known to take it (`None`: a model)."""
     dt = core_steps(core, dt)
-    carry = start_carry(carry, init_carry, reset=reset, carry_gradient=True)
+    carry = start_carry(carry, owner.init_carry, reset=reset, carry_gradient=True)
     return carry, jnp.asarray(x_t), dt
