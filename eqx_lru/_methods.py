@@ -253,29 +253,8 @@ def _sequential(
 ) -> tuple[Array, Array]:
     """`h ← step(a_k, h, load(xs[k]))` for every k (from the end if `reverse`), writing
     `store(h)` over `xs[k]` in place. Returns (all stored states, the last carry)."""
-    dtype = xs.dtype
-    if dtype.itemsize == 2 and jnp.issubdtype(dtype, jnp.floating):
-        # Loop over the bit patterns of 16-bit floats: XLA on CPU upcasts a bfloat16
-        # dynamic-update-slice to float32 over the whole buffer (a full copy per iteration).
-        def load_bits(x, load=load):
-            return load(jax.lax.bitcast_convert_type(x, dtype))
-
-        def store_bits(h, store=store):
-            return jax.lax.bitcast_convert_type(store(h), jnp.uint16)
-
-        hs, h = _sequential(
-            step,
-            load_bits,
-            store_bits,
-            a,
-            jax.lax.bitcast_convert_type(xs, jnp.uint16),
-            h,
-            shared,
-            reverse,
-            unroll,
-        )
-        return jax.lax.bitcast_convert_type(hs, dtype), h
-
+    if xs.dtype.itemsize == 2 and jnp.issubdtype(xs.dtype, jnp.floating):
+        return _sequential_bits(step, load, store, a, xs, h, shared, reverse, unroll)
     length = xs.shape[0]
     block = max(1, min(unroll, length))
     n_blocks, tail = divmod(length, block)
@@ -305,3 +284,20 @@ def _sequential(
         start = 0 if reverse else n_blocks * block
         h, xs = run(h, xs, start, tail, None if shared else a[start : start + tail])
     return xs, h
+
+
+def _sequential_bits(step, load, store, a, xs, h, shared, reverse, unroll):
+    """`_sequential` on 16-bit floats `xs`, looping over their bit patterns: XLA on CPU
+    upcasts a bfloat16 dynamic-update-slice to float32 over the whole buffer (a full copy
+    per iteration)."""
+    dtype = xs.dtype
+
+    def load_bits(x):
+        return load(jax.lax.bitcast_convert_type(x, dtype))
+
+    def store_bits(h):
+        return jax.lax.bitcast_convert_type(store(h), jnp.uint16)
+
+    bits = jax.lax.bitcast_convert_type(xs, jnp.uint16)
+    hs, h = _sequential(step, load_bits, store_bits, a, bits, h, shared, reverse, unroll)
+    return jax.lax.bitcast_convert_type(hs, dtype), h
