@@ -306,7 +306,7 @@ class RGLRU(AbstractStatesCore):
         return gate(self.W_a, self.b_a), gate(self.W_x, self.b_x)
 
     def _terms(self, x: Array, dt: Array | None, starts: Array | None = None):
-        """(transitions $a_t$, drives $g_t\, i_t x_t$) in the algebra's layout, one per
+        r"""(transitions $a_t$, drives $g_t\, i_t x_t$) in the algebra's layout, one per
         position (or for one token), with the gain $g_t$ of the `discretization`: at the
         step, $\sqrt{1-|a_t|^{2\Delta t}}$ (variance-preserving); at $\Delta t = 1$,
         $\sqrt{1-|a_t|^2}$ (impulse), times $(a_t^{\Delta t} - 1)/(a_t - 1)$ (zoh). Where
