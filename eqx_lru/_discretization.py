@@ -67,8 +67,8 @@ def expm1_pair(
 
 
 def hold_weight(
-    log_re: Float[Array, "*shape"], log_im: Float[Array, "*shape"], dt: Float[Array, "*b"]
-) -> tuple[Float[Array, "*shape"], Float[Array, "*shape"]]:
+    log_re: Float[Array, "..."], log_im: Float[Array, "..."], dt: Float[Array, "..."]
+) -> tuple[Float[Array, "..."], Float[Array, "..."]]:
     r"""The zero-order hold's input weight $w = \operatorname{expm1}(\mu\Delta t) /
     \operatorname{expm1}(\mu)$ of a complex mode $\mu$ = `log_re` + i `log_im`, for steps
     `dt` (broadcast against them), as `(Re w, Im w)`.
@@ -91,7 +91,7 @@ def hold_weight(
     return jnp.where(zero, dt, w_re), jnp.where(zero, jnp.zeros_like(w_im), w_im)
 
 
-def hold_weight_real(log: Float[Array, "*shape"], dt: Float[Array, "*b"]) -> Float[Array, "*shape"]:
+def hold_weight_real(log: Float[Array, "..."], dt: Float[Array, "..."]) -> Float[Array, "..."]:
     r"""`hold_weight` of a real mode $\mu$ = `log`: $\operatorname{expm1}(\mu\Delta t) /
     \operatorname{expm1}(\mu)$, $\Delta t$ where $\mu = 0$ (1 exactly at $\Delta t = 1$)."""
     den = jnp.expm1(log)

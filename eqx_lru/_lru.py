@@ -346,7 +346,7 @@ class AbstractLRU(AbstractModalCore):
         precision: Precision = None,
         dtype=None,
         compute_dtype=None,
-        discretization: Discretization = "impulse",
+        discretization: Discretization | str = "impulse",
         key: PRNGKeyArray,
     ):
         r"""**Arguments:**

@@ -181,7 +181,7 @@ class RGLRU(AbstractStatesCore):
         r_max: float = 0.999,
         max_phase: float = 0.1 * math.pi,
         document_start: DocumentStart = "normalised",
-        discretization: RGLRUDiscretization = "variance_preserving",
+        discretization: RGLRUDiscretization | str = "variance_preserving",
         method: ScanMethod = "auto",
         precision: Precision = None,
         dtype=None,
