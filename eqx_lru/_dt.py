@@ -8,10 +8,17 @@ $\lambda^{\Delta t} = e^{\mu \Delta t} = |\lambda|^{\Delta t} e^{i\theta\Delta t
 $\Delta t$: a scaling by $|\lambda|^{\Delta t}$ and a rotation by $\theta\Delta t$.
 $\Delta t \equiv 1$ is the core without `dt`.
 
+What an input weighs at a step other than 1 is the core's `discretization`
+(`eqx_lru._discretization`).
+
 **Direction.** `dt[k]` is the gap in the order of processing: forward,
 $t_k - t_{k-1}$; reverse (`reverse=True`), $t_{k+1} - t_k$. `dt` at the first position
-processed is the gap since `initial_state` (it has no effect from the zero state). A
-bidirectional block gives its reverse core `reverse_steps(dt)`.
+processed is the gap since `initial_state`. From the zero state it acts only through the
+input's weight: no effect for the LRU under `"impulse"` (and the RG-LRU under
+`"impulse"`); an effect for the LRU under `"zoh"`, the RG-LRU under `"zoh"` and
+`"variance_preserving"` (its default), and S5. A bidirectional block gives its reverse
+core `reverse_steps(dt, ...)`: the gap after each position, and at the end of each run
+(the last valid position, a packed segment's last) the position's own step.
 """
 
 from collections.abc import Hashable
