@@ -405,7 +405,8 @@ class RGLRU(AbstractStatesCore):
         dt: ArrayLike | None = None,
     ) -> tuple[Inexact[Array, "..."], Float[Array, " d_model"]]:
         r"""One position: $h_t = a_t h_{t-1} + \sqrt{1-|a_t|^2}\, i_t x_t$, `(h_t, y_t)`;
-        `dt` this position's time step (a positive scalar). With
+        `dt` this position's time step (a positive scalar; the input's gain then follows
+        the `discretization`, as in the call). With
         `document_start="unnormalised"`, $h_t = i_t x_t$ from the zero state (a document's
         first position). Repeated from `init_state()` it equals the parallel call."""
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)
