@@ -5,7 +5,7 @@
 import time
 
 from ..lra._timing import process_age
-from .train import main
+from .cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main(started=time.monotonic() - process_age(), hard_abort=True))

@@ -51,6 +51,11 @@ def set_up(args) -> Run:
     """Settings, backend environment (before JAX touches a device), the run folder and
     its lock."""
     cfg = _settings(args)
+    if cfg.corpus is not None and not Path(cfg.corpus).expanduser().is_dir():
+        raise UsageError(
+            f"--corpus {cfg.corpus!r} is not a folder; give a folder of *.py files (or leave "
+            "--corpus out for the Python standard library)."
+        )
     _env.configure_backend(deterministic=True, task="lm")
     r = Run(args, cfg, Path(args.out))
     try:
@@ -116,7 +121,12 @@ def build(r: Run) -> TrainState:
     """Model, optimiser, programs and the initial (or resumed) state."""
     cfg, began = r.cfg, time.perf_counter()
     init_key, run_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
-    model, r.state = build_model(cfg, init_key)
+    try:
+        model, r.state = build_model(cfg, init_key)
+    except ValueError as e:  # the library's own check: too large for this host, ...
+        raise UsageError(
+            f"--depth {cfg.depth} --d-model {cfg.d_model} --d-state {cfg.d_state}: {e}"
+        ) from None
     params, r.static = eqx.partition(model, eqx.is_inexact_array)
     r.programs = make_programs(cfg, r.static, r.state)
     optim, _ = make_optimizer(cfg)

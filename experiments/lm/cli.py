@@ -1,4 +1,6 @@
-"""The command line of `python -m experiments.lm`: `train`, `sample` and `export`.
+"""The command line of `python -m experiments.lm`: `train`, `sample` and `export`, and
+`main`, which parses it before anything imports JAX (`--help` and a bad flag answer at
+once) and reports a user's error as one `error:` line with status 2.
 
 `train`'s settings flags are generated from `LMConfig`'s fields (help line, check, choices,
 and the default of each preset); the flags of the invocation (`--out`, `--resume`,
@@ -8,14 +10,49 @@ refused when the command line is parsed, as one `error: argument --flag: ...` li
 
 import argparse
 import dataclasses
-from collections.abc import Sequence
+import errno
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._flags import POSITIVE_INT, number, output_folder
+from .._flags import USER_ERRNOS, number, output_folder
+from ..lra._numbers import FLOAT32_MAX, FLOAT32_TINY
 from ..lra.config import flag
-from .config import PRESETS, LMConfig
+from .config import _POSITIVE_INT, _SEED, PRESETS, LMConfig, text
 
-__all__ = ["parser", "parse_args", "given"]
+__all__ = ["parser", "parse_args", "given", "main"]
+
+
+def _typed(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`check` as an argparse `type`: its `ValueError` is argparse's one-line error (in
+    the check's words, not "invalid value")."""
+
+    def parse(value: str):
+        try:
+            return check(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = getattr(check, "__name__", "value")
+    return parse
+
+
+_TEXT = _typed(text)
+_FLOAT_OR_ZERO = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
+
+
+def _temperature(value: str) -> float:
+    """0 (the likeliest byte), or a normal float32 (the logits are divided by it)."""
+    t = _FLOAT_OR_ZERO(value)
+    if 0 < t < FLOAT32_TINY:
+        raise argparse.ArgumentTypeError(
+            f"expected 0 or a number >= {FLOAT32_TINY:g} (a normal float32: the logits are "
+            f"divided by it), got {value!r}"
+        )
+    return t
+
+
+_temperature.__name__ = "a finite number: 0, or a normal float32"
 
 
 def _shown(value: Any) -> str:
@@ -41,33 +78,39 @@ def _settings(p: argparse.ArgumentParser) -> None:
         if meta["choices"] is not None:
             kwargs["choices"] = meta["choices"]
         elif meta["check"] is not None:
-            kwargs["type"] = meta["check"]
+            kwargs["type"] = _typed(meta["check"])
         default = "standard library" if field.name == "corpus" else _default_text(field.name)
         group.add_argument(flag(field.name), help=f"{meta['help']} [{default}]", **kwargs)
 
 
 def _train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="run folder: metrics, curve, checkpoints")
+    p.add_argument(
+        "--out", required=True, type=_TEXT, help="run folder: metrics, curve, checkpoints"
+    )
     p.add_argument("--resume", action="store_true", help="continue the run in OUT exactly")
-    p.add_argument("--stop-at", type=POSITIVE_INT, help="checkpoint and exit after this step")
+    p.add_argument(
+        "--stop-at", type=_POSITIVE_INT, help="checkpoint and exit after this step [never]"
+    )
     p.add_argument(
         "--time-limit",
         type=number(float, low=0, open_low=True),
         metavar="MINUTES",
         help="checkpoint and exit (status 0, resumable) before MINUTES have passed since the "
-        "process started",
+        "process started [none]",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _settings(p)
 
 
 def _sample(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True, help="a run folder written by `train`")
-    p.add_argument("--prompt", default="", help="the text to continue ['': a file's start]")
-    p.add_argument("--length", type=POSITIVE_INT, default=400, help="bytes to write [400]")
+    p.add_argument("--run", required=True, type=_TEXT, help="a run folder written by `train`")
+    p.add_argument(
+        "--prompt", default="", type=_TEXT, help="the text to continue ['': a file's start]"
+    )
+    p.add_argument("--length", type=_POSITIVE_INT, default=400, help="bytes to write [400]")
     p.add_argument(
         "--temperature",
-        type=number(float, low=0),
+        type=_temperature,
         default=0.8,
         help="divide the logits by this; 0 picks the likeliest byte [0.8]",
     )
@@ -77,17 +120,24 @@ def _sample(p: argparse.ArgumentParser) -> None:
         default=40,
         help="sample among the K likeliest bytes (256: all) [40]",
     )
-    p.add_argument("--seed", type=number(int, low=0), default=0, help="the sampling key [0]")
+    p.add_argument("--seed", type=_SEED, default=0, help="the sampling key [0]")
     p.add_argument(
         "--form",
         choices=("complex", "real"),
         help="run the trained weights in this form (eqx_lru.to_real/to_complex) [the run's]",
     )
-    p.add_argument("--samples", type=POSITIVE_INT, default=1, help="how many samples [1]")
+    p.add_argument("--samples", type=_POSITIVE_INT, default=1, help="how many samples [1]")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="write the bytes as they are; by default a byte that is not printable text "
+        "(a control byte but tab and newline, NUL: the start of a file, or invalid UTF-8) is "
+        "written as \\xNN",
+    )
 
 
 def _export(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True, help="a run folder written by `train`")
+    p.add_argument("--run", required=True, type=_TEXT, help="a run folder written by `train`")
     p.add_argument("--format", required=True, choices=("stablehlo", "onnx"), help="the format")
     p.add_argument(
         "--step",
@@ -95,6 +145,12 @@ def _export(p: argparse.ArgumentParser) -> None:
         help="export one streaming step (carry in, carry out) instead of the whole sequence",
     )
     p.add_argument("--dest", type=output_folder, help="output folder [RUN/export]")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files at the artifact's or manifest's name that export did not write "
+        "(by default they are kept and the export refused)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -118,3 +174,67 @@ def given(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the command line sets (the unset flags are None)."""
     names = [f.name for f in dataclasses.fields(LMConfig) if f.metadata["role"] != "record"]
     return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+
+
+#: File-system errors that are the environment's, not the program's: one line, status 2.
+_USER_ERRNOS = USER_ERRNOS | {errno.ENOTEMPTY}
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    started: float | None = None,
+    hard_abort: bool = False,
+) -> int:
+    """`python -m experiments.lm train|sample|export ...`: a user's error (a flag, a file,
+    a full disk) as one `error:` line and status 2, a failed run status 1, an interrupt
+    130. `started`, `hard_abort`: see `train.run`."""
+    try:
+        args = parse_args(argv)
+        if args.command == "sample":
+            from .sample import sample_main
+
+            return sample_main(args)
+        if args.command == "export":
+            from .export import export_main
+
+            return export_main(args)
+        from .train import run
+
+        results = run(args, started=started, hard_abort=hard_abort)
+    except BaseException as e:
+        known = _known(e)
+        if known is None:
+            raise
+        line, code = known
+        if line:
+            print(line, file=sys.stderr)
+        return code
+    return 130 if results["status"] == "interrupted" else 0
+
+
+def _known(e: BaseException) -> tuple[str, int] | None:
+    """The line and status of a failure reported without a traceback (None: a bug)."""
+    from ..lra._errors import RunError, UsageError
+    from ..lra._signals import Abort
+
+    store = sys.modules.get("experiments.lra._checkpoint._store")  # loaded if it could raise
+    checkpoint_error = store.CheckpointError if store is not None else UsageError
+
+    if isinstance(e, SystemExit):  # argparse printed "error: argument --flag: ..."
+        return "", e.code if isinstance(e.code, int) else 2
+    if isinstance(e, OSError):  # a file or folder the user can fix; anything else is a bug
+        if e.errno not in _USER_ERRNOS or e.filename is None:
+            return None
+        return (
+            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "
+            "free space, then run again (with --resume if a run had started).",
+            2,
+        )
+    if isinstance(e, UsageError | checkpoint_error):
+        return f"error: {e}", 2
+    if isinstance(e, RunError):
+        return f"error: {e}", 1
+    if isinstance(e, Abort):
+        return f"Aborted ({e}).", 130
+    return None

@@ -11,24 +11,24 @@ streams in `streams.py`, the model and its programs in `model.py`.
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._atomic import write_atomic
-from ..lra import _checkpoint as ckpt
-from ..lra._errors import RunError, UsageError
+from ..lra import _env
+from ..lra._errors import RunError
 from ..lra._metrics import read_records
-from ..lra._signals import Abort, Stop
+from ..lra._signals import Stop
 from ._loop import train_until_stop
+from ._resume import finished_results
 from ._run import Run, TrainState
 from ._setup import build, load_corpus, set_up
-from .cli import parse_args
+from .cli import main, parse_args
 from .model import score_layout
 from .plot import plot_run
 
-__all__ = ["run", "main"]
+__all__ = ["run", "main"]  # `main`: the command line's (`cli.main`), for `python -m`
 
 
 def run(
@@ -58,15 +58,35 @@ def run(
     with Stop(hard_abort=hard_abort) as stop:
         r = set_up(args)
         r.started, r.stop = started, stop
+        stop.watch(r.cfg.save_signals)
         try:
+            done = finished_results(r)
+            if done is not None:
+                return done
             load_corpus(r)
             s = build(r)
             s, status, speed = train_until_stop(r, s, hook, clock)
             return _outputs(r, s, status, speed.rate)
+        except Exception as e:
+            if _env.is_out_of_memory(e):
+                raise RunError(_out_of_memory(r, e)) from e
+            raise
         finally:
             if r.log is not None:
                 r.log.close()
             r.lock.release()
+
+
+def _out_of_memory(r: Run, e: BaseException) -> str:
+    """One line: what ran out, and the settings that size the memory."""
+    cfg = r.cfg
+    first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
+    return (
+        f"out of memory ({first[:300]}) for a model of --depth {cfg.depth}, --d-model "
+        f"{cfg.d_model}, --d-state {cfg.d_state} trained on --streams {cfg.streams} x "
+        f"--chunk {cfg.chunk} bytes (scored on --eval-streams {cfg.eval_streams} x "
+        f"--eval-chunk {cfg.eval_chunk}): start a new run with smaller values (another --out)."
+    )
 
 
 def _outputs(r: Run, s: TrainState, status: str, rate: float | None) -> dict[str, Any]:
@@ -89,8 +109,8 @@ def _outputs(r: Run, s: TrainState, status: str, rate: float | None) -> dict[str
         r.say(
             f"test: {test['bits_per_byte']:.3f} bits/byte (unigram "
             f"{r.baselines['test']['unigram']:.3f}, bigram "
-            f"{r.baselines['test']['bigram_kneser_ney']:.3f}); "
-            f"{'-' if rate is None else f'{rate:.2f}'} steps/s. Sample with: python -m "
+            f"{r.baselines['test']['bigram_kneser_ney']:.3f})"
+            f"{'' if rate is None else f'; {rate:.2f} steps/s'}. Sample with: python -m "
             f"experiments.lm sample --run {r.out}"
         )
     else:
@@ -102,36 +122,3 @@ def _outputs(r: Run, s: TrainState, status: str, rate: float | None) -> dict[str
     r.log.close()
     plot_run(read_records(r.out / "metrics.jsonl"), r.baselines["val"], r.out / "curve.png")
     return results
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    started: float | None = None,
-    hard_abort: bool = False,
-) -> int:
-    """`python -m experiments.lm train|sample|export ...`: user errors as one `error:` line
-    (status 2), a failed run status 1, an interrupt 130."""
-    try:
-        args = parse_args(argv)
-        if args.command == "sample":
-            from .sample import sample_main
-
-            return sample_main(args)
-        if args.command == "export":
-            from .export import export_main
-
-            return export_main(args)
-        results = run(args, started=started, hard_abort=hard_abort)
-    except SystemExit as e:  # argparse printed "error: argument --flag: ..."
-        return e.code if isinstance(e.code, int) else 2
-    except (UsageError, ckpt.CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except RunError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Abort as e:
-        print(f"Aborted ({e}).", file=sys.stderr)
-        return 130
-    return 130 if results["status"] == "interrupted" else 0
