@@ -17,8 +17,7 @@ from typing import Any
 
 from .._flags import USER_ERRNOS, number, output_folder
 from ..lra._numbers import FLOAT32_MAX, FLOAT32_TINY
-from ..lra.config import flag
-from .config import _POSITIVE_INT, _SEED, PRESETS, LMConfig, text
+from .config import _POSITIVE_INT, _SEED, PRESETS, LMConfig, flag, text
 
 __all__ = ["parser", "parse_args", "given", "main"]
 

@@ -23,9 +23,17 @@ from typing import Any
 from .._flags import number
 from ..lra._numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
 from ..lra._signals import parse_signals
-from ..lra.config import flag
 
-__all__ = ["ConfigError", "LMConfig", "PRESETS", "TRAINING_KEYS", "new_run", "resumed_run", "text"]
+__all__ = [
+    "ConfigError",
+    "LMConfig",
+    "PRESETS",
+    "TRAINING_KEYS",
+    "new_run",
+    "resumed_run",
+    "text",
+    "flag",
+]
 
 
 class ConfigError(ValueError):
@@ -61,6 +69,11 @@ _FLOAT32.__name__ = _NORMAL_FLOAT32.__name__
 _FRACTION = number(float, low=0, high=1)
 _NONNEGATIVE = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
 _MODULUS = number(float, low=0, high=1)
+
+
+def flag(name: str) -> str:
+    """The command-line flag of the setting `name` (`d_model` -> `--d-model`)."""
+    return "--" + name.replace("_", "-")
 
 
 def _setting(help: str, role: str, check=None, choices=None, default=None) -> Any:
