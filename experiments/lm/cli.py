@@ -19,7 +19,7 @@ from .._flags import USER_ERRNOS, number, output_folder
 from ..lra._numbers import FLOAT32_MAX, FLOAT32_TINY
 from .config import _POSITIVE_INT, _SEED, PRESETS, LMConfig, flag, text
 
-__all__ = ["parser", "parse_args", "given", "main"]
+__all__ = ["parser", "parse_args", "given", "main", "text_flag"]
 
 
 def _typed(check: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -36,7 +36,8 @@ def _typed(check: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-_TEXT = _typed(text)
+#: An argparse `type` for text flags: UTF-8 only (`config.text`).
+text_flag = _typed(text)
 _FLOAT_OR_ZERO = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
 
 
@@ -84,7 +85,7 @@ def _settings(p: argparse.ArgumentParser) -> None:
 
 def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--out", required=True, type=_TEXT, help="run folder: metrics, curve, checkpoints"
+        "--out", required=True, type=text_flag, help="run folder: metrics, curve, checkpoints"
     )
     p.add_argument("--resume", action="store_true", help="continue the run in OUT exactly")
     p.add_argument(
@@ -102,9 +103,9 @@ def _train(p: argparse.ArgumentParser) -> None:
 
 
 def _sample(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True, type=_TEXT, help="a run folder written by `train`")
+    p.add_argument("--run", required=True, type=text_flag, help="a run folder written by `train`")
     p.add_argument(
-        "--prompt", default="", type=_TEXT, help="the text to continue ['': a file's start]"
+        "--prompt", default="", type=text_flag, help="the text to continue ['': a file's start]"
     )
     p.add_argument("--length", type=_POSITIVE_INT, default=400, help="bytes to write [400]")
     p.add_argument(
@@ -136,7 +137,7 @@ def _sample(p: argparse.ArgumentParser) -> None:
 
 
 def _export(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True, type=_TEXT, help="a run folder written by `train`")
+    p.add_argument("--run", required=True, type=text_flag, help="a run folder written by `train`")
     p.add_argument("--format", required=True, choices=("stablehlo", "onnx"), help="the format")
     p.add_argument(
         "--step",
