@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .._atomic import write_atomic
 from .._flags import output_file, report_os_errors
@@ -42,7 +42,7 @@ def _series(records: Sequence[Mapping[str, Any]], split: str) -> tuple[list, lis
     return xs, ys
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -59,7 +59,11 @@ def plot_run(
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.subplots()
-    for split, style in (("train", dict(lw=1, alpha=0.7)), ("val", dict(marker="o", ms=3))):
+    styles: dict[str, dict[str, Any]] = {
+        "train": dict(lw=1, alpha=0.7),
+        "val": dict(marker="o", ms=3),
+    }
+    for split, style in styles.items():
         xs, ys = _series(records, split)
         if xs:
             ax.plot(xs, ys, label=split, **style)

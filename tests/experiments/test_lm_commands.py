@@ -10,6 +10,7 @@ model initialised and saved as the trainer saves it), and the trainer is stopped
 point each case is about.
 """
 
+import argparse
 import contextlib
 import errno
 import io
@@ -287,7 +288,9 @@ _PARSER = cli.parser()  # built once: the examples only parse
 
 
 def _value_flags(command: str) -> list:
-    sub = next(a for a in _PARSER._actions if a.dest == "command").choices[command]
+    commands = next(a for a in _PARSER._actions if a.dest == "command")
+    assert isinstance(commands, argparse._SubParsersAction)
+    sub = commands.choices[command]
     skip = {"-h", "--out", "--run", "--resume", "--corpus", "--dest", "--format"}
     return [a for a in sub._actions if a.option_strings and not skip & set(a.option_strings)]
 
@@ -329,16 +332,16 @@ def _refused_in_one_line(argv) -> bool:
     return False
 
 
-_SETTINGS = dict(
+_SETTINGS = settings(
     deadline=None,
     derandomize=True,
     database=None,
     phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=list(HealthCheck),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
 
-@settings(max_examples=120, **_SETTINGS)
+@settings(_SETTINGS, max_examples=120)
 @given(_argv("train"))
 def test_every_train_flag_value_gives_valid_settings_or_one_line(argv):
     if _refused_in_one_line(argv):
@@ -355,7 +358,7 @@ def test_every_train_flag_value_gives_valid_settings_or_one_line(argv):
     assert 2.0**-126 <= cfg.lr * cfg.lr_factor <= 3.4e38 and 0 < cfg.r_max < 1
 
 
-@settings(max_examples=60, **_SETTINGS)
+@settings(_SETTINGS, max_examples=60)
 @given(st.sampled_from(["sample", "export"]).flatmap(_argv))
 def test_every_sample_and_export_flag_value_parses_or_is_one_line(argv):
     if _refused_in_one_line(argv):
@@ -375,7 +378,7 @@ _JSON = st.recursive(
 )
 
 
-@settings(max_examples=80, **_SETTINGS)
+@settings(_SETTINGS, max_examples=80)
 @given(st.sampled_from(sorted(config.LMConfig.__dataclass_fields__)), _JSON)
 def test_any_value_in_config_json_gives_settings_or_one_line(key, value):
     """A `config.json` edited at any setting: read as valid settings or refused with one

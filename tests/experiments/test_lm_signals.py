@@ -145,7 +145,12 @@ def test_sigkill_in_a_checkpoint_write_keeps_the_previous_one(corpus, reference,
         _end(proc)
     assert not (out / "last.json").exists() and (out / "last.eqx").exists()  # cut mid-save
     pair = ckpt.locate(out, "last")
-    assert pair.intact and pair.meta["step"] == 8 and pair.json_path.name == "last.prev.json"
+    assert (
+        pair is not None
+        and pair.intact
+        and pair.meta["step"] == 8
+        and pair.json_path.name == "last.prev.json"
+    )
     assert weights.load_model(out).step == 8  # what sample and export read
     assert train.run(_argv(corpus, out, "--resume"))["status"] == "finished"
     _same_as(out, reference)
@@ -165,14 +170,19 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_previous_one(
 
     monkeypatch.setattr(os, "fsync", fsync)
     out = tmp_path / "run"
+
+    def fill_the_disk(step: int) -> None:
+        if step == 6:  # the checkpoint of step 8 meets a full disk
+            full.append(step)
+
     with pytest.raises(RunError) as e:
-        train.run(_argv(corpus, out), hook=lambda step: step == 6 and full.append(step))
+        train.run(_argv(corpus, out), hook=fill_the_disk)
     message = str(e.value)
     assert "\n" not in message and f"could not write a checkpoint in {out}" in message
     assert "No space left on device. The previous complete checkpoint is kept" in message
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
     pair = ckpt.locate(out, "last")
-    assert pair.intact and pair.meta["step"] == 4
+    assert pair is not None and pair.intact and pair.meta["step"] == 4
     full.clear()  # room again
     assert train.run(_argv(corpus, out, "--resume"))["status"] == "finished"
     _same_as(out, reference)
