@@ -152,7 +152,7 @@ def _print_results(results: dict[str, dict], chance: float, out: Path, *, steps:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments._flags import NATURAL, POSITIVE_INT
+    from experiments.runs.flags import NATURAL, POSITIVE_INT
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.demo",
@@ -176,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """The demo; a bad flag or an unusable --out is one `error:` line (status 2) before any
     work, a failed training run one line (status 1)."""
-    from experiments._flags import output_folder
+    from experiments.runs.flags import output_folder
 
     parser = _parser()
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ def run(grid, runner, *, quick, backend):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments._flags import output_file
+    from experiments.runs.flags import output_file
 
     parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__)
     parser.add_argument(
@@ -80,7 +80,7 @@ def _main(argv=None):
     run(grid, runner, quick=name == "quick", backend=backend)
     text = render(grid, runner, info, name=name, end_load=os.getloadavg())
     if out:
-        from experiments._atomic import write_atomic
+        from experiments.runs.atomic import write_atomic
 
         write_atomic(out, text.encode())
         log(f"wrote {out}")
@@ -91,7 +91,7 @@ def _main(argv=None):
 
 def main(argv=None) -> int:
     """The command line; a bad flag or path is one `error:` line (status 2)."""
-    from experiments._flags import report_os_errors
+    from experiments.runs.flags import report_os_errors
 
     return report_os_errors(_main)(argv)
 

@@ -271,7 +271,7 @@ def default_out(backend: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments._flags import output_file
+    from experiments.runs.flags import output_file
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.bench.streaming", description=__doc__
@@ -295,7 +295,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)  # paths checked here, not after the measurements
     import jax
 
-    from experiments._atomic import write_atomic
+    from experiments.runs.atomic import write_atomic
 
     from . import report
 

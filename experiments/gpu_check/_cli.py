@@ -32,7 +32,7 @@ def _part_list(text: str) -> tuple[str, ...]:
 def parser() -> argparse.ArgumentParser:
     """Every flag with its help line and default (the flags only: no checks of the
     machine here)."""
-    from experiments._flags import number
+    from experiments.runs.flags import number
 
     p = argparse.ArgumentParser(
         prog="python -m experiments.gpu_check",

@@ -4,8 +4,8 @@
 import argparse
 from pathlib import Path
 
-from experiments.paper._common import parse_args as _parse_args
-from experiments.paper._common import plt, save_figure, save_json
+from experiments.paper.common import parse_args as _parse_args
+from experiments.paper.common import plt, save_figure, save_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "figures"
 

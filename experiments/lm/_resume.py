@@ -1,15 +1,15 @@
 """Resuming a language-model run: the newest complete `last` checkpoint, verified (its
 record's fields, its SHA-256, finite values, this run's settings, run id and corpus), or
 step 0 if the run stopped before its first checkpoint; or, for a run that finished, its
-results (`finished_results`: nothing is redone). The checks are the LRA trainer's
-(`experiments/lra/_checkpoint`)."""
+results (`finished_results`: nothing is redone). The checks are the shared ones
+(`experiments/runs/checkpoint`, `experiments/runs/resume`), as in the LRA trainer."""
 
 import json
 from typing import Any
 
-from ..lra import _checkpoint as ckpt
-from ..lra._errors import UsageError
-from ..lra._resume import load_checkpoint, newest_checkpoint
+from ..runs import checkpoint as ckpt
+from ..runs.errors import UsageError
+from ..runs.resume import load_checkpoint, newest_checkpoint
 from ._run import Run, TrainState
 from .config import TRAINING_KEYS
 

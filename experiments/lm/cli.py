@@ -1,6 +1,6 @@
-"""The command line of `python -m experiments.lm`: `train`, `sample` and `export`, and
-`main`, which parses it before anything imports JAX (`--help` and a bad flag answer at
-once) and reports a user's error as one `error:` line with status 2.
+"""The command line of `python -m experiments.lm`: `train`, `sample` and `export`, parsed
+before anything imports JAX (`--help` and a bad flag answer at once; `train.main` runs
+the command).
 
 `train`'s settings flags are generated from `LMConfig`'s fields (help line, check, choices,
 and the default of each preset); the flags of the invocation (`--out`, `--resume`,
@@ -10,16 +10,14 @@ refused when the command line is parsed, as one `error: argument --flag: ...` li
 
 import argparse
 import dataclasses
-import errno
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._flags import USER_ERRNOS, number, output_folder
-from ..lra._numbers import FLOAT32_MAX, FLOAT32_TINY
-from .config import _POSITIVE_INT, _SEED, PRESETS, LMConfig, flag, text
+from ..runs.flags import flag, number, output_folder
+from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY
+from .config import _POSITIVE_INT, _SEED, PRESETS, LMConfig, utf8_text
 
-__all__ = ["parser", "parse_args", "given", "main", "text_flag"]
+__all__ = ["parser", "parse_args", "given", "text_flag"]
 
 
 def _typed(check: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -36,8 +34,8 @@ def _typed(check: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-#: An argparse `type` for text flags: UTF-8 only (`config.text`).
-text_flag = _typed(text)
+#: An argparse `type` for text flags: UTF-8 only (`config.utf8_text`).
+text_flag = _typed(utf8_text)
 _FLOAT_OR_ZERO = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
 
 
@@ -174,67 +172,3 @@ def given(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the command line sets (the unset flags are None)."""
     names = [f.name for f in dataclasses.fields(LMConfig) if f.metadata["role"] != "record"]
     return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
-
-
-#: File-system errors that are the environment's, not the program's: one line, status 2.
-_USER_ERRNOS = USER_ERRNOS | {errno.ENOTEMPTY}
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    started: float | None = None,
-    hard_abort: bool = False,
-) -> int:
-    """`python -m experiments.lm train|sample|export ...`: a user's error (a flag, a file,
-    a full disk) as one `error:` line and status 2, a failed run status 1, an interrupt
-    130. `started`, `hard_abort`: see `train.run`."""
-    try:
-        args = parse_args(argv)
-        if args.command == "sample":
-            from .sample import sample_main
-
-            return sample_main(args)
-        if args.command == "export":
-            from .export import export_main
-
-            return export_main(args)
-        from .train import run
-
-        results = run(args, started=started, hard_abort=hard_abort)
-    except BaseException as e:
-        known = _known(e)
-        if known is None:
-            raise
-        line, code = known
-        if line:
-            print(line, file=sys.stderr)
-        return code
-    return 130 if results["status"] == "interrupted" else 0
-
-
-def _known(e: BaseException) -> tuple[str, int] | None:
-    """The line and status of a failure reported without a traceback (None: a bug)."""
-    from ..lra._errors import RunError, UsageError
-    from ..lra._signals import Abort
-
-    store = sys.modules.get("experiments.lra._checkpoint._store")  # loaded if it could raise
-    checkpoint_error = store.CheckpointError if store is not None else UsageError
-
-    if isinstance(e, SystemExit):  # argparse printed "error: argument --flag: ..."
-        return "", e.code if isinstance(e.code, int) else 2
-    if isinstance(e, OSError):  # a file or folder the user can fix; anything else is a bug
-        if e.errno not in _USER_ERRNOS or e.filename is None:
-            return None
-        return (
-            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "
-            "free space, then run again (with --resume if a run had started).",
-            2,
-        )
-    if isinstance(e, UsageError | checkpoint_error):
-        return f"error: {e}", 2
-    if isinstance(e, RunError):
-        return f"error: {e}", 1
-    if isinstance(e, Abort):
-        return f"Aborted ({e}).", 130
-    return None

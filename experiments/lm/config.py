@@ -20,9 +20,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .._flags import number
-from ..lra._numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
-from ..lra._signals import parse_signals
+from ..runs.errors import ConfigError
+from ..runs.flags import flag, number
+from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
+from ..runs.signals import parse_signals
 
 __all__ = [
     "ConfigError",
@@ -31,16 +32,11 @@ __all__ = [
     "TRAINING_KEYS",
     "new_run",
     "resumed_run",
-    "text",
-    "flag",
+    "utf8_text",
 ]
 
 
-class ConfigError(ValueError):
-    """A setting out of range, or a change `--resume` refuses; the message names the flag."""
-
-
-# The ranges are those of the values in the computation (`experiments/lra/_numbers.py`): a
+# The ranges are those of the values in the computation (`experiments/runs/numbers.py`): a
 # count or size is an int32, a seed keeps 32 bits, a rate is a normal float32.
 _POSITIVE_INT = number(int, low=1, high=INT32_MAX, open_high=False, why="a 32-bit integer")
 _STEPS = number(
@@ -71,11 +67,6 @@ _NONNEGATIVE = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a fl
 _MODULUS = number(float, low=0, high=1)
 
 
-def flag(name: str) -> str:
-    """The command-line flag of the setting `name` (`d_model` -> `--d-model`)."""
-    return "--" + name.replace("_", "-")
-
-
 def _setting(help: str, role: str, check=None, choices=None, default=None) -> Any:
     """A field of `LMConfig`: `check` is an argparse type (the text of a number, or text
     to its canonical form); `choices` the values allowed."""
@@ -83,7 +74,7 @@ def _setting(help: str, role: str, check=None, choices=None, default=None) -> An
     return dataclasses.field(default=default, metadata=meta)
 
 
-def text(value: str) -> str:
+def utf8_text(value: str) -> str:
     """Text that can be written and read back as UTF-8 (not a file name's undecodable
     bytes, which Python holds as surrogate escapes)."""
     try:
@@ -174,7 +165,7 @@ class LMConfig:
     eval_chunk: int = _setting("bytes per chunk when scoring held-out text", "binds",
                                _POSITIVE_INT, default=512)
     corpus: str | None = _setting("folder of *.py files to learn (default: the Python "
-                                  "standard library)", "run", text)
+                                  "standard library)", "run", utf8_text)
     eval_every: int = _setting("score the validation split every N steps", "run",
                                _POSITIVE_INT, default=100)
     log_every: int = _setting("a train record every N steps", "run", _POSITIVE_INT,
@@ -185,7 +176,7 @@ class LMConfig:
                                  "kill: USR1, USR2, XCPU, ALRM, PWR, comma-separated, or "
                                  "'none') save a checkpoint and stop, status 0, resumable",
                                  "run", parse_signals, default="USR1,USR2,XCPU")
-    run_id: str | None = _setting("the run's id (binds its checkpoints)", "record", text)
+    run_id: str | None = _setting("the run's id (binds its checkpoints)", "record", utf8_text)
     corpus_sha256: str | None = _setting("the SHA-256 of the corpus's three splits", "record",
                                          _sha256)
     # fmt: on

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from .._atomic import write_atomic
-from .._flags import output_file, report_os_errors
+from ..runs.atomic import write_atomic
+from ..runs.flags import output_file, report_os_errors
 
 __all__ = ["plot_run", "main"]
 
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from ..lra._metrics import read_records
+    from ..runs.metrics import read_records
 
     run = Path(args.run)
     try:

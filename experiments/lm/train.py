@@ -10,25 +10,29 @@ streams in `streams.py`, the model and its programs in `model.py`.
 """
 
 import argparse
+import errno
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._atomic import write_atomic
-from ..lra import _env
-from ..lra._errors import RunError
-from ..lra._metrics import read_records
-from ..lra._signals import Stop
+from ..runs import checkpoint as ckpt
+from ..runs import env as _env
+from ..runs.atomic import write_atomic
+from ..runs.errors import RunError, UsageError
+from ..runs.flags import USER_ERRNOS
+from ..runs.metrics import read_records
+from ..runs.signals import Abort, Stop
 from ._loop import train_until_stop
 from ._resume import finished_results
 from ._run import Run, TrainState
 from ._setup import build, load_corpus, set_up
-from .cli import main, parse_args
+from .cli import parse_args
 from .model import score_layout
 from .plot import plot_run
 
-__all__ = ["run", "main"]  # `main`: the command line's (`cli.main`), for `python -m`
+__all__ = ["run", "main"]
 
 
 def run(
@@ -122,3 +126,61 @@ def _outputs(r: Run, s: TrainState, status: str, rate: float | None) -> dict[str
     r.log.close()
     plot_run(read_records(r.out / "metrics.jsonl"), r.baselines["val"], r.out / "curve.png")
     return results
+
+
+#: File-system errors that are the environment's, not the program's: one line, status 2.
+_USER_ERRNOS = USER_ERRNOS | {errno.ENOTEMPTY}
+
+
+def main(
+    argv: Sequence[str] | argparse.Namespace | None = None,
+    *,
+    started: float | None = None,
+    hard_abort: bool = False,
+) -> int:
+    """`python -m experiments.lm train|sample|export ...`: a user's error (a flag, a file,
+    a full disk) as one `error:` line and status 2, a failed run status 1, an interrupt
+    130. `argv`: the arguments, or parsed ones (`python -m` parses them before importing
+    this module); `started`, `hard_abort`: see `run`."""
+    try:
+        args = argv if isinstance(argv, argparse.Namespace) else parse_args(argv)
+        if args.command == "sample":
+            from .sample import sample_main
+
+            return sample_main(args)
+        if args.command == "export":
+            from .export import export_main
+
+            return export_main(args)
+        results = run(args, started=started, hard_abort=hard_abort)
+    except BaseException as e:
+        known = _known(e)
+        if known is None:
+            raise
+        line, code = known
+        if line:
+            print(line, file=sys.stderr)
+        return code
+    return 130 if results["status"] == "interrupted" else 0
+
+
+def _known(e: BaseException) -> tuple[str, int] | None:
+    """The line and status of a failure reported without a traceback (None: a bug)."""
+
+    if isinstance(e, SystemExit):  # argparse printed "error: argument --flag: ..."
+        return "", e.code if isinstance(e.code, int) else 2
+    if isinstance(e, OSError):  # a file or folder the user can fix; anything else is a bug
+        if e.errno not in _USER_ERRNOS or e.filename is None:
+            return None
+        return (
+            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "
+            "free space, then run again (with --resume if a run had started).",
+            2,
+        )
+    if isinstance(e, UsageError | ckpt.CheckpointError):
+        return f"error: {e}", 2
+    if isinstance(e, RunError):
+        return f"error: {e}", 1
+    if isinstance(e, Abort):
+        return f"Aborted ({e}).", 130
+    return None

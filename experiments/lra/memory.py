@@ -65,7 +65,7 @@ def measure_sequence_parallel(
     """Compile-only XLA temp per device of `task`'s Table 9 step (remat as the trainer sets
     it) with each sequence split over `devices` devices (`--sequence-parallel`, the whole
     batch on every device: a mesh of 1 x `devices`)."""
-    from . import _parallel as par
+    from ..runs import parallel as par
 
     overrides = {} if batch is None else {"batch_size": batch}
     cfg = table9(task, remat=RunConfig.defaults(task).remat, sequence_parallel=devices, **overrides)
@@ -154,7 +154,7 @@ def machine() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments._flags import POSITIVE_INT
+    from experiments.runs.flags import POSITIVE_INT
 
     p = argparse.ArgumentParser(
         prog="python -m experiments.lra.memory", description=__doc__.split("\n\n")[0]

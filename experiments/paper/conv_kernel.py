@@ -22,7 +22,7 @@ import optax
 
 from eqx_lru.ablation import DenseRNN, LinearDenseRNN
 
-from ._common import parse_args, plt, save_figure, save_json
+from .common import parse_args, plt, save_figure, save_json
 
 LENGTH = 100
 THRESHOLD = 1e-2  # a training MSE both models reach at their best learning rates

@@ -25,7 +25,7 @@ import numpy as np
 
 from eqx_lru import ComplexLRU
 
-from ._common import parse_args, plt, save_figure, save_json
+from .common import parse_args, plt, save_figure, save_json
 
 RINGS = [
     # (r_min, r_max, max_phase): Table 8's rings, PathX's last.

@@ -20,7 +20,7 @@ import numpy as np
 
 from eqx_lru import Diagonal, linear_recurrence
 
-from ._common import parse_args, plt, save_figure, save_json
+from .common import parse_args, plt, save_figure, save_json
 
 NU = 0.00005
 PHASES = [("uniform phase θ ~ U[0, 2π]", 2 * math.pi), ("small phase θ ~ U[0, π/50]", math.pi / 50)]

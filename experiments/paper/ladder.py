@@ -42,7 +42,6 @@ import numpy as np
 
 from eqx_lru.ablation import ABLATION_CORES
 
-from ._common import DEFAULT_OUT, save_json
 from ._ladder_report import (
     Rungs,
     fmt_mean_se,
@@ -61,6 +60,7 @@ from ._ladder_setup import (
     task_arrays,
 )
 from ._ladder_train import ladder_optimizer, ladder_param_labels, train_rung
+from .common import DEFAULT_OUT, save_json
 
 # rung -> (label, paper section, tables, paper test accuracy in % as (mean, s.e.) on
 # ListOps, PathFinder, PathX; None: "did not exceed random guessing" in the paper).
@@ -107,7 +107,7 @@ __all__ = [
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments._flags import NATURAL, POSITIVE_INT, number
+    from experiments.runs.flags import NATURAL, POSITIVE_INT, number
 
     checked = {int: POSITIVE_INT, float: number(float, low=0, open_low=True)}
     p = argparse.ArgumentParser(

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ._common import parse_args, plt, save_figure, save_json
+from .common import parse_args, plt, save_figure, save_json
 
 K = 100
 NU_STAR = 0.005

@@ -19,7 +19,7 @@ import scipy.stats
 from eqx_lru import ring_init
 from eqx_lru.ablation import LinearDenseRNN
 
-from ._common import parse_args, plt, save_figure, save_json
+from .common import parse_args, plt, save_figure, save_json
 
 SETTINGS = [
     # (label, r_min, r_max, max_phase)

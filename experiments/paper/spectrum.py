@@ -28,7 +28,7 @@ import numpy as np
 from eqx_lru import AbstractLRU, ComplexLRU, RealLRU
 from eqx_lru.ablation import AbstractAblationCore, AbstractDenseRNN, DiagonalRNN
 
-from ._common import parse_args, plt, save_figure, save_json
+from .common import parse_args, plt, save_figure, save_json
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 _LAYER_TYPES = (AbstractLRU, AbstractAblationCore)

@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from lm_corpus import TINY, lm_argv, write_corpus
 
-from experiments.lm import cli, config, plot
+from experiments.lm import cli, config, plot, train
 from experiments.lm.model import build_model, make_optimizer, stream_carry
 from experiments.lm.sample import shown
-from experiments.lra import _checkpoint as ckpt
+from experiments.runs import checkpoint as ckpt
 
 pytestmark = pytest.mark.usefixtures("restore_backend_env")
 
@@ -47,7 +47,7 @@ def _one_error(err: str) -> str:
 def _main(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(argv)
+        code = train.main(argv)
     return code, out.getvalue(), err.getvalue()
 
 

@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 from lm_corpus import lm_argv, write_corpus
 
-from experiments.lm import cli, train, weights
-from experiments.lra import _checkpoint as ckpt
-from experiments.lra._errors import RunError
-from experiments.lra._metrics import read_records
+from experiments.lm import train, weights
+from experiments.runs import checkpoint as ckpt
+from experiments.runs.errors import RunError
+from experiments.runs.metrics import read_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("restore_backend_env")]
 
@@ -45,7 +45,7 @@ START, STOP = 600, 120
 #: just before the file is renamed into place: the new `last.eqx` is there, its JSON not.
 _KILLED_IN_A_SAVE = r"""
 import json, os, signal, sys
-from experiments.lm import cli
+from experiments.lm import train
 real, seen = os.replace, []
 def replace(src, dst, *args, **kwargs):
     if os.path.basename(os.fspath(dst)) == "last.json":
@@ -54,7 +54,7 @@ def replace(src, dst, *args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
     return real(src, dst, *args, **kwargs)
 os.replace = replace
-sys.exit(cli.main(json.loads(sys.argv[1]), hard_abort=True))
+sys.exit(train.main(json.loads(sys.argv[1]), hard_abort=True))
 """
 
 
@@ -118,7 +118,7 @@ def test_sigusr1_saves_and_stops_a_trainer_and_a_second_one_is_refused(corpus, r
         _wait_for(_training(out), proc, log, START)
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            code = cli.main(["train", *_argv(corpus, out)])  # a second trainer, same folder
+            code = train.main(["train", *_argv(corpus, out)])  # a second trainer, same folder
         lines = [x for x in err.getvalue().splitlines() if "error:" in x]
         assert code == 2 and len(lines) == 1, err.getvalue()
         assert f"is in use by another trainer (pid {proc.pid} on " in lines[0]

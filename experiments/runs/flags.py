@@ -16,7 +16,20 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["number", "POSITIVE_INT", "NATURAL", "output_file", "output_folder", "report_os_errors"]
+__all__ = [
+    "flag",
+    "number",
+    "POSITIVE_INT",
+    "NATURAL",
+    "output_file",
+    "output_folder",
+    "report_os_errors",
+]
+
+
+def flag(name: str) -> str:
+    """The command-line flag of the setting `name` (`d_model` -> `--d-model`)."""
+    return "--" + name.replace("_", "-")
 
 
 def number(

@@ -17,7 +17,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "figures"
 
 
 def _parser(description: str = "") -> argparse.ArgumentParser:
-    from experiments._flags import NATURAL, output_folder
+    from experiments.runs.flags import NATURAL, output_folder
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
