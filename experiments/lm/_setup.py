@@ -29,6 +29,10 @@ __all__ = ["set_up", "load_corpus", "build"]
 
 def _settings(args) -> _config.LMConfig:
     out, given = Path(args.out), cli.given(args)
+    if args.resume and args.overwrite:
+        raise UsageError(
+            "--resume continues the run in --out and --overwrite replaces it: pass one of them."
+        )
     try:
         if not args.resume:
             return _config.new_run(given)
@@ -70,11 +74,28 @@ def set_up(args) -> Run:
             f"--out {str(r.out)!r} is not a writable folder ({e.strerror or e})."
         ) from None
     if not args.resume and (ckpt.exists(r.out, "last") or (r.out / "config.json").exists()):
-        r.lock.release()
-        raise UsageError(
-            f"{r.out} already holds a run. Pass --resume to continue it, or choose another --out."
-        )
+        if not args.overwrite:
+            r.lock.release()
+            raise UsageError(
+                f"{r.out} already holds a run. Pass --resume to continue it, --overwrite to "
+                "replace it with a new one, or choose another --out."
+            )
+        _remove_run(r.out)
     return r
+
+
+#: The files of a run in its folder (`--overwrite` removes them; others stay).
+_RUN_FILES = ("config.json", "corpus.json", "metrics.jsonl", "results.json", "curve.png")
+
+
+def _remove_run(out: Path) -> None:
+    """Remove the run in `out` (its checkpoints first: a folder left half-cleaned by a
+    crash holds no checkpoint to resume, so `--overwrite` is needed again)."""
+    for name in ("last", "last.prev"):
+        for ext in (".json", ".eqx"):
+            (out / f"{name}{ext}").unlink(missing_ok=True)
+    for name in _RUN_FILES:
+        (out / name).unlink(missing_ok=True)
 
 
 def load_corpus(r: Run) -> None:

@@ -87,6 +87,12 @@ def _train(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--resume", action="store_true", help="continue the run in OUT exactly")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run in OUT even if it holds one (its checkpoints, metrics and "
+        "results are removed; by default such a folder is refused)",
+    )
+    p.add_argument(
         "--stop-at", type=_POSITIVE_INT, help="checkpoint and exit after this step [never]"
     )
     p.add_argument(

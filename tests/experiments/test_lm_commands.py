@@ -251,6 +251,24 @@ def test_a_second_trainer_on_a_folder_is_refused_in_one_line(corpus, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [".lock"]
 
 
+def test_a_folder_holding_a_run_is_replaced_only_with_overwrite(corpus, run, tmp_path):
+    """As every command that writes files: kept and refused in one line naming
+    `--overwrite`; with it the old run's files go before the new run starts (here it stops
+    at once, at a corpus too small for its budget)."""
+    out = shutil.copytree(run, tmp_path / "run")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    code, _, err = _main(["train", *lm_argv(corpus, out)])
+    assert code == 2 and "Pass --resume to continue it, --overwrite to replace it" in (
+        _one_error(err)
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    code, _, err = _main(["train", *lm_argv(corpus, out, "--resume", "--overwrite")])
+    assert code == 2 and "pass one of them" in _one_error(err)
+    code, _, err = _main(["train", *lm_argv(corpus, out, "--overwrite", train_bytes=10**9)])
+    assert code == 2 and "holds too little text" in _one_error(err)
+    assert not {"config.json", "last.json", "last.eqx"} & {p.name for p in out.iterdir()}
+
+
 @pytest.fixture
 def full_disk(monkeypatch):
     """`os.fsync` fails with ENOSPC for the files whose name contains a word of `names`
