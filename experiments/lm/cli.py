@@ -17,7 +17,7 @@ from ..runs.flags import flag, number, output_folder
 from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY
 from .config import _POSITIVE_INT, _SEED, PRESETS, LMConfig, utf8_text
 
-__all__ = ["parser", "parse_args", "given", "text_flag"]
+__all__ = ["parser", "parse_args", "given", "text_flag", "utf8_path"]
 
 
 def _typed(check: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -36,6 +36,18 @@ def _typed(check: Callable[[str], Any]) -> Callable[[str], Any]:
 
 #: An argparse `type` for text flags: UTF-8 only (`config.utf8_text`).
 text_flag = _typed(utf8_text)
+
+
+def utf8_path(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """The argparse `type` `kind` (a path) for UTF-8 text only."""
+
+    def parse(value: str):
+        return kind(text_flag(value))
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
 _FLOAT_OR_ZERO = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
 
 
@@ -85,12 +97,12 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", required=True, type=text_flag, help="run folder: metrics, curve, checkpoints"
     )
-    p.add_argument("--resume", action="store_true", help="continue the run in OUT exactly")
+    p.add_argument("--resume", action="store_true", help="continue the run in OUT exactly [off]")
     p.add_argument(
         "--overwrite",
         action="store_true",
         help="start a new run in OUT even if it holds one (its checkpoints, metrics and "
-        "results are removed; by default such a folder is refused)",
+        "results are removed; by default such a folder is refused) [off]",
     )
     p.add_argument(
         "--stop-at", type=_POSITIVE_INT, help="checkpoint and exit after this step [never]"
@@ -102,7 +114,11 @@ def _train(p: argparse.ArgumentParser) -> None:
         help="checkpoint and exit (status 0, resumable) before MINUTES have passed since the "
         "process started [none]",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (shown on a terminal only anyway) [off]",
+    )
     _settings(p)
 
 
@@ -136,7 +152,7 @@ def _sample(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the bytes as they are; by default a byte that is not printable text "
         "(a control byte but tab and newline, NUL: the start of a file, or invalid UTF-8) is "
-        "written as \\xNN",
+        "written as \\xNN [off]",
     )
 
 
@@ -146,14 +162,14 @@ def _export(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--step",
         action="store_true",
-        help="export one streaming step (carry in, carry out) instead of the whole sequence",
+        help="export one streaming step (carry in, carry out) instead of the whole sequence [off]",
     )
-    p.add_argument("--dest", type=output_folder, help="output folder [RUN/export]")
+    p.add_argument("--dest", type=utf8_path(output_folder), help="output folder [RUN/export]")
     p.add_argument(
         "--overwrite",
         action="store_true",
         help="replace files at the artifact's or manifest's name that export did not write "
-        "(by default they are kept and the export refused)",
+        "(by default they are kept and the export refused) [off]",
     )
 
 

@@ -94,13 +94,13 @@ def plot_run(
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .cli import text_flag
+    from .cli import text_flag, utf8_path
 
     p = argparse.ArgumentParser(prog="python -m experiments.lm.plot", description=__doc__)
     p.add_argument(
         "--run", required=True, type=text_flag, help="a run folder written by the trainer"
     )
-    p.add_argument("--out", required=True, type=output_file, help="the PNG to write")
+    p.add_argument("--out", required=True, type=utf8_path(output_file), help="the PNG to write")
     p.add_argument(
         "--title",
         type=text_flag,
@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         "--overwrite",
         action="store_true",
         help="replace the file at --out if there is one (by default it is kept and the "
-        "command refused)",
+        "command refused) [off]",
     )
     return p
 

@@ -256,7 +256,10 @@ def test_a_folder_holding_a_run_is_replaced_only_with_overwrite(corpus, run, tmp
     `--overwrite`; with it the old run's files go before the new run starts (here it stops
     at once, at a corpus too small for its budget)."""
     out = shutil.copytree(run, tmp_path / "run")
-    files = lambda: {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"}  # noqa: E731
+
+    def files():
+        return {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"}
+
     before = files()
     code, _, err = _main(["train", *lm_argv(corpus, out)])
     assert code == 2 and "Pass --resume to continue it, --overwrite to replace it" in (
