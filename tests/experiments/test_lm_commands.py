@@ -17,6 +17,7 @@ import io
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import equinox as eqx
@@ -27,10 +28,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from lm_corpus import TINY, lm_argv, write_corpus
 
-from experiments.lm import cli, config, plot, train
+from experiments.lm import cli, config, plot, train, weights
 from experiments.lm.model import build_model, make_optimizer, stream_carry
 from experiments.lm.sample import shown
 from experiments.runs import checkpoint as ckpt
+from experiments.runs.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("restore_backend_env")
 
@@ -412,3 +414,20 @@ def test_any_value_in_config_json_gives_settings_or_one_line(key, value):
         assert str(e).startswith("OUT/config.json ") and "\n" not in str(e), str(e)
         return
     assert getattr(cfg, key) == value
+
+
+@settings(_SETTINGS, max_examples=12)
+@given(key=st.sampled_from(["step", "pending", "config", "run_id", "sha256"]), value=_JSON)
+def test_any_value_in_last_json_gives_the_weights_or_one_line(run, key, value):
+    """`last.json` edited at any field: `sample` and `export` load the weights or refuse
+    with one line naming the file (`weights.load_model`, which both read through)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = shutil.copytree(run, Path(tmp) / "run")
+        path = folder / "last.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+        try:
+            loaded = weights.load_model(folder)
+        except UsageError as e:
+            assert "\n" not in str(e) and str(folder) in str(e), str(e)
+            return
+        assert loaded.step == 3

@@ -9,7 +9,8 @@
   its `last.json`): the previous checkpoint is whole, `sample`/`export` read it, and the run
   resumes from it bit for bit.
 - A full disk at a checkpoint: one line, the previous checkpoint kept, no temporary left;
-  the run resumes from it bit for bit once there is room.
+  the run resumes from it bit for bit once there is room; and under `export`: one line, no
+  file written.
 
 Every process a test starts is ended by it (`finally`), and every wait has a time limit.
 """
@@ -186,3 +187,25 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_previous_one(
     full.clear()  # room again
     assert train.run(_argv(corpus, out, "--resume"))["status"] == "finished"
     _same_as(out, reference)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_a_full_disk_under_export_is_one_line_and_writes_nothing(reference, tmp_path, monkeypatch):
+    dest = tmp_path / "export"
+    dest.mkdir()
+    real = os.fsync
+
+    def fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(dest)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    err = io.StringIO()
+    argv = ["export", "--run", str(reference), "--format", "stablehlo", "--dest", str(dest)]
+    with contextlib.redirect_stderr(err):
+        code = train.main(argv)
+    lines = [x for x in err.getvalue().splitlines() if "error:" in x]
+    assert code == 2 and len(lines) == 1 and "No space left on device" in lines[0], err.getvalue()
+    assert "Traceback" not in err.getvalue()
+    assert [p.name for p in dest.iterdir() if not p.name.startswith(".")] == []
