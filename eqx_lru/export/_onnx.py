@@ -35,6 +35,7 @@ from .._runtime_check import is_runtime_check
 from ._onnx_dot import dot_as_matmul
 from ._onnx_graph import ELEMENTWISE, Graph, onnx_dtype, prune, same_dim, value_info
 from ._onnx_shapes import ShapeOps
+from ._onnx_sink import sink
 
 OPSET = 17
 
@@ -128,7 +129,8 @@ class _Translator(ShapeOps):
         if handler is not None:
             return handler(g, names, params, eqn)
         if prim in ELEMENTWISE:
-            return [g.op1(ELEMENTWISE[prim], names)]
+            sunk = sink(g, ELEMENTWISE[prim], names, vals)
+            return [sunk if sunk is not None else g.op1(ELEMENTWISE[prim], names)]
         raise NotImplementedError(
             f"ONNX export: no translation for the JAX primitive {prim!r} (in {eqn}). Export "
             "as StableHLO, or add it to eqx_lru/export/_onnx.py."

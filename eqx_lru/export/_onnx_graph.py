@@ -90,6 +90,12 @@ class Graph:
         axes = tuple(int(a) for a in axes)
         if x in self.unsqueezes and tuple(sorted(self.unsqueezes[x][1])) == tuple(sorted(axes)):
             return self.unsqueezes[x][0]
+        if x in self.transposes:  # squeeze the input, then transpose the other axes
+            source, perm = self.transposes[x]
+            gone = sorted(perm[a] for a in axes)
+            rest = [p for i, p in enumerate(perm) if i not in axes]
+            squeezed = self.squeeze(source, gone)
+            return self.transpose(squeezed, [p - sum(g < p for g in gone) for p in rest])
         return self.op1("Squeeze", [x, self.const(np.asarray(axes, np.int64), "axes")])
 
     def unbroadcast(self, names: list[str], shapes: list[tuple], out_shape: tuple) -> list[str]:

@@ -49,7 +49,14 @@ class ShapeOps:
         return [g.transpose(x[0], params["permutation"])]
 
     def _p_concatenate(self, g, x, params, eqn):
-        return [g.op1("Concat", x, axis=int(params["dimension"]))]
+        axis = int(params["dimension"])
+        perms = {g.transposes[v][1] if v in g.transposes else None for v in x}
+        perm = perms.pop() if len(perms) == 1 else None
+        if perm is None:
+            return [g.op1("Concat", x, axis=axis)]
+        # The same transpose of every operand: concatenate the inputs, transpose once.
+        inputs = [g.transposes[v][0] for v in x]
+        return [g.transpose(g.op1("Concat", inputs, axis=perm[axis]), perm)]
 
     def _p_stack(self, g, x, params, eqn):
         axis = g.const(np.asarray([params["axis"]], np.int64), "axes")
@@ -76,8 +83,13 @@ class ShapeOps:
         if any(not isinstance(limits[i], int | np.integer) for i in axes):
             raise NotImplementedError("ONNX export: a slice with a symbolic bound.")
         consts = [np.asarray([v[i] for i in axes], np.int64) for v in (starts, limits)]
-        consts += [np.asarray(axes, np.int64), np.asarray([strides[i] for i in axes], np.int64)]
-        return [g.op1("Slice", [x[0], *(g.const(c, "slice") for c in consts)])]
+        strides = np.asarray([strides[i] for i in axes], np.int64)
+        value, perm = g.transposes.get(x[0], (x[0], None))
+        if perm is not None:  # slice the transpose's input: the transpose moves to the slice
+            axes = [perm[i] for i in axes]
+        consts += [np.asarray(axes, np.int64), strides]
+        out = g.op1("Slice", [value, *(g.const(c, "slice") for c in consts)])
+        return [out if perm is None else g.transpose(out, perm)]
 
     def _p_gather(self, g, x, params, eqn):
         """The gathers of an embedding lookup (`weight[ids]`): whole slices along the
