@@ -17,8 +17,12 @@ Everything is measured in one process, in interleaved rounds: each round runs ev
 configuration for a few tokens (after two untimed ones: the caches held the previous
 configuration's arrays, which made the one-stream rows after the 256-stream ones
 1.6-2.7x slower), back to back, so a change of load on a shared machine
-hits all alike. Per round the time of a token is the median over its tokens; the table
-gives the median over rounds and the spread (lowest and highest round).
+hits all alike. Each token is timed in wall time (`time.perf_counter`) and in the
+process's CPU time (`time.process_time`, every thread: XLA's intra-op threads count,
+onnxruntime runs one); per round the time of a token is the median over its tokens; the
+table gives the median over rounds and the spread (lowest and highest round). The
+comparison of the runtimes takes the ratio of CPU times *within* each round (the
+runtimes ran seconds apart, under the same load) and reports its median and spread.
 
 Memory per stream: the carry (bytes, fixed by the shapes), and XLA's temp buffer of the
 compiled step divided by the streams.
@@ -41,7 +45,7 @@ FULL = {
     "d_model": 128,
     "d_state": 256,
     "streams": (1, 4, 16, 64, 256),
-    "rounds": 7,
+    "rounds": 15,
     "tokens": 5,
 }
 QUICK = {"depth": 2, "d_model": 16, "d_state": 16, "streams": (1, 4), "rounds": 2, "tokens": 2}
@@ -111,21 +115,25 @@ def measure(grid) -> dict:
             runners[f"jax-{form}", n] = jax_runner(grid, form, n)
             _log(f"  compiled jax {form} x{n}")
     times = {key: [] for key in runners}
+    cpu = {key: [] for key in runners}
     load = [os.getloadavg()]
     for r in range(grid["rounds"]):
         for key, (step_once, _) in runners.items():
             for _ in range(2):  # untimed: the caches still hold the previous configuration's
                 step_once()
-            ms = []
+            ms, cpu_ms = [], []
             for _ in range(grid["tokens"]):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 step_once()
+                cpu_ms.append(1e3 * (time.process_time() - start_cpu))
                 ms.append(1e3 * (time.perf_counter() - start))
             times[key].append(float(np.median(ms)))
+            cpu[key].append(float(np.median(cpu_ms)))
         load.append(os.getloadavg())
         _log(f"  round {r + 1}/{grid['rounds']}")
     rows = [
-        {"runtime": runtime, "streams": n, "ms": times[runtime, n], **info}
+        {"runtime": runtime, "streams": n, "ms": times[runtime, n], "cpu_ms": cpu[runtime, n]}
+        | info
         for (runtime, n), (_, info) in sorted(runners.items(), key=lambda kv: kv[0])
     ]
     return {"rows": rows, "onnx_error": onnx_error, "load": load}
@@ -133,6 +141,30 @@ def measure(grid) -> dict:
 
 def _log(msg):
     print(msg, file=sys.stderr, flush=True)
+
+
+def _spread(values, fmt="{:,.3f}") -> str:
+    """`median [lowest, highest]` of `values`."""
+    v = np.asarray(values, float)
+    return f"{fmt.format(np.median(v))} [{fmt.format(v.min())}, {fmt.format(v.max())}]"
+
+
+def onnx_ratios(results) -> list[dict]:
+    """Per number of streams: onnxruntime's CPU time over each JAX form's, the ratio taken
+    within each round (`ratios[form]`, one per round)."""
+    by = {(r["runtime"], r["streams"]): r for r in results["rows"]}
+    out = []
+    for (runtime, n), row in sorted(by.items(), key=lambda kv: kv[0][1]):
+        if runtime != "onnxruntime":
+            continue
+        ratios = {}
+        for form in ("complex", "real"):
+            jax_row = by.get((f"jax-{form}", n))
+            if jax_row is not None and row.get("cpu_ms") and jax_row.get("cpu_ms"):
+                pairs = zip(row["cpu_ms"], jax_row["cpu_ms"], strict=True)
+                ratios[form] = [a / b for a, b in pairs]
+        out.append({"streams": n, "ratios": ratios})
+    return out
 
 
 def render(grid, results, info) -> str:
@@ -145,19 +177,21 @@ def render(grid, results, info) -> str:
         f"{grid['depth']}, H = {grid['d_model']}, N = {grid['d_state']}, ListOps vocabulary,",
         "batch norm, mean pooling, inference mode, float32. One call advances every stream by",
         f"one token. {grid['rounds']} interleaved rounds of {grid['tokens']} tokens per "
-        "configuration: 'ms per call' is the median over rounds of each round's median, with",
-        "the lowest and highest round in brackets; tokens/s is streams / (ms per call).",
+        "configuration: 'ms per call' (wall) and 'CPU ms per call' (the process's CPU time,",
+        "every thread) are the medians over rounds of each round's median, with the lowest and",
+        "highest round in brackets; tokens/s is streams / (wall ms per call).",
         "",
         "## Machine",
         "",
         *report.machine_lines(info, end_load=results["load"][-1]),
         "- The machine was shared with other jobs during the run (other agents' test suites",
-        "  on its two cores): absolute times are noisy upwards; compare within the table",
+        "  on its cores): absolute times are noisy upwards; compare within the table",
         "  (ratios), which the interleaving keeps fair.",
         "",
-        "| runtime | streams | ms per call [low, high] | tokens/s [low, high] | tokens/s ÷ one "
-        "stream's | carry per stream | XLA temp per stream |",
-        "|---|---|---|---|---|---|---|",
+        "| runtime | streams | ms per call [low, high] | CPU ms per call [low, high] | "
+        "tokens/s [low, high] | tokens/s ÷ one stream's | carry per stream | "
+        "XLA temp per stream |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     one = {r["runtime"]: np.median(r["ms"]) for r in results["rows"] if r["streams"] == 1}
     for r in results["rows"]:
@@ -165,8 +199,9 @@ def render(grid, results, info) -> str:
         rate = n / (np.median(ms) / 1e3)
         speedup = (n / np.median(ms)) / (1 / one[r["runtime"]]) if r["runtime"] in one else None
         temp = r["temp_bytes_per_stream"]
+        cpu = _spread(r["cpu_ms"]) if r.get("cpu_ms") else "—"
         lines.append(
-            f"| {r['runtime']} | {n} | {np.median(ms):,.3f} [{ms.min():,.3f}, {ms.max():,.3f}] "
+            f"| {r['runtime']} | {n} | {_spread(ms)} | {cpu} "
             f"| {rate:,.0f} [{n / ms.max() * 1e3:,.0f}, {n / ms.min() * 1e3:,.0f}] | "
             + ("—" if speedup is None else f"{speedup:,.1f}×")
             + f" | {r['carry_bytes'] / 1024:,.1f} KB | "
@@ -174,7 +209,26 @@ def render(grid, results, info) -> str:
             + " |"
         )
     if results["onnx_error"]:
-        lines.append(f"| onnxruntime | — | {results['onnx_error']} | | | | |")
+        lines.append(f"| onnxruntime | — | {results['onnx_error']} | | | | | |")
+    ratios = onnx_ratios(results)
+    if ratios:
+        lines += [
+            "",
+            "## onnxruntime's step against JAX's",
+            "",
+            "CPU time of the ONNX step over the jitted `StreamPool` step's, the ratio taken "
+            "within each round:",
+            "median over rounds [lowest, highest round].",
+            "",
+            "| streams | ÷ jax-complex | ÷ jax-real |",
+            "|---|---|---|",
+        ]
+        for r in ratios:
+            cells = [
+                _spread(r["ratios"][f], "{:.2f}×") if f in r["ratios"] else "—"
+                for f in ("complex", "real")
+            ]
+            lines.append(f"| {r['streams']} | {cells[0]} | {cells[1]} |")
     lines.append("")
     return "\n".join(lines)
 
