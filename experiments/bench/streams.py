@@ -1,7 +1,8 @@
 """Serving many streams at once: tokens per second and memory per stream against the
 number of streams.
 
-    python -m experiments.bench.streams [--quick] [--out FILE] [--json FILE]
+    python -m experiments.bench.streams [--quick] [--out FILE] [--json FILE] [--sessions]
+        [--onnx FILE ...]
 
 writes `STREAMS-<backend>.md` here. The model is `streaming.py`'s (the ListOps one of the
 paper's Table 9: depth 6, H = 128, N = 256, batch norm, mean pooling; inference mode),
@@ -23,6 +24,11 @@ onnxruntime runs one); per round the time of a token is the median over its toke
 table gives the median over rounds and the spread (lowest and highest round). The
 comparison of the runtimes takes the ratio of CPU times *within* each round (the
 runtimes ran seconds apart, under the same load) and reports its median and spread.
+
+`--sessions` adds, at the most streams, onnxruntime with other session options (the
+graph optimisation level, two intra-op threads; `SESSION_VARIANTS`), and `--onnx FILE`
+an ONNX step exported elsewhere (e.g. at an earlier commit, to measure a change of the
+lowering against the current one in the same rounds).
 
 Memory per stream: the carry (bytes, fixed by the shapes), and XLA's temp buffer of the
 compiled step divided by the streams.
@@ -99,14 +105,62 @@ def onnx_runner(session, streams, vocab):
     return step_once, {"carry_bytes": carry, "temp_bytes_per_stream": None}
 
 
-def measure(grid) -> dict:
-    """Every configuration built first, then `rounds` interleaved rounds."""
+#: onnxruntime session options measured against the default (`--sessions`): the graph
+#: optimisation level and the intra-op threads (spinning, onnxruntime's default, or not).
+SESSION_VARIANTS = {
+    "optimisation basic": {"level": "ORT_ENABLE_BASIC"},
+    "optimisation off": {"level": "ORT_DISABLE_ALL"},
+    "2 threads": {"threads": 2},
+    "2 threads, no spinning": {"threads": 2, "spin": False},
+}
+
+
+def variant_sessions(model, state, files=()) -> dict:
+    """`{label: session triple}` as `streaming.onnx_step_session`'s, for each of
+    `SESSION_VARIANTS` and each ONNX step file in `files` (e.g. exported at another
+    commit; default session options)."""
+    import onnxruntime as ort
+
+    import eqx_lru.export
+
+    exported = eqx_lru.export.export(model, state, format="onnx", program="step")
+    carry = exported.program.carry or []
+
+    def carry_zeros(batch):
+        return [np.zeros((batch, *c["shape"][1:]), c["dtype"]) for c in carry]
+
+    def session(data, level=None, threads=1, spin=True):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        if level is not None:
+            options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        if not spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        s = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        return s, [i.name for i in s.get_inputs()], carry_zeros
+
+    out = {label: session(exported.data, **v) for label, v in SESSION_VARIANTS.items()}
+    for path in files:
+        with open(path, "rb") as f:
+            out[f"file {os.path.basename(path)}"] = session(f.read())
+    return out
+
+
+def measure(grid, sessions=False, files=()) -> dict:
+    """Every configuration built first, then `rounds` interleaved rounds; with `sessions`
+    (or `files`) the variants of `variant_sessions` too, at the most streams."""
     runners = {}
     try:  # first: exporting clears JAX's caches (`experiments.export`), compiled steps too
         model, state = _model(grid, "complex")
         session = onnx_step_session(model, state)
+        vocab = vocabulary_size(model)
         for n in grid["streams"]:
-            runners["onnxruntime", n] = onnx_runner(session, n, vocabulary_size(model))
+            runners["onnxruntime", n] = onnx_runner(session, n, vocab)
+        if sessions or files:
+            n = max(grid["streams"])
+            for label, triple in variant_sessions(model, state, files if sessions else ()).items():
+                if sessions or label.startswith("file "):
+                    runners[f"onnxruntime ({label})", n] = onnx_runner(triple, n, vocab)
         onnx_error = None
     except ImportError:
         onnx_error = NO_ONNXRUNTIME
@@ -154,8 +208,8 @@ def onnx_ratios(results) -> list[dict]:
     within each round (`ratios[form]`, one per round)."""
     by = {(r["runtime"], r["streams"]): r for r in results["rows"]}
     out = []
-    for (runtime, n), row in sorted(by.items(), key=lambda kv: kv[0][1]):
-        if runtime != "onnxruntime":
+    for (runtime, n), row in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if not runtime.startswith("onnxruntime"):
             continue
         ratios = {}
         for form in ("complex", "real"):
@@ -163,7 +217,7 @@ def onnx_ratios(results) -> list[dict]:
             if jax_row is not None and row.get("cpu_ms") and jax_row.get("cpu_ms"):
                 pairs = zip(row["cpu_ms"], jax_row["cpu_ms"], strict=True)
                 ratios[form] = [a / b for a, b in pairs]
-        out.append({"streams": n, "ratios": ratios})
+        out.append({"runtime": runtime, "streams": n, "ratios": ratios})
     return out
 
 
@@ -220,15 +274,15 @@ def render(grid, results, info) -> str:
             "within each round:",
             "median over rounds [lowest, highest round].",
             "",
-            "| streams | ÷ jax-complex | ÷ jax-real |",
-            "|---|---|---|",
+            "| runtime | streams | ÷ jax-complex | ÷ jax-real |",
+            "|---|---|---|---|",
         ]
         for r in ratios:
             cells = [
                 _spread(r["ratios"][f], "{:.2f}×") if f in r["ratios"] else "—"
                 for f in ("complex", "real")
             ]
-            lines.append(f"| {r['streams']} | {cells[0]} | {cells[1]} |")
+            lines.append(f"| {r['runtime']} | {r['streams']} | {cells[0]} | {cells[1]} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -242,6 +296,19 @@ def main(argv=None) -> int:
         "--out", help="Markdown to write (default: STREAMS-<backend>.md here; quick: stdout)"
     )
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument(
+        "--sessions",
+        action="store_true",
+        help="also onnxruntime with other session options (SESSION_VARIANTS), at the most streams",
+    )
+    parser.add_argument(
+        "--onnx",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also this exported ONNX step (e.g. from another commit), at the most streams; "
+        "repeatable",
+    )
     args = parser.parse_args(argv)
     import jax
 
@@ -249,7 +316,7 @@ def main(argv=None) -> int:
 
     grid = QUICK if args.quick else FULL
     info = report.machine_info()
-    results = measure(grid)
+    results = measure(grid, sessions=args.sessions, files=args.onnx)
     text = render(grid, results, info)
     default = os.path.join(HERE, f"STREAMS-{jax.default_backend()}.md")
     out = args.out or (None if args.quick else default)
