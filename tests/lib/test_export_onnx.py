@@ -117,7 +117,7 @@ def test_translation_matches_jax(name):
         x = make(b)
         got = session.run(None, {"x": x})
         for g, want in zip(got, fn(x), strict=True):
-            np.testing.assert_allclose(g, np.asarray(want), rtol=1e-6, atol=1e-5)
+            np.testing.assert_allclose(g, np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
 def test_complex_values_and_unknown_primitives_are_refused():
