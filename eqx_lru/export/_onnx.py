@@ -16,7 +16,12 @@ few, so this module writes the ONNX graph with the `onnx` package directly:
   (`runtime_check`) pass their value through, unchecked, and their predicates are dropped;
 - `jit`, `custom_jvp_call` and `custom_vjp_call` are inlined, `scan` becomes an ONNX
   `Loop`; any other primitive outside the table below raises `NotImplementedError`
-  naming it.
+  naming it;
+- the graph is written for onnxruntime, which runs every node as its own kernel: a
+  product with a constant is one `MatMul` (`_onnx_dot.py`), the transposes and size-1
+  axes that `jax.vmap` leaves are moved past elementwise operators and cancelled
+  (`_onnx_sink.py`, `Graph.transpose`), broadcasts are left to the operators that
+  broadcast anyway (`Graph.unbroadcast`), and nodes nothing reads are pruned.
 
 Real dtypes only: a complex value anywhere raises (convert with `eqx_lru.to_real`).
 """
