@@ -115,10 +115,10 @@ SESSION_VARIANTS = {
 }
 
 
-def variant_sessions(model, state, files=()) -> dict:
+def variant_sessions(model, state, files=(), *, options=True) -> dict:
     """`{label: session triple}` as `streaming.onnx_step_session`'s, for each of
-    `SESSION_VARIANTS` and each ONNX step file in `files` (e.g. exported at another
-    commit; default session options)."""
+    `SESSION_VARIANTS` (with `options`) and each ONNX step file in `files` (e.g. exported
+    at another commit; default session options)."""
     import onnxruntime as ort
 
     import eqx_lru.export
@@ -139,7 +139,8 @@ def variant_sessions(model, state, files=()) -> dict:
         s = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         return s, [i.name for i in s.get_inputs()], carry_zeros
 
-    out = {label: session(exported.data, **v) for label, v in SESSION_VARIANTS.items()}
+    variants = SESSION_VARIANTS.items() if options else ()
+    out = {label: session(exported.data, **v) for label, v in variants}
     for path in files:
         with open(path, "rb") as f:
             out[f"file {os.path.basename(path)}"] = session(f.read())
@@ -158,9 +159,8 @@ def measure(grid, sessions=False, files=()) -> dict:
             runners["onnxruntime", n] = onnx_runner(session, n, vocab)
         if sessions or files:
             n = max(grid["streams"])
-            for label, triple in variant_sessions(model, state, files if sessions else ()).items():
-                if sessions or label.startswith("file "):
-                    runners[f"onnxruntime ({label})", n] = onnx_runner(triple, n, vocab)
+            for label, triple in variant_sessions(model, state, files, options=sessions).items():
+                runners[f"onnxruntime ({label})", n] = onnx_runner(triple, n, vocab)
         onnx_error = None
     except ImportError:
         onnx_error = NO_ONNXRUNTIME
