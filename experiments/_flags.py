@@ -148,13 +148,15 @@ def refuse_existing(
     parser: argparse.ArgumentParser, paths, *, flag: str = "--out", overwrite: bool
 ) -> None:
     """Unless `overwrite`: one `error: argument FLAG: ...` line (status 2) when one of
-    `paths` (the files the command will write) exists already."""
+    `paths` (files the command will write; None: none) exists already. `flag` may also
+    name a derived file in words ("the streaming table")."""
     existing = [] if overwrite else [Path(p) for p in paths if p is not None]
     existing = [p for p in existing if p.exists() or p.is_symlink()]
     if existing:
+        where = f"argument {flag}" if flag.startswith("--") else flag
+        choose = f", or choose another {flag}" if flag.startswith("--") else ""
         parser.error(
-            f"argument {flag}: {str(existing[0])!r} exists already; pass --overwrite to replace "
-            f"it, or choose another {flag}"
+            f"{where}: {str(existing[0])!r} exists already; pass --overwrite to replace it" + choose
         )
 
 

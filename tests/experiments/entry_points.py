@@ -14,8 +14,8 @@ refuses 10**30 and 2**63: no count, size or seed is that large); `text`; paths a
 values is written `--flag=KIND*N`. Flags with `choices` and switches take no kind
 (argparse checks them).
 
-**Placeholders** in arguments and paths, filled by the tests: `{out}` (a folder not yet
-made), `{run}` (an empty folder), `{file}` (a regular file), `{missing}` (a path that
+**Placeholders** in arguments and paths, filled by the tests: `{out}` (an empty folder;
+in the overwrite case, one holding the file the command writes), `{run}` (an empty folder), `{file}` (a regular file), `{missing}` (a path that
 does not exist).
 
 `python tests/experiments/entry_points.py` is the probe the tests run in a child process:

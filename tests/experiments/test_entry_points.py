@@ -85,6 +85,7 @@ def _probe(name: str, tmp: Path) -> list[dict]:
 
 def _run_probe(command: Command, tmp: Path) -> list[dict]:
     (tmp / "run").mkdir()
+    (tmp / "out").mkdir()
     (tmp / "file").write_text("a file")
     if command.writes not in (None, "?"):
         existing = Path(command.writes.format(out=tmp / "existing"))
