@@ -126,10 +126,13 @@ class LRURetrievalModel(eqx.Module):
         return self.mlp_out(jax.nn.gelu(self.mlp_in(features)))
 
 
-def _check_known_documents(encoder: LRUModel, x, length, dt) -> None:
+def _check_known_documents(encoder: eqx.Module, x, length, dt) -> None:
     """Each document's known values (token ids, length, time steps) checked at once, as
     the encoder's call checks them (`_checks`); inside the `jax.vmap` over the pair they
-    are traced, and checked at run time only."""
+    are traced, and checked at run time only. An encoder that is not an `LRUModel` (an
+    exporter's streamed stand-in) checks its own inputs."""
+    if not isinstance(encoder, LRUModel):
+        return
     pairs = [known(v) if v is not None else None for v in (x, length, dt)]
     if any(p is None and v is not None for p, v in zip(pairs, (x, length, dt), strict=True)):
         return

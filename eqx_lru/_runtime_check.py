@@ -157,7 +157,9 @@ def check_values(
 
 def _leading(xp, shape: tuple, limit) -> Any:
     """`True` at the positions (axis 0) before `limit`, broadcast to `shape`."""
-    return (xp.arange(shape[0]) < limit).reshape((shape[0],) + (1,) * (len(shape) - 1))
+    limit = xp.asarray(limit)
+    positions = xp.arange(shape[0], dtype=limit.dtype)  # one dtype: strict promotion holds
+    return (positions < limit).reshape((shape[0],) + (1,) * (len(shape) - 1))
 
 
 def check_range(given: Any, low: int, high: Any, message: str, *, check: str) -> Any:

@@ -161,7 +161,7 @@ OUTPUTS = ("data", "complex", "real")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments._flags import NATURAL, POSITIVE_INT, add_overwrite, text
+    from experiments.runs.flags import NATURAL, POSITIVE_INT, add_overwrite, text
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.demo",
@@ -188,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
 def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Part 2's --out: a writable folder, without the demo's outputs unless --overwrite
     (they are then removed, to start afresh)."""
-    from experiments._flags import output_folder, refuse_existing
+    from experiments.runs.flags import output_folder, refuse_existing
 
     try:
         output_folder(str(args.out))

@@ -19,7 +19,7 @@ def run(grid, runner, *, quick, backend):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments._flags import add_overwrite, output_file
+    from experiments.runs.flags import add_overwrite, output_file
 
     parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__)
     parser.add_argument(
@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
 def _refuse_existing(parser, args, writes) -> None:
     """Without --overwrite, no file this run writes may exist (but the JSON file that
     --resume continues)."""
-    from experiments._flags import refuse_existing
+    from experiments.runs.flags import refuse_existing
 
     for what, path in writes:
         if what == "--json" and args.resume:
@@ -96,7 +96,7 @@ def _main(argv=None):
     run(grid, runner, quick=name == "quick", backend=backend)
     text = render(grid, runner, info, name=name, end_load=os.getloadavg())
     if out:
-        from experiments._atomic import write_atomic
+        from experiments.runs.atomic import write_atomic
 
         write_atomic(out, text.encode())
         log(f"wrote {out}")
@@ -107,7 +107,7 @@ def _main(argv=None):
 
 def main(argv=None) -> int:
     """The command line; a bad flag or path is one `error:` line (status 2)."""
-    from experiments._flags import report_os_errors
+    from experiments.runs.flags import report_os_errors
 
     return report_os_errors(_main)(argv)
 

@@ -326,8 +326,8 @@ def machine_lines(info, *, end_load=None) -> list[str]:
 
 def check_writable(parser: argparse.ArgumentParser, writes) -> None:
     """`parser.error` (one `error:` line, status 2) naming the first of `writes`, pairs
-    `(what, path or None)`, that cannot be written (`experiments._flags.output_file`)."""
-    from experiments._flags import output_file
+    `(what, path or None)`, that cannot be written (`experiments.runs.flags.output_file`)."""
+    from experiments.runs.flags import output_file
 
     for what, path in writes:
         if path is None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from experiments._atomic import write_atomic
+from experiments.runs.atomic import write_atomic
 
 from .grids import SECTIONS
 

@@ -271,7 +271,7 @@ def default_out(backend: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments._flags import add_overwrite, output_file
+    from experiments.runs.flags import add_overwrite, output_file
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.bench.streaming", description=__doc__
@@ -294,14 +294,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)  # paths checked here, not after the measurements
     import jax
 
-    from experiments._atomic import write_atomic
+    from experiments.runs.atomic import write_atomic
 
     from . import report
 
     grid = QUICK if args.quick else FULL
     out = args.out or (None if args.quick else default_out(jax.default_backend()))
     report.check_writable(parser, [("the default --out", None if args.out else out)])
-    from experiments._flags import refuse_existing
+    from experiments.runs.flags import refuse_existing
 
     refuse_existing(parser, [out], overwrite=args.overwrite)
     refuse_existing(parser, [args.json], flag="--json", overwrite=args.overwrite)

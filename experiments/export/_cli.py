@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from eqx_lru.export import ExportError
 
-from .._flags import output_folder, report_os_errors
+from ..runs.flags import output_folder, report_os_errors
 from ._command import FORMATS, export_run
 
 __all__ = ["main"]

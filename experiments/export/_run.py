@@ -63,14 +63,14 @@ def load_run(run: str | Path) -> Run:
     """The best weights of a trainer run, `(model, bn_state)` read from the checkpoint the
     trainer trusts (`_trusted_best`: `run/best.eqx`, or `run/best.prev.eqx` after a crash
     mid-save; checksum verified) with the trainer's own code (`steps.build_model`,
-    `_checkpoint.load_pair`), its scan method replaced by `"sequential"`.
+    `runs.checkpoint.load_pair`), its scan method replaced by `"sequential"`.
 
     The vocabulary of a token task is the one of the run's data, which the model's
     embedding stores: its size is read from the checkpoint, so the data need not be at
     hand.
     """
-    from experiments.lra import _checkpoint as ckpt
     from experiments.lra import steps
+    from experiments.runs import checkpoint as ckpt
 
     run = Path(run)
     if not run.is_dir():
@@ -113,17 +113,19 @@ def load_run(run: str | Path) -> Run:
 
 def _trusted_best(run: Path):
     """The `best` pair of `run` that the trainer's `--resume` and test evaluation trust,
-    chosen by the rule they share (`_checkpoint.trusted_best`) from the record of the newest
-    complete `last` checkpoint, both bound to the run (`_checkpoint.check_bound` against
-    `OUT/config.json`; the run id, where that file is missing, the `last` record's).
+    chosen by the rule they share (`runs.checkpoint.trusted_best`) from the record of the
+    newest complete `last` checkpoint, both bound to the run (`runs.checkpoint.check_bound`
+    with the LRA trainer's `TRAINING_KEYS`, against `OUT/config.json`; the run id, where
+    that file is missing, the `last` record's).
     Returns `(pair, expected)`: `pair` intact, `expected` the `best` entry of the `last`
     record (its `step`), or None.
 
     **Raises:** `ExportError` (one line naming the file) when no such pair is there, or it
     belongs to another run; `CheckpointError` for a damaged JSON file, or a `last` record
-    whose fields are malformed (`_checkpoint.check_last`, as the trainer's `--resume`).
+    whose fields are malformed (`runs.checkpoint.check_last`, as the trainer's `--resume`).
     """
-    from experiments.lra import _checkpoint as ckpt
+    from experiments.lra.config import TRAINING_KEYS
+    from experiments.runs import checkpoint as ckpt
 
     config = None
     if (run / "config.json").is_file():
@@ -136,8 +138,11 @@ def _trusted_best(run: Path):
     expected, want = ckpt.recorded_best(record, last.json_path if last is not None else None)
     try:
         if last is not None:
-            ckpt.check_bound(last.meta, last.json_path, run_id=own, settings=config)
-        return ckpt.trusted_best(run, record, run_id=own, settings=config), expected
+            ckpt.check_bound(
+                last.meta, last.json_path, run_id=own, settings=config, keys=TRAINING_KEYS
+            )
+        pair = ckpt.trusted_best(run, record, run_id=own, settings=config, keys=TRAINING_KEYS)
+        return pair, expected
     except ckpt.NotBound as e:
         raise ExportError(
             f"--run: {e.path} does not belong to the run in {e.path.parent} "

@@ -32,7 +32,7 @@ def _part_list(text: str) -> tuple[str, ...]:
 def parser() -> argparse.ArgumentParser:
     """Every flag with its help line and default (the flags only: no checks of the
     machine here)."""
-    from experiments._flags import add_overwrite, number, text
+    from experiments.runs.flags import add_overwrite, number, text
 
     p = argparse.ArgumentParser(
         prog="python -m experiments.gpu_check",
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     _check_out(p, args.out)
-    from experiments._flags import refuse_existing
+    from experiments.runs.flags import refuse_existing
 
     reports = [args.out / "report.json", args.out / "report.md"]
     refuse_existing(p, reports, overwrite=args.overwrite)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from experiments._atomic import write_atomic
+from experiments.runs.atomic import write_atomic
 
 from . import _tables, selection
 

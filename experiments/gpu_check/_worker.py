@@ -143,7 +143,7 @@ def listops_data(config: dict[str, Any], emit: Emit, deadline: float) -> None:
     `experiments.lra.synthetic.write_listops`."""
     import concurrent.futures
 
-    from experiments._atomic import write_atomic
+    from experiments.runs.atomic import write_atomic
 
     start = time.perf_counter()
     counts, workers = config["counts"], max(1, config["workers"])

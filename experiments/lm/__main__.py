@@ -4,7 +4,7 @@
 
 import time
 
-from ..lra._timing import process_age
+from ..runs.timing import process_age
 from .train import main
 
 if __name__ == "__main__":

@@ -11,12 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..lra import _checkpoint as ckpt
-from ..lra._errors import RunError
-from ..lra._resume import write_checkpoint
-from ..lra._signals import Stop
-from ..lra._timing import Deadline, Speed
-from ..lra._training import check_losses, diverged
+from ..runs import checkpoint as ckpt
+from ..runs.divergence import check_losses, diverged
+from ..runs.errors import RunError
+from ..runs.resume import write_checkpoint
+from ..runs.signals import Stop
+from ..runs.timing import Deadline, Speed
 from ._run import Run, TrainState
 from .model import score_layout
 

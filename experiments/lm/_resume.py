@@ -3,9 +3,9 @@ record's fields, its SHA-256, finite values, this run's settings, run id and cor
 step 0 if the run stopped before its first checkpoint. The checks are the LRA trainer's
 (`experiments/lra/_checkpoint`)."""
 
-from ..lra import _checkpoint as ckpt
-from ..lra._errors import UsageError
-from ..lra._resume import load_checkpoint, newest_checkpoint
+from ..runs import checkpoint as ckpt
+from ..runs.errors import UsageError
+from ..runs.resume import load_checkpoint, newest_checkpoint
 from ._run import Run, TrainState
 from .config import TRAINING_KEYS
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..lra import _checkpoint as ckpt
-from ..lra._metrics import MetricsLog
-from ..lra._signals import Stop
+from ..runs import checkpoint as ckpt
+from ..runs.metrics import MetricsLog
+from ..runs.signals import Stop
 from .config import LMConfig
 from .corpus import Corpus
 from .model import Programs

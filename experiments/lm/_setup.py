@@ -11,11 +11,11 @@ from typing import Any
 import equinox as eqx
 import jax
 
-from .._atomic import write_atomic
-from ..lra import _checkpoint as ckpt
-from ..lra import _env
-from ..lra._errors import UsageError
-from ..lra._metrics import MetricsLog
+from ..runs import checkpoint as ckpt
+from ..runs import env as _env
+from ..runs.atomic import write_atomic
+from ..runs.errors import UsageError
+from ..runs.metrics import MetricsLog
 from . import baselines, cli
 from . import config as _config
 from ._resume import resume

@@ -11,8 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from .._flags import POSITIVE_INT, number, output_folder
-from ..lra.config import flag
+from ..runs.flags import POSITIVE_INT, flag, number, output_folder
 from .config import PRESETS, LMConfig
 
 __all__ = ["parser", "parse_args", "given"]

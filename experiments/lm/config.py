@@ -20,8 +20,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .._flags import number
-from ..lra.config import flag
+from ..runs.flags import flag, number
 
 __all__ = ["ConfigError", "LMConfig", "PRESETS", "TRAINING_KEYS", "new_run", "resumed_run"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import eqx_lru.export
 
-from ..lra._errors import UsageError
+from ..runs.errors import UsageError
 from .model import VOCAB
 from .weights import Loaded, load_model
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._atomic import write_atomic
-from .._flags import output_file, report_os_errors
+from ..runs.atomic import write_atomic
+from ..runs.flags import output_file, report_os_errors
 
 __all__ = ["plot_run", "main"]
 
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=output_file, help="the PNG to write")
     p.add_argument("--title", default="byte-level LRU language model", help="the plot's title")
     args = p.parse_args(argv)
-    from ..lra._metrics import read_records
+    from ..runs.metrics import read_records
 
     run = Path(args.run)
     try:

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._atomic import write_atomic
-from ..lra import _checkpoint as ckpt
-from ..lra._errors import RunError, UsageError
-from ..lra._metrics import read_records
-from ..lra._signals import Abort, Stop
+from ..runs import checkpoint as ckpt
+from ..runs.atomic import write_atomic
+from ..runs.errors import RunError, UsageError
+from ..runs.metrics import read_records
+from ..runs.signals import Abort, Stop
 from ._loop import train_until_stop
 from ._run import Run, TrainState
 from ._setup import build, load_corpus, set_up

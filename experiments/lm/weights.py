@@ -12,8 +12,8 @@ import numpy as np
 
 import eqx_lru
 
-from ..lra import _checkpoint as ckpt
-from ..lra._errors import UsageError
+from ..runs import checkpoint as ckpt
+from ..runs.errors import UsageError
 from . import config as _config
 from .config import LMConfig
 from .model import build_model, make_optimizer, stream_carry

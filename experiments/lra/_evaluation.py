@@ -10,13 +10,13 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._atomic import write_atomic
-from . import _checkpoint as ckpt
-from . import _multiprocess as mp
-from . import _parallel as par
+from ..runs import checkpoint as ckpt
+from ..runs import multiprocess as mp
+from ..runs import parallel as par
+from ..runs.atomic import write_atomic
+from ..runs.errors import RunError
+from ..runs.metrics import plot_curves, read_records
 from ._carry import Carry
-from ._errors import RunError
-from ._metrics import plot_curves, read_records
 from ._run import Run
 from .data import batch_indices
 from .steps import host_batch

@@ -1,19 +1,20 @@
-"""Resuming a run (`resume`): the newest complete checkpoint, verified and bound to the run,
-and its best weights; and writing a checkpoint so that a second signal waits for it and a
-file-system error is one line (`write_checkpoint`)."""
+"""Resuming an LRA run (`resume`): the newest complete checkpoint, verified and bound to the
+run (its settings, `config.TRAINING_KEYS`, and its data), and its best weights. The parts
+every trainer shares (finding, loading and writing a checkpoint) are `runs.resume`'s."""
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import equinox as eqx
 
-from . import _checkpoint as ckpt
+from ..runs import checkpoint as ckpt
+from ..runs.errors import UsageError
+from ..runs.resume import load_checkpoint, newest_checkpoint, write_checkpoint
 from ._carry import Carry
-from ._errors import RunError, UsageError
 from ._run import Run
+from .config import TRAINING_KEYS
 
-__all__ = ["resume", "write_checkpoint", "newest_checkpoint", "load_checkpoint"]
+__all__ = ["resume"]
 
 
 def resume(r: Run, carry: Carry) -> Carry:
@@ -47,58 +48,13 @@ def resume(r: Run, carry: Carry) -> Carry:
     )
 
 
-def newest_checkpoint(out: Path, say: Callable[[str], None], **check: Any) -> ckpt.Pair | None:
-    """The newest complete `last` pair in `out`, its record checked (`ckpt.check_last`,
-    `check` passed on), or None, said, when the run stopped before its first checkpoint
-    (shared with `experiments.lm`). **Raises:** `UsageError`, one line."""
-    try:
-        pair = ckpt.locate(out, "last")
-        if pair is not None:
-            ckpt.check_last(pair.meta, pair.json_path, **check)
-    except ckpt.CheckpointError as e:
-        raise UsageError(str(e)) from None
-    if pair is None:
-        say(
-            f"Note: {out} holds no complete checkpoint (the run stopped before its first one was "
-            "written): starting it again from step 0, with its saved settings."
-        )
-    return pair
-
-
-def load_checkpoint(
-    pair: ckpt.Pair, like: Any, required: tuple[str, ...], say: Callable[[str], None]
-) -> tuple[Any, dict[str, Any]]:
-    """`pair` loaded into the shapes of `like` (its last leaf the step), verified and finite,
-    its record holding `required`; says when it is the previous pair. **Raises:**
-    `UsageError`, one line."""
-    try:
-        tree, meta = ckpt.load_pair(
-            pair.json_path,
-            pair.eqx_path,
-            like,
-            step_of=lambda t: t[-1],
-            finite=True,
-            required=required,
-        )
-    except ckpt.CheckpointError as e:
-        raise UsageError(str(e)) from None
-    except FileNotFoundError as e:
-        raise UsageError(
-            f"--resume: {e} Restore it from a backup, or start a new run with another --out."
-        ) from None
-    if pair.json_path.name != "last.json":
-        say(
-            "Note: the newest checkpoint was being written when the run stopped; resuming from "
-            f"the previous one ({pair.json_path.name})."
-        )
-    return tree, meta
-
-
 def _check_run(r: Run, meta: dict[str, Any], path: Path) -> None:
     """Refuse a checkpoint of another run, or one whose settings differ from config.json
     (`ckpt.check_bound`)."""
     try:
-        ckpt.check_bound(meta, path, run_id=r.cfg.run_id, settings=r.cfg.to_json())
+        ckpt.check_bound(
+            meta, path, run_id=r.cfg.run_id, settings=r.cfg.to_json(), keys=TRAINING_KEYS
+        )
     except ckpt.NotBound as e:
         raise _foreign(r, e) from None
 
@@ -121,7 +77,9 @@ def _check_best(r: Run, meta: dict[str, Any], like) -> str | None:
         return None
     expected = f"the weights of step {best.get('step')} (val accuracy {best.get('val_accuracy')})"
     try:
-        pair = ckpt.trusted_best(r.out, meta, run_id=r.cfg.run_id, settings=r.cfg.to_json())
+        pair = ckpt.trusted_best(
+            r.out, meta, run_id=r.cfg.run_id, settings=r.cfg.to_json(), keys=TRAINING_KEYS
+        )
     except ckpt.NotBound as e:
         raise _foreign(r, e) from None
     except ckpt.NoTrustedBest as e:
@@ -148,20 +106,3 @@ def _check_best(r: Run, meta: dict[str, Any], like) -> str | None:
         meta = {k: v for k, v in best_meta.items() if k != "sha256"}
         return write_checkpoint(r, lambda: ckpt.save(r.out, "best", tree, meta))
     return pair.meta.get("sha256")
-
-
-def write_checkpoint(r: Run, write: Callable[[], Any]):
-    """Run `write` (a checkpoint save): a second signal waits for it; file-system errors
-    become one line that says the previous checkpoint is kept."""
-    try:
-        if r.stop is None:
-            return write()
-        with r.stop.saving():
-            return write()
-    except OSError as e:
-        where = e.filename or r.out
-        raise RunError(
-            f"could not write a checkpoint in {r.out}: {where}: {e.strerror or e}. The previous "
-            "complete checkpoint is kept; free space or make the folder writable, then continue "
-            "with --resume."
-        ) from None

@@ -4,13 +4,14 @@ model, programs, the log and the signal handler."""
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import _checkpoint as ckpt
-from ._metrics import MetricsLog
-from ._signals import Stop
-from ._timing import Speed
+from ..runs import checkpoint as ckpt
+from ..runs.metrics import MetricsLog
+from ..runs.signals import Stop
+from ..runs.timing import Speed
 from .config import RunConfig
 from .data import TaskData
 
@@ -37,6 +38,7 @@ class Run:
     started: float | None = None  # the `clock` reading `--time-limit` counts from
     stop: Stop | None = None
     lock: ckpt.RunLock | None = None
+    on_record: Callable[[dict[str, Any]], Any] | None = None  # `MetricsLog`'s hook
 
     def say(self, msg: str) -> None:
         try:

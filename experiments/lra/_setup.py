@@ -13,15 +13,16 @@ from typing import Any
 import equinox as eqx
 import jax
 
-from .._atomic import write_atomic
-from . import _checkpoint as ckpt
-from . import _env, cli, cores
-from . import _multiprocess as mp
-from . import _parallel as par
+from ..runs import checkpoint as ckpt
+from ..runs import env as _env
+from ..runs import multiprocess as mp
+from ..runs import parallel as par
+from ..runs.atomic import write_atomic
+from ..runs.errors import UsageError
+from ..runs.metrics import MetricsLog
+from . import cli, cores, tasks
 from . import config as _config
 from ._carry import Carry, data_fingerprint
-from ._errors import UsageError
-from ._metrics import MetricsLog
 from ._resume import resume
 from ._run import Run
 from .cli import parse_args
@@ -85,7 +86,11 @@ def set_up(args) -> Run:
         args = parse_args(args)
     cfg = resolve_config(args)
     _env.check_environment(os.environ, distributed=args.distributed != "off")
-    cfg = cfg.replace(**_env.configure_backend(deterministic=cfg.deterministic, task=cfg.task))
+    cfg = cfg.replace(
+        **_env.configure_backend(
+            deterministic=cfg.deterministic, task=cfg.task, on_demand=tasks.on_demand
+        )
+    )
     r = Run(args, cfg, Path(args.out), time.perf_counter())
     par.initialize_distributed(args.distributed)
     _env.start_backend()
@@ -237,7 +242,7 @@ def build(r: Run) -> Carry:
         write_atomic(
             r.out / "config.json", json.dumps(cfg.to_json(), indent=1, sort_keys=True).encode()
         )
-    r.log = MetricsLog(r.out / "metrics.jsonl", enabled=r.primary)
+    r.log = MetricsLog(r.out / "metrics.jsonl", enabled=r.primary, on_record=r.on_record)
     r.log.truncate(carry.step)
     on_devices = {
         f: par.replicate(getattr(carry, f), r.mesh)

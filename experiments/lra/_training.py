@@ -4,23 +4,23 @@ they fall due, until the end, `--stop-at`, `--time-limit` or a signal."""
 import concurrent.futures
 import dataclasses
 import sys
-from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checkpoint as ckpt
-from . import _multiprocess as mp
-from . import _parallel as par
+from ..runs import checkpoint as ckpt
+from ..runs import multiprocess as mp
+from ..runs import parallel as par
+from ..runs.divergence import check_losses, diverged
+from ..runs.errors import RunError
+from ..runs.resume import write_checkpoint
+from ..runs.signals import Stop
+from ..runs.timing import Deadline, Speed
 from ._carry import Carry
-from ._errors import RunError
 from ._evaluation import evaluate
-from ._resume import write_checkpoint
 from ._run import Run
-from ._signals import Stop
-from ._timing import Deadline, Speed
 from .data import batch_indices
 from .steps import host_batch
 
@@ -189,33 +189,6 @@ def _advice(r: Run) -> str:
     return (
         f"Start again with a lower --lr (now {r.cfg.lr:g}) or --lr-factor (now "
         f"{r.cfg.lr_factor:g}) and a fresh --out; resuming would repeat the same steps."
-    )
-
-
-def check_losses(out: Path, values: np.ndarray, step: int, advice: str) -> None:
-    """`RunError` if a logged loss (`values[:, 0]`, the steps up to `step`) is not finite,
-    naming the first such step and what is kept in `out` (shared with `experiments.lm`)."""
-    bad = np.flatnonzero(~np.isfinite(values[:, 0]))
-    if bad.size:
-        first = step - len(values) + int(bad[0]) + 1
-        raise RunError(diverged(out, first, f"the training loss ({values[bad[0], 0]})", advice))
-
-
-def diverged(out: Path, step: int, what: str, advice: str) -> str:
-    """The message of a run stopped because `what` became non-finite at `step`."""
-    try:
-        pair = ckpt.locate(out, "last")
-    except (ckpt.CheckpointError, OSError):
-        pair = None
-    last = pair.meta.get("step") if pair is not None and pair.intact else None
-    kept = (
-        f"the last checkpoint {out / 'last.eqx'} (step {last}) is kept"
-        if last is not None
-        else "no checkpoint was written"
-    )
-    return (
-        f"{what} became non-finite at step {step}: the run diverged and was stopped; {kept}. "
-        + advice
     )
 
 

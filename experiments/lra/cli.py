@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from .._flags import number
+from ..runs.flags import number
 from . import cores, tasks
 from .config import RunConfig, flag
 

@@ -25,8 +25,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from .._flags import number
-from . import _signals, cores, tasks
+from ..runs import signals as _signals
+from ..runs.errors import ConfigError
+from ..runs.flags import flag, number
+from . import cores, tasks
 from ._numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
 
 __all__ = [
@@ -39,17 +41,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
-    """A setting that is missing, out of range or contradicts another; the message names
-    the flag, the value and what was expected."""
-
-
 Role = Literal["binds", "program", "run", "record"]
-
-
-def flag(name: str) -> str:
-    """The command-line flag of the setting `name` (`d_model` -> `--d-model`)."""
-    return "--" + name.replace("_", "-")
 
 
 def _setting(

@@ -30,14 +30,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
-    """An integer >= `low` and a 32-bit one (`experiments._flags.number`)."""
-    from .._flags import INT32_MAX, number
+    """An integer >= `low` and a 32-bit one (`experiments.runs.flags.number`)."""
+    from ..runs.flags import INT32_MAX, number
 
     return number(int, low=low, high=INT32_MAX, open_high=False, why="a 32-bit integer")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .._flags import add_overwrite, output_folder
+    from ..runs.flags import add_overwrite, output_folder
 
     positive, natural = _int_at_least(1), _int_at_least(0)
     parser = _Parser(

@@ -74,7 +74,7 @@ def measure_sequence_parallel(
     batch on every device: a mesh of 1 x `devices`)."""
     import jax
 
-    from . import _parallel as par
+    from ..runs import parallel as par
     from . import train
     from .config import RunConfig
     from .steps import task_spec
@@ -174,7 +174,7 @@ def machine() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments._flags import POSITIVE_INT
+    from experiments.runs.flags import POSITIVE_INT
 
     p = argparse.ArgumentParser(
         prog="python -m experiments.lra.memory", description=__doc__.split("\n\n")[0]

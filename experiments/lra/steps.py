@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 import eqx_lru
 
-from . import _parallel as par
+from ..runs import parallel as par
 from . import cores
 from .config import PROGRAM_KEYS, RunConfig
 from .data import TaskData

@@ -3,8 +3,9 @@
 A `Task` says everything the tools need to know about a task: the folder its files are in,
 the loader that reads them, its sizes, the kind of model it trains, its defaults (the
 LRU's, paper Table 9) and the writer of synthetic data in its format. The trainer, `load_task`,
-`steps`, `config.RunConfig.defaults`, `_env`, `memory.py`, `gpu_check.py` and the benchmark
-all read this registry, so adding a task is one `register(Task(...))` plus its loader.
+`steps`, `config.RunConfig.defaults`, `on_demand` (for `runs.env`), `memory.py`,
+`gpu_check.py` and the benchmark all read this registry, so adding a task is one
+`register(Task(...))` plus its loader.
 How to write one, what a loader returns, and where every number below comes from:
 [training on LRA](../../docs/guides/lra.md#adding-a-task-and-running-from-python).
 """
@@ -35,6 +36,7 @@ __all__ = [
     "register",
     "get_task",
     "names",
+    "on_demand",
     "load_task",
 ]
 
@@ -210,6 +212,13 @@ def get_task(name: str) -> Task:
 def names() -> tuple[str, ...]:
     """The registered task names, in registration order."""
     return tuple(REGISTRY)
+
+
+def on_demand(name: str) -> bool:
+    """Whether the task `name` allocates accelerator memory on demand by default (its
+    `allocate_on_demand`; experiments/lra/MEMORY.md): the look-up the trainer passes to
+    `runs.env.configure_backend`. False for a name not registered."""
+    return name in REGISTRY and REGISTRY[name].allocate_on_demand
 
 
 def load_task(

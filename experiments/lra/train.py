@@ -6,8 +6,9 @@
 What it writes, how a run resumes bit for bit, what it trusts and refuses, devices and
 exit statuses: [training on LRA](../../docs/guides/lra.md). The stages live beside it:
 `_setup.py` (settings, folder, data, model), `_resume.py`, `_training.py` (the loop),
-`_evaluation.py`, `_errors.py`; settings in `config.py`, cores in `cores.py`, tasks in
-`tasks.py`, the jitted steps in `steps.py`, checkpoints in `_checkpoint/`.
+`_evaluation.py`; settings in `config.py`, cores in `cores.py`, tasks in `tasks.py`, the
+jitted steps in `steps.py`. What every trainer shares (checkpoints, signals, errors, the
+metrics log, devices and processes) is in `experiments/runs/`.
 """
 
 import argparse
@@ -18,15 +19,16 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import _flags
-from . import _checkpoint as ckpt
-from . import _env, _watchdog
-from . import _multiprocess as mp
-from ._errors import RunError, UsageError
+from ..runs import checkpoint as ckpt
+from ..runs import env as _env
+from ..runs import flags as _flags
+from ..runs import multiprocess as mp
+from ..runs import watchdog as _watchdog
+from ..runs.errors import RunError, UsageError
+from ..runs.signals import Abort, Stop
+from ..runs.timing import process_age
 from ._evaluation import outputs
 from ._setup import agree_on_data, build, load_data, resolve_config, set_up, task_defaults
-from ._signals import Abort, Stop
-from ._timing import process_age
 from ._training import train_until_stop
 from .cli import parse_args
 from .config import TRAINING_KEYS
@@ -55,6 +57,7 @@ def run(
     clock: Callable[[], float] = time.monotonic,
     started: float | None = None,
     hard_abort: bool = False,
+    on_record: Callable[[dict[str, Any]], Any] | None = None,
 ) -> dict[str, Any]:
     """Train (or continue) one run; the body of the CLI.
 
@@ -67,7 +70,9 @@ def run(
     - `started`: the `clock` reading `--time-limit` counts from (default: now; the CLI
         passes the process's start).
     - `hard_abort`: a second signal outside a checkpoint write ends the process at once
-        (`os._exit(130)`, the CLI) instead of raising `Abort` (see `_signals.Stop`).
+        (`os._exit(130)`, the CLI) instead of raising `Abort` (see `runs.signals.Stop`).
+    - `on_record`: called with each record of `OUT/metrics.jsonl` as it is written (to
+        forward metrics to TensorBoard, W&B...; `runs.metrics.MetricsLog`).
 
     **Returns:** a dict: `status` (`"finished"`, `"stopped"` by `--stop-at` or
     `--time-limit`, or `"interrupted"`), `step`, `steps_per_sec`, `best_val_accuracy`,
@@ -80,7 +85,7 @@ def run(
     started = clock() if started is None else started
     with Stop(hard_abort=hard_abort) as stop:  # signals: flags; before training they end the run
         r = set_up(args)
-        r.started, r.stop = started, stop
+        r.started, r.stop, r.on_record = started, stop, on_record
         stop.watch(r.cfg.save_signals)
         try:
             mp.settle(lambda: load_data(r))

@@ -5,7 +5,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from experiments._flags import (
+from experiments.runs.flags import (
     NATURAL,
     POSITIVE_INT,
     add_overwrite,

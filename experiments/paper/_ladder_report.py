@@ -8,8 +8,8 @@ from pathlib import Path
 import matplotlib.ticker
 import numpy as np
 
-from ._common import plt, save_figure
 from ._ladder_setup import LISTOPS, NUM_CLASSES
+from .common import plt, save_figure
 
 
 @dataclasses.dataclass(frozen=True)

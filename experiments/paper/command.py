@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments._flags import NATURAL, add_overwrite, output_folder, refuse_existing
+from experiments.runs.flags import NATURAL, add_overwrite, output_folder, refuse_existing
 
 __all__ = ["LDSTACK_FIGURES", "PAPER_FIGURES", "parse_args", "parse_early"]
 

@@ -28,7 +28,7 @@ import optax  # noqa: E402
 from eqx_lru.ablation import DenseRNN, LinearDenseRNN  # noqa: E402
 from experiments.paper.command import parse_args  # noqa: E402
 
-from ._common import plt, save_figure, save_json  # noqa: E402
+from .common import plt, save_figure, save_json  # noqa: E402
 
 LENGTH = 100
 THRESHOLD = 1e-2  # a training MSE both models reach at their best learning rates

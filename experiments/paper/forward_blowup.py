@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 from eqx_lru import ComplexLRU  # noqa: E402
 from experiments.paper.command import parse_args  # noqa: E402
 
-from ._common import plt, save_figure, save_json  # noqa: E402
+from .common import plt, save_figure, save_json  # noqa: E402
 
 RINGS = [
     # (r_min, r_max, max_phase): Table 8's rings, PathX's last.

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 from eqx_lru import Diagonal, linear_recurrence  # noqa: E402
 from experiments.paper.command import parse_args  # noqa: E402
 
-from ._common import plt, save_figure, save_json  # noqa: E402
+from .common import plt, save_figure, save_json  # noqa: E402
 
 NU = 0.00005
 PHASES = [("uniform phase θ ~ U[0, 2π]", 2 * math.pi), ("small phase θ ~ U[0, π/50]", math.pi / 50)]

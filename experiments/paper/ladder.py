@@ -47,7 +47,6 @@ import numpy as np  # noqa: E402
 
 from eqx_lru.ablation import ABLATION_CORES  # noqa: E402
 
-from ._common import save_json  # noqa: E402
 from ._ladder_cli import RUNG_NAMES, parse_args  # noqa: E402
 from ._ladder_cli import _parser as _parser  # noqa: E402, F401  (the flag tests walk it)
 from ._ladder_report import (  # noqa: E402
@@ -61,6 +60,7 @@ from ._ladder_report import (  # noqa: E402
 )
 from ._ladder_setup import DEFAULTS, NUM_CLASSES, Settings, task_arrays  # noqa: E402
 from ._ladder_train import ladder_optimizer, ladder_param_labels, train_rung  # noqa: E402
+from .common import save_json  # noqa: E402
 
 # rung -> (label, paper section, tables, paper test accuracy in % as (mean, s.e.) on
 # ListOps, PathFinder, PathX; None: "did not exceed random guessing" in the paper).

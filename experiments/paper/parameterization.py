@@ -33,7 +33,7 @@ import optax  # noqa: E402
 
 from experiments.paper.command import parse_args  # noqa: E402
 
-from ._common import plt, save_figure, save_json  # noqa: E402
+from .common import plt, save_figure, save_json  # noqa: E402
 
 K = 100
 NU_STAR = 0.005

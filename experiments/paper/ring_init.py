@@ -25,7 +25,7 @@ from eqx_lru import ring_init  # noqa: E402
 from eqx_lru.ablation import LinearDenseRNN  # noqa: E402
 from experiments.paper.command import parse_args  # noqa: E402
 
-from ._common import plt, save_figure, save_json  # noqa: E402
+from .common import plt, save_figure, save_json  # noqa: E402
 
 SETTINGS = [
     # (label, r_min, r_max, max_phase)

@@ -34,7 +34,7 @@ from eqx_lru import AbstractLRU, ComplexLRU, RealLRU  # noqa: E402
 from eqx_lru.ablation import AbstractAblationCore, AbstractDenseRNN, DiagonalRNN  # noqa: E402
 from experiments.paper.command import parse_args  # noqa: E402
 
-from ._common import plt, save_figure, save_json  # noqa: E402
+from .common import plt, save_figure, save_json  # noqa: E402
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 _LAYER_TYPES = (AbstractLRU, AbstractAblationCore)

@@ -15,8 +15,8 @@ values is written `--flag=KIND*N`. Flags with `choices` and switches take no kin
 (argparse checks them).
 
 **Placeholders** in arguments and paths, filled by the tests: `{out}` (an empty folder;
-in the overwrite case, one holding the file the command writes), `{run}` (an empty folder), `{file}` (a regular file), `{missing}` (a path that
-does not exist).
+in the overwrite case, one holding the file the command writes), `{run}` (an empty
+folder), `{file}` (a regular file), `{missing}` (a path that does not exist).
 
 `python tests/experiments/entry_points.py` is the probe the tests run in a child process:
 it reads a module and argument lists as JSON on stdin, runs each as `python -m` would

@@ -22,7 +22,7 @@ def _commands():
         "bench": ("experiments.bench.__main__", []),
         "demo": ("experiments.demo", []),
         "gpu_check": ("experiments.gpu_check", []),
-        "paper": ("experiments.paper._common", []),  # every figure script's flags
+        "paper": ("experiments.paper.common", []),  # every figure script's flags
         "ladder": ("experiments.paper.ladder", []),
     }
     for name in ("experiments.export", "experiments.export.__main__"):

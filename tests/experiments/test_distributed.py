@@ -158,7 +158,7 @@ def _error_line(text: str) -> str:
 
 
 def _losses(out: Path) -> list[float]:
-    from experiments.lra._metrics import read_records
+    from experiments.runs.metrics import read_records
 
     return [r["loss"] for r in read_records(out / "metrics.jsonl") if r["split"] == "train"]
 
@@ -287,7 +287,7 @@ def test_a_peer_that_never_starts_or_a_port_in_use_is_one_line(data, tmp_path):
 
 
 def _wait_for_train_record(out: Path, procs, logs: Path, step: int = 1) -> None:
-    from experiments.lra._metrics import read_records
+    from experiments.runs.metrics import read_records
 
     deadline = time.monotonic() + 600
     while not any(

@@ -1,7 +1,7 @@
 """`python -m experiments.export`: a trainer run's best weights out of JAX.
 
 A run folder is written as the trainer writes it (`best.eqx` + `best.json` through
-`experiments.lra._checkpoint.save`, with the trainer's config), from a tiny ListOps model
+`experiments.runs.checkpoint.save`, with the trainer's config), from a tiny ListOps model
 (depth 2, H = 8, N = 6, a vocabulary of 15 — not the official 18, so the exporter must
 read it from the checkpoint) with non-trivial batch-norm running statistics. Then:
 
@@ -38,8 +38,8 @@ import numpy as np
 import pytest
 
 from experiments import export
-from experiments.lra import _checkpoint as ckpt
 from experiments.lra import steps, train
+from experiments.runs import checkpoint as ckpt
 
 VOCAB, D_MODEL, D_STATE, DEPTH, CLASSES = 15, 8, 6, 2, 10
 

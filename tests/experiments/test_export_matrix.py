@@ -19,9 +19,9 @@ import pytest
 import eqx_lru
 import eqx_lru.ablation
 from experiments import export
-from experiments.lra import _checkpoint as ckpt
 from experiments.lra import cores, steps
 from experiments.lra.config import RunConfig
+from experiments.runs import checkpoint as ckpt
 
 VOCAB, CLASSES, TASK = 15, 10, "listops"
 CASES = [(core, form) for core in cores.names() for form in cores.get_core(core).forms]

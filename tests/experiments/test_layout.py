@@ -1,7 +1,8 @@
-"""The shape of `experiments/`: no import cycle, the checkpoint store's few dependencies,
-small modules and functions in `experiments/lra` and `experiments/export`, settings read as
-`RunConfig` fields everywhere in `experiments/`, and task and core names written only in
-their registries (issue 25's "done when")."""
+"""The shape of `experiments/`: no import cycle, no import of another package's underscore
+module, the shared harness (`experiments/runs`) below both trainers, the checkpoint store's
+few dependencies, small modules and functions in `experiments/lra`, `experiments/runs` and
+`experiments/export`, settings read as `RunConfig` fields everywhere in `experiments/`, and
+task and core names written only in their registries (issues 25 and 32's "done when")."""
 
 import ast
 import re
@@ -67,15 +68,51 @@ def test_no_import_cycle():
         visit(m)
 
 
+def _package(module: str) -> str:
+    """The package of `experiments` a module belongs to (`lra`, `runs`, `demo`...)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _private(module: str) -> bool:
+    """Whether `module` is an underscore module (or lies in one); dunders are not."""
+    return any(p.startswith("_") and not p.startswith("__") for p in module.split(".")[1:])
+
+
+def test_no_module_imports_another_packages_underscore_module():
+    modules = _modules()
+    found = [
+        f"{m} imports {n}"
+        for m, p in sorted(modules.items())
+        for n in sorted(_imports(m, p, modules))
+        if _private(n) and _package(n) != _package(m)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_harness_is_below_both_trainers():
+    """`runs/` imports neither trainer; of `experiments/`, the language model imports only
+    the harness and itself."""
+    modules = _modules()
+    for m, p in modules.items():
+        imported = {_package(n) for n in _imports(m, p, modules)}
+        if _package(m) == "runs":
+            assert not imported & {"lra", "lm"}, f"{m} imports a trainer: {imported}"
+        if _package(m) == "lm":
+            assert imported <= {"lm", "runs"}, f"{m} imports {imported - {'lm', 'runs'}}"
+
+
 def test_the_checkpoint_store_imports_neither_the_command_line_nor_the_steps():
     modules = _modules()
-    store = "experiments.lra._checkpoint._store"
-    assert _imports(store, modules[store], modules) == {"experiments._atomic"}
+    store = "experiments.runs.checkpoint.store"
+    assert _imports(store, modules[store], modules) == {"experiments.runs.atomic"}
 
 
 def _redesigned_files():
-    """The packages redesigned for issue 25 (the others are measured by the lead)."""
-    return sorted([*(EXPERIMENTS / "lra").rglob("*.py"), *(EXPERIMENTS / "export").rglob("*.py")])
+    """The packages redesigned for issues 25 and 32 (the others are measured by the lead)."""
+    return sorted(
+        path for name in ("lra", "runs", "export") for path in (EXPERIMENTS / name).rglob("*.py")
+    )
 
 
 @pytest.mark.parametrize("path", _redesigned_files(), ids=lambda p: str(p.relative_to(EXPERIMENTS)))

@@ -19,8 +19,8 @@ import pytest
 from lm_corpus import lm_argv, write_corpus
 
 from experiments.lm import cli, config, train, weights
-from experiments.lra._errors import UsageError
-from experiments.lra._metrics import read_records
+from experiments.runs.errors import UsageError
+from experiments.runs.metrics import read_records
 
 STEPS = 60
 

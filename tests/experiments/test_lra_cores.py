@@ -16,8 +16,8 @@ from listops_argv import listops_argv
 import eqx_lru
 import eqx_lru.ablation
 from experiments.lra import cores, steps, synthetic, tasks, train
-from experiments.lra._metrics import read_records
 from experiments.lra.config import ConfigError, RunConfig
+from experiments.runs.metrics import read_records
 
 # lindermanlab/S5 @3c18fdb bin/run_experiments/run_lra_{script}.sh (dt_min/dt_max: 0.001 and
 # 0.1 unless the script sets them; run_train.py's defaults).

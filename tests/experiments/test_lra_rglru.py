@@ -15,8 +15,8 @@ from listops_argv import listops_argv
 
 from experiments import export
 from experiments.lra import cores, synthetic, train
-from experiments.lra._metrics import read_records
 from experiments.lra.config import ConfigError, RunConfig, new_run
+from experiments.runs.metrics import read_records
 
 pytestmark = pytest.mark.usefixtures("restore_backend_env")
 

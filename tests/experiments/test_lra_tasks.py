@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.lra import data, steps, tasks, train
-from experiments.lra._metrics import read_records
+from experiments.runs.metrics import read_records
 
 # The trainer sets XLA_FLAGS / XLA_PYTHON_CLIENT_PREALLOCATE; conftest puts them back.
 pytestmark = pytest.mark.usefixtures("restore_backend_env")

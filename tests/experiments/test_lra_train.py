@@ -23,10 +23,11 @@ import pytest
 from listops_argv import listops_argv
 
 import eqx_lru
-from experiments.lra import _checkpoint as ckpt
-from experiments.lra import _env, synthetic, train
-from experiments.lra._metrics import read_records
+from experiments.lra import synthetic, tasks, train
 from experiments.lra.tasks import load_task
+from experiments.runs import checkpoint as ckpt
+from experiments.runs import env as _env
+from experiments.runs.metrics import read_records
 
 STEPS = 8
 REPO = Path(__file__).resolve().parents[2]
@@ -61,15 +62,19 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
-    """An uninterrupted complex run: its results and output folder."""
+    """An uninterrupted complex run: its results, output folder and the records it sent to
+    `on_record`."""
     out = tmp_path_factory.mktemp("ref") / "run"
-    return train.run(_args(data, out)), out
+    forwarded = []
+    return train.run(_args(data, out), on_record=forwarded.append), out, forwarded
 
 
 @pytest.mark.parametrize("form", ["complex", pytest.param("real", marks=pytest.mark.slow)])
 def test_run_writes_everything(form, data, reference, tmp_path):
     if form == "complex":
-        results, out = reference
+        results, out, forwarded = reference
+        # Every record reaches the hook, as written (TensorBoard, W&B... without a dependency).
+        assert forwarded == read_records(out / "metrics.jsonl")
     else:
         out = tmp_path / "run"
         # An explicit --method goes through the `form=make_core` path of the model.
@@ -340,18 +345,27 @@ def test_backend_environment():
     )
     assert again["set"] == {} and again["record"]["deterministic"]
     user = _env.backend_env(
-        {"XLA_FLAGS": "--xla_gpu_deterministic_ops=false"}, deterministic=True, task="pathx"
+        {"XLA_FLAGS": "--xla_gpu_deterministic_ops=false"},
+        deterministic=True,
+        task="pathx",
+        on_demand=tasks.on_demand,
     )
     assert (
         user["set"] == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         and not user["record"]["deterministic"]
     )
-    fast = _env.backend_env({}, deterministic=False, task="pathx")
+    fast = _env.backend_env({}, deterministic=False, task="pathx", on_demand=tasks.on_demand)
     assert "XLA_FLAGS" not in fast["set"] and fast["record"]["allocator"] == "on demand"
     mine = _env.backend_env(
-        {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, deterministic=False, task="pathx"
+        {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"},
+        deterministic=False,
+        task="pathx",
+        on_demand=tasks.on_demand,
     )
     assert mine["set"] == {} and mine["record"]["allocator"] == "user"
+    # The look-up is the caller's: without one (the language model), no task allocates on
+    # demand.
+    assert _env.backend_env({}, deterministic=False, task="pathx")["set"] == {}
 
 
 @pytest.mark.parametrize("deterministic", [True, False])

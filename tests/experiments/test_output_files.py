@@ -2,7 +2,7 @@
 through a symbolic link planted in the run folder (at a file's name, at a temporary name,
 at the log or the lock), and a rewritten file keeps its permissions.
 
-`experiments/_atomic.py` (checkpoints, metrics, outputs, the export command) and the
+`experiments/runs/atomic.py` (checkpoints, metrics, outputs, the export command) and the
 trainer's two other writers: the metrics log's appends and the folder's lock.
 """
 
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from listops_argv import listops_argv
 
-from experiments._atomic import write_atomic
-from experiments.lra import _checkpoint as ckpt
 from experiments.lra import train
-from experiments.lra._metrics import MetricsLog
+from experiments.runs import checkpoint as ckpt
+from experiments.runs.atomic import write_atomic
+from experiments.runs.metrics import MetricsLog
 
 pytestmark = pytest.mark.usefixtures("restore_backend_env")
 

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 from listops_argv import listops_argv
 
-from experiments.lra import _checkpoint as ckpt
+from experiments.runs import checkpoint as ckpt
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -371,7 +371,7 @@ _TRAINER = """
 import json, shutil, sys
 from pathlib import Path
 from experiments.lra import synthetic, train
-from experiments.lra._metrics import read_records
+from experiments.runs.metrics import read_records
 import jax
 assert jax.device_count() == 4, jax.devices()
 root = Path(sys.argv[1])

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from listops_argv import listops_argv
 
-from experiments.lra import _checkpoint as ckpt
 from experiments.lra import _setup, _training, synthetic, train
-from experiments.lra._metrics import read_records
 from experiments.lra.config import RunConfig
 from experiments.lra.steps import build_model, make_optimizer
 from experiments.lra.tasks import load_task
+from experiments.runs import checkpoint as ckpt
+from experiments.runs.metrics import read_records
 
 _args = listops_argv
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from listops_argv import listops_argv
 
-from experiments.lra import _signals, train
-from experiments.lra._metrics import read_records
+from experiments.lra import train
+from experiments.runs import signals as _signals
+from experiments.runs.metrics import read_records
 
 pytestmark = pytest.mark.usefixtures("restore_backend_env")
 

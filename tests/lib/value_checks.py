@@ -51,24 +51,37 @@ class Entry:
 # --- what the entry points run on, built once ----------------------------------------------
 
 
-@functools.cache
+def _built_once(build: Callable[..., Any]) -> Callable[..., Any]:
+    """`build` cached, and run outside any trace even when first asked for inside one (a
+    test's `jit` or `jax.export`): a module built while tracing would hold that trace's
+    tracers, and every later call would leak them."""
+
+    @functools.cache
+    def cached(*args):
+        with jax.ensure_compile_time_eval():
+            return build(*args)
+
+    return cached
+
+
+@_built_once
 def _core():
     return eqx_lru.ComplexLRU(H, N, r_min=0.5, r_max=0.95, key=KEY)
 
 
-@functools.cache
+@_built_once
 def _block():
     return eqx.nn.make_with_state(eqx_lru.LRUBlock)(H, N, key=KEY)
 
 
-@functools.cache
+@_built_once
 def _model(pooling="mean"):
     return eqx.nn.make_with_state(eqx_lru.LRUModel)(
         VOCAB, 2, H, N, 1, encoder="embedding", pooling=pooling, key=KEY
     )
 
 
-@functools.cache
+@_built_once
 def _pool():
     model, _ = _model()
     return eqx_lru.StreamPool(model, SLOTS).admit(0).admit(2)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import _atomic
+from ...runs import atomic as _atomic
 
 LOG = logging.getLogger(__package__)
 
@@ -202,7 +202,7 @@ def read_lines(path: Path, folder: Path | None = None) -> Iterator[tuple[int, st
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """`experiments._atomic.write_atomic`: never through a link planted in the cache."""
+    """`experiments.runs.atomic.write_atomic`: never through a link planted in the cache."""
     _atomic.write_atomic(path, data)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..._atomic import write_atomic
+from ...runs.atomic import write_atomic
 
 __all__ = [
     "OPERATORS",

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image
 
-from ..._atomic import write_atomic
+from ...runs.atomic import write_atomic
 
 __all__ = [
     "PathfinderParams",

@@ -7,7 +7,7 @@ import socket
 import time
 from pathlib import Path
 
-from ._store import CheckpointError
+from .store import CheckpointError
 
 __all__ = ["FolderInUse", "RunLock"]
 

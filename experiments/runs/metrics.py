@@ -11,17 +11,27 @@
 On `--resume`, `truncate` drops every record after the checkpoint's step (a run killed
 between checkpoints may have logged steps that will be redone), so the resumed log is the
 same as that of an uninterrupted run.
+
+**Forwarding.** `MetricsLog(..., on_record=f)` calls `f(record)` with each record (a new
+dict) once it is written: the place to send metrics to TensorBoard, Weights & Biases or a
+dashboard, without this package depending on any of them. For example, with
+`torch.utils.tensorboard`:
+
+    def on_record(record):
+        for name in ("loss", "accuracy"):
+            if record.get(name) is not None:
+                writer.add_scalar(f"{record['split']}/{name}", record[name], record["step"])
 """
 
 import io
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._atomic import open_append, write_atomic
+from .atomic import open_append, write_atomic
 
 __all__ = ["MetricsLog", "read_records", "plot_curves"]
 
@@ -44,11 +54,23 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 class MetricsLog:
-    """Append-only JSON-lines writer (a no-op when `enabled` is False, e.g. on hosts > 0)."""
+    """Append-only JSON-lines writer (a no-op when `enabled` is False, e.g. on hosts > 0).
 
-    def __init__(self, path: str | os.PathLike, *, enabled: bool = True):
+    `on_record`: called with each record (a new dict) after it is written and flushed, on
+    the process that writes (see the module docstring); an exception it raises propagates
+    (the record is on disk by then). Records dropped by `truncate` are not sent again.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        enabled: bool = True,
+        on_record: Callable[[dict[str, Any]], Any] | None = None,
+    ):
         self.path = Path(path)
         self.enabled = enabled
+        self.on_record = on_record
         self._file = None
 
     def truncate(self, step: int) -> None:
@@ -70,6 +92,8 @@ class MetricsLog:
             self._file = open_append(self.path)  # never through a link
         self._file.write(_dumps(record) + "\n")
         self._file.flush()
+        if self.on_record is not None:
+            self.on_record(dict(record))
 
     def close(self) -> None:
         if self._file is not None:

@@ -18,14 +18,14 @@ and fail together. What each piece does:
 - `StopVote`: a signal or `--time-limit` seen by one process stops every process after
   the same step. Each process casts its wish after every step as a tiny collective, read
   two steps later (by then complete, so the host never waits for the device on it).
-- `Watchdog` (`_watchdog.py`): a peer that dies or stops, and a peer that never connects,
+- `Watchdog` (`watchdog.py`): a peer that dies or stops, and a peer that never connects,
   end every process with one line within a bounded time.
 
 Orbax's multi-host checkpointing was not used: only process 0 writes (checkpoints are
-replicated, a few MB), and the store's guarantees (`_checkpoint/`) would have to be
+replicated, a few MB), and the store's guarantees (`checkpoint/`) would have to be
 rebuilt on Orbax's format, which would break resuming old runs. JAX's preemption service
 (`reached_preemption_sync_point`) handles SIGTERM only and replaces the trainer's SIGTERM
-handler, so it is turned off (`_parallel.initialize_distributed`) and `StopVote` does its
+handler, so it is turned off (`parallel.initialize_distributed`) and `StopVote` does its
 job for every signal and the time limit.
 """
 
@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
-from ._errors import RunError, UsageError
+from .errors import RunError, UsageError
 
 __all__ = ["gather", "share", "agree", "settle", "code_digest", "StopVote"]
 

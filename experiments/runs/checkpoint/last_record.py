@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ._store import CheckpointError
+from .store import CheckpointError
 
 __all__ = ["check_last"]
 

@@ -13,10 +13,10 @@ therefore run before any of those; importing `jax` is harmless.
   anyway; the flag is ignored there.
 - **Allocator.** JAX preallocates 75% of a GPU's memory by default; on an 80 GB card the
   PathX step then failed with `RESOURCE_EXHAUSTED` on a 35.67 GiB allocation, and ran
-  with `XLA_PYTHON_CLIENT_PREALLOCATE=false` (allocate on demand). For the big tasks
-  (`allocate_on_demand` in their `experiments/lra/tasks.py` entry) that is the default,
-  unless the user set `XLA_PYTHON_CLIENT_PREALLOCATE` or `XLA_PYTHON_CLIENT_MEM_FRACTION`
-  themselves.
+  with `XLA_PYTHON_CLIENT_PREALLOCATE=false` (allocate on demand). For the tasks the
+  caller's look-up `on_demand(task)` names (the LRA trainer's: `allocate_on_demand` in the
+  task's `experiments/lra/tasks.py` entry) that is the default, unless the user set
+  `XLA_PYTHON_CLIENT_PREALLOCATE` or `XLA_PYTHON_CLIENT_MEM_FRACTION` themselves.
 - **Variables the trainer reads** (`check_environment`): the multi-process ones
   (`JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`, the timeouts
   `LRA_INIT_TIMEOUT` and `LRA_HEARTBEAT_TIMEOUT`, the SLURM/Open MPI task counts) and the
@@ -26,10 +26,10 @@ therefore run before any of those; importing `jax` is harmless.
 """
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._errors import UsageError
+from .errors import UsageError
 
 __all__ = [
     "check_environment",
@@ -37,6 +37,7 @@ __all__ = [
     "DETERMINISTIC_FLAG",
     "backend_env",
     "configure_backend",
+    "never",
     "is_out_of_memory",
     "out_of_memory_message",
 ]
@@ -49,16 +50,23 @@ _ALLOCATOR_VARS = (
 )
 
 
-def _on_demand(task: str) -> bool:
-    """Whether `task`'s registry entry asks for on-demand allocation (experiments/lra/MEMORY.md:
-    the tasks whose training step needs the most memory)."""
-    from .tasks import REGISTRY
-
-    return task in REGISTRY and REGISTRY[task].allocate_on_demand
+def never(task: str) -> bool:
+    """The default task look-up of `backend_env`: no task allocates on demand."""
+    return False
 
 
-def backend_env(environ: Mapping[str, str], *, deterministic: bool, task: str) -> dict[str, Any]:
+def backend_env(
+    environ: Mapping[str, str],
+    *,
+    deterministic: bool,
+    task: str,
+    on_demand: Callable[[str], bool] = never,
+) -> dict[str, Any]:
     """The variables to set on top of `environ`, and a record of the choices.
+
+    `on_demand(task)`: whether `task` allocates accelerator memory on demand by default
+    (the trainer's task registry; e.g. the LRA tasks whose step needs the most memory,
+    experiments/lra/MEMORY.md).
 
     **Returns:** `{"set": {name: value}, "record": {...}}`; `record` goes to config.json:
     `deterministic` (whether XLA's deterministic GPU ops are on), `xla_flags` (the flags
@@ -74,7 +82,7 @@ def backend_env(environ: Mapping[str, str], *, deterministic: bool, task: str) -
         updates["XLA_FLAGS"] = flags
     if any(name in environ for name in _ALLOCATOR_VARS):
         allocator = "user"
-    elif _on_demand(task):
+    elif on_demand(task):
         updates["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         allocator = "on demand"
     else:
@@ -83,9 +91,11 @@ def backend_env(environ: Mapping[str, str], *, deterministic: bool, task: str) -
     return {"set": updates, "record": record}
 
 
-def configure_backend(*, deterministic: bool, task: str) -> dict[str, Any]:
+def configure_backend(
+    *, deterministic: bool, task: str, on_demand: Callable[[str], bool] = never
+) -> dict[str, Any]:
     """Apply `backend_env` to `os.environ`; returns its record for config.json."""
-    env = backend_env(os.environ, deterministic=deterministic, task=task)
+    env = backend_env(os.environ, deterministic=deterministic, task=task, on_demand=on_demand)
     os.environ.update(env["set"])
     return env["record"]
 

@@ -24,9 +24,9 @@ one machine, e.g. for process `i` of 2:
 
 Only process 0 writes to `--out` (which all processes must see for `--resume`). The
 processes check that they agree (settings, invocation, code, data) and fail together
-(`_multiprocess.py`); a process that dies, freezes or never connects ends the others with
+(`multiprocess.py`); a process that dies, freezes or never connects ends the others with
 one line after `LRA_HEARTBEAT_TIMEOUT` (default 100) or `LRA_INIT_TIMEOUT` (default 300)
-seconds (`_watchdog.py`).
+seconds (`watchdog.py`).
 
 **Sequence parallel.** `--sequence-parallel N` makes the mesh 2-D, `("data", "seq")`:
 each sequence split over the N devices of a row (`eqx_lru.SequenceParallel`), the batch
@@ -42,7 +42,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ._errors import UsageError
+from .errors import UsageError
 
 __all__ = [
     "AXIS",
@@ -88,14 +88,14 @@ def initialize_distributed(mode: str = "auto") -> bool:
 
     With `JAX_COORDINATOR_ADDRESS` set, `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` give the
     process count and this process's rank (SLURM, Open MPI and Cloud TPU are detected by
-    JAX itself); check them first (`_env.check_environment`). Process 0 refuses a
+    JAX itself); check them first (`env.check_environment`). Process 0 refuses a
     coordinator port in use; a process whose peers do not all connect within
-    `LRA_INIT_TIMEOUT` seconds (default 300) stops with one line (`_watchdog.before`);
-    then `_watchdog.Watchdog` watches the peers (`LRA_HEARTBEAT_TIMEOUT`, default 100).
+    `LRA_INIT_TIMEOUT` seconds (default 300) stops with one line (`watchdog.before`);
+    then `watchdog.Watchdog` watches the peers (`LRA_HEARTBEAT_TIMEOUT`, default 100).
     JAX's own timeouts are set 30 s longer, so the trainer's words come first. Returns
     whether it initialised.
     """
-    from . import _watchdog
+    from . import watchdog as _watchdog
 
     if mode not in ("auto", "on", "off"):
         raise ValueError(f"distributed mode must be 'auto', 'on' or 'off', got {mode!r}.")
@@ -113,7 +113,7 @@ def initialize_distributed(mode: str = "auto") -> bool:
     # any, a multi-process CPU run fails at its first cross-process all-reduce).
     if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    # Its SIGTERM handler would replace the trainer's; `_multiprocess.StopVote` agrees on
+    # Its SIGTERM handler would replace the trainer's; `multiprocess.StopVote` agrees on
     # stopping instead, for every signal.
     jax.config.update("jax_enable_preemption_service", False)
     where = os.environ.get("JAX_COORDINATOR_ADDRESS") or "the coordinator JAX found"
@@ -132,7 +132,7 @@ def initialize_distributed(mode: str = "auto") -> bool:
     # (gloo's rendezvous, not configurable): met first at the training step, one process
     # still compiling on a loaded machine failed the run. Connect now, while the
     # processes are in step (they have just met at the coordinator).
-    from . import _multiprocess
+    from . import multiprocess as _multiprocess
 
     _multiprocess.gather(b"connected")
     return True

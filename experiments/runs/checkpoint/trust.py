@@ -3,9 +3,11 @@ give the test score, and `python -m experiments.export`), decided once.
 
 `check_bound` refuses a checkpoint of another run (`NotBound`: a training setting, or the
 run id, differs from the run's), and `trusted_best` finds the `best` pair that a `last`
-checkpoint records (`NoTrustedBest` when it is not there). The readers word the refusals
-for their users. Before either reads a `last` record, `check_last` (`_last_record.py`)
-checks its fields.
+checkpoint records (`NoTrustedBest` when it is not there). Which settings bind a run is the
+trainer's to say: each caller passes its own `keys` (the LRA trainer's
+`config.TRAINING_KEYS`, the language model's). The readers word the refusals for their
+users. Before either reads a `last` record, `check_last` (`last_record.py`) checks its
+fields.
 """
 
 import os
@@ -13,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import TRAINING_KEYS
-from ._last_record import check_last
-from ._store import CheckpointError, Pair, locate
+from .last_record import check_last
+from .store import CheckpointError, Pair, locate
 
 __all__ = ["NotBound", "NoTrustedBest", "check_bound", "recorded_best", "trusted_best"]
 
@@ -52,7 +53,7 @@ def check_bound(
     *,
     run_id: str | None,
     settings: Mapping[str, Any] | None,
-    keys: Sequence[str] = TRAINING_KEYS,
+    keys: Sequence[str],
 ) -> None:
     """Refuse the checkpoint `path` (its JSON `meta`) if it belongs to another run.
 
@@ -60,8 +61,8 @@ def check_bound(
 
     - `run_id`: the run's id (`config.json`'s `run_id`); None: not compared.
     - `settings`: the run's settings (`config.json`); None: not compared.
-    - `keys`: the settings that bind a run (default: the LRA trainer's
-        `config.TRAINING_KEYS`; the language model passes its own).
+    - `keys`: the settings that bind a run (the trainer's own list, e.g. the LRA
+        trainer's `config.TRAINING_KEYS`).
 
     **Raises:** `NotBound` if a training setting (`keys`) that both the checkpoint's
     `config` and `settings` hold differs, or else if the checkpoint records a run id other
@@ -134,12 +135,13 @@ def trusted_best(
     *,
     run_id: str | None,
     settings: Mapping[str, Any] | None,
+    keys: Sequence[str],
 ) -> Pair:
     """The `best` pair in `folder` that the run's `last` checkpoint (its JSON `record`)
     trusts: the one with the SHA-256 the record names (`best.*`, else `best.prev.*` where a
     crash mid-save left it there), or, where the record names none (no record, or one from
     before digests), the newest complete pair. It must belong to the run (`check_bound`
-    with `run_id` and `settings`). A damaged newest pair is not replaced by an older one.
+    with `run_id`, `settings` and `keys`). A damaged newest pair is not replaced by an older one.
 
     The caller loads it (`load_pair`) and compares its step with the record's
     (`recorded_best`).
@@ -153,7 +155,7 @@ def trusted_best(
     _, want = recorded_best(record)
     pair = locate(folder, "best", sha256=want) if want else locate(folder, "best")
     if pair is not None and pair.intact:
-        check_bound(pair.meta, pair.json_path, run_id=run_id, settings=settings)
+        check_bound(pair.meta, pair.json_path, run_id=run_id, settings=settings, keys=keys)
         return pair
     try:
         newest = locate(folder, "best")

@@ -13,7 +13,7 @@ exactly when a JSON and an `.eqx` with that digest are both on disk, whatever th
 `save` keeps the previous complete pair as `NAME.prev.eqx` / `NAME.prev.json` (moved there
 `.eqx` first, then JSON) until the new pair is complete; each new file is written to a
 temporary name, flushed with `fsync` and `os.replace`d, and the folder is `fsync`ed after
-the renames (`experiments/_atomic.py`). Whatever instant the process dies (`kill -9`,
+the renames (`experiments/runs/atomic.py`). Whatever instant the process dies (`kill -9`,
 power loss), the folder holds the new pair or the previous one complete, and `locate`
 finds the newest complete pair.
 
@@ -37,7 +37,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from ..._atomic import fsync_folder, write_temp
+from ..atomic import fsync_folder, write_temp
 
 __all__ = [
     "CheckpointError",

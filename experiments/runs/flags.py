@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
+    "flag",
     "number",
     "POSITIVE_INT",
     "NATURAL",
@@ -28,6 +29,11 @@ __all__ = [
     "refuse_existing",
     "report_os_errors",
 ]
+
+
+def flag(name: str) -> str:
+    """The command-line flag of the setting `name` (`d_model` -> `--d-model`)."""
+    return "--" + name.replace("_", "-")
 
 
 def number(

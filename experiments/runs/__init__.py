@@ -1,0 +1,153 @@
+"""What every trainer and command of `experiments/` shares, under public names: a guarantee
+won once (a checkpoint that survives a crash, a signal that saves, an error in one line)
+holds in every command that uses it.
+
+- `checkpoint`: the checkpoint store (atomic `.eqx` + JSON pairs located by SHA-256), the
+  trust rules (which checkpoint belongs to a run, given the settings that bind it), the
+  `last` record's checks and the run folder's lock;
+- `resume`: the newest complete checkpoint, loaded and verified; a checkpoint written so
+  that a second signal waits for it;
+- `divergence`: a non-finite loss stops the run with one message;
+- `signals`: SIGINT/TERM/HUP save and exit 130, `--save-signals` (USR1, USR2, XCPU) save
+  and exit 0; `timing`: steps per second, `--time-limit`, the age of the process;
+- `metrics`: the JSON-lines metrics log and its learning curve;
+- `errors`: `UsageError` (status 2), `RunError` (status 1), `ConfigError`;
+- `env`: the process environment set and checked before JAX starts its backend;
+- `parallel`, `multiprocess`, `watchdog`: devices, meshes and batch sharding, processes
+  that agree or fail together, and peers that die or never connect;
+- `atomic`: files written whole or not at all; `flags`: argparse types and output paths.
+
+`runs` imports neither trainer (`experiments.lra`, `experiments.lm`). Importing it does
+not import JAX: the names below are loaded on first use (a command's `--help` stays fast).
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import atomic as atomic
+    from . import checkpoint as checkpoint
+    from . import divergence as divergence
+    from . import env as env
+    from . import errors as errors
+    from . import flags as flags
+    from . import metrics as metrics
+    from . import multiprocess as multiprocess
+    from . import parallel as parallel
+    from . import resume as resume
+    from . import signals as signals
+    from . import timing as timing
+    from . import watchdog as watchdog
+    from .atomic import write_atomic as write_atomic
+    from .checkpoint import CheckpointError as CheckpointError
+    from .checkpoint import RunLock as RunLock
+    from .divergence import check_losses as check_losses
+    from .divergence import diverged as diverged
+    from .errors import ConfigError as ConfigError
+    from .errors import RunError as RunError
+    from .errors import UsageError as UsageError
+    from .flags import flag as flag
+    from .flags import number as number
+    from .metrics import MetricsLog as MetricsLog
+    from .metrics import read_records as read_records
+    from .resume import RunFolder as RunFolder
+    from .resume import load_checkpoint as load_checkpoint
+    from .resume import newest_checkpoint as newest_checkpoint
+    from .resume import write_checkpoint as write_checkpoint
+    from .signals import Abort as Abort
+    from .signals import Stop as Stop
+    from .signals import parse_signals as parse_signals
+    from .timing import Deadline as Deadline
+    from .timing import Speed as Speed
+    from .timing import process_age as process_age
+
+#: Each public name and the module it lives in.
+_HOMES = {
+    "write_atomic": "atomic",
+    "CheckpointError": "checkpoint",
+    "RunLock": "checkpoint",
+    "check_losses": "divergence",
+    "diverged": "divergence",
+    "ConfigError": "errors",
+    "RunError": "errors",
+    "UsageError": "errors",
+    "flag": "flags",
+    "number": "flags",
+    "MetricsLog": "metrics",
+    "read_records": "metrics",
+    "RunFolder": "resume",
+    "load_checkpoint": "resume",
+    "newest_checkpoint": "resume",
+    "write_checkpoint": "resume",
+    "Abort": "signals",
+    "Stop": "signals",
+    "parse_signals": "signals",
+    "Deadline": "timing",
+    "Speed": "timing",
+    "process_age": "timing",
+}
+_MODULES = (
+    "atomic",
+    "checkpoint",
+    "divergence",
+    "env",
+    "errors",
+    "flags",
+    "metrics",
+    "multiprocess",
+    "parallel",
+    "resume",
+    "signals",
+    "timing",
+    "watchdog",
+)
+
+__all__ = [
+    "write_atomic",
+    "CheckpointError",
+    "RunLock",
+    "check_losses",
+    "diverged",
+    "ConfigError",
+    "RunError",
+    "UsageError",
+    "flag",
+    "number",
+    "MetricsLog",
+    "read_records",
+    "RunFolder",
+    "load_checkpoint",
+    "newest_checkpoint",
+    "write_checkpoint",
+    "Abort",
+    "Stop",
+    "parse_signals",
+    "Deadline",
+    "Speed",
+    "process_age",
+    "atomic",
+    "checkpoint",
+    "divergence",
+    "env",
+    "errors",
+    "flags",
+    "metrics",
+    "multiprocess",
+    "parallel",
+    "resume",
+    "signals",
+    "timing",
+    "watchdog",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
