@@ -29,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
+def _int_at_least(low: int) -> Callable[[str], float]:
     """An integer >= `low` and a 32-bit one (`experiments.runs.flags.number`)."""
     from ..runs.flags import INT32_MAX, number
 
