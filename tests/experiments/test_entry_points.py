@@ -5,7 +5,7 @@
     not a number, not UTF-8, a path under a file or missing) is one `error:` line naming
     the flag, status 2, no traceback;
 (c) a command that writes files refuses to replace an existing output without
-    `--overwrite`, and says so.
+    `--overwrite`, and says so (one that writes a run folder also offers `--resume`).
 
 Each command's cases run in one child process (`entry_points.py`'s probe: one start-up for
 all of them), started once per command and shared by its three tests.
@@ -205,6 +205,8 @@ def test_an_existing_output_needs_overwrite(name, probe):
     (help_result,) = [r for r in results if r["what"] == "help"]
     flags = {f for a in help_result["actions"] for f in a["flags"]}
     assert "--overwrite" in flags, f"{name} writes files but has no --overwrite"
+    if _BY_NAME[name].run_folder:
+        assert "--resume" in flags, f"{name} writes a run folder but has no --resume"
     if _BY_NAME[name].writes == "?":
         return
     (result,) = [r for r in results if r["what"] == "overwrite"]
