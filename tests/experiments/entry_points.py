@@ -96,7 +96,7 @@ _LM_TRAIN_FLAGS = (
     "--lr-factor=float(0,] --weight-decay=float[0,] --warmup-fraction=float[0,1] "
     "--seed=int[0,] --train-bytes=int[1,] --val-bytes=int[1,] --test-bytes=int[1,] "
     "--eval-streams=int[1,] --eval-chunk=int[1,] --corpus=in --eval-every=int[1,] "
-    "--log-every=int[1,] --checkpoint-every=int[1,]"
+    "--log-every=int[1,] --checkpoint-every=int[1,] --save-signals=text"
 )
 _LADDER_FLAGS = (
     "--out=out --seeds=int[1,] --seed=int[0,] --rungs=text --data-seed=int[0,] "
