@@ -223,35 +223,14 @@ class RunConfig:
         """A new run of `core` on `task` without flags: the task's record (Table 9 for the
         LRU), with the core's official settings for the task over it (`cores.Core`) and
         the settings the core does not use as None."""
-        c = tasks.get_task(task).config
-        values = dict(
-            task=task,
-            core=core,
-            depth=c.depth,
-            d_model=c.d_model,
-            d_state=c.d_state,
-            steps=c.steps,
-            batch_size=c.batch_size,
-            lr=c.base_lr,
-            lr_factor=c.lr_factor,
-            weight_decay=c.weight_decay,
-            dropout=c.dropout,
-            warmup_fraction=c.warmup_fraction,
-            bidirectional=c.bidirectional,
-            r_min=c.r_min,
-            r_max=c.r_max,
-            max_phase=c.max_phase,
-            glu=c.glu,
-            norm=c.norm,
-            pooling=c.pooling,
-            eval_every=c.eval_every,
-            remat=tasks.get_task(task).remat,
-        )
+        entry = tasks.get_task(task)
+        values: dict[str, Any] = {"task": task, "core": core, **entry.settings}
+        values["remat"] = entry.remat
         record = cores.get_core(core)
         official = record.settings_for(task)
         values.update(official)
-        if "batch_size" in official and "eval_every" not in tasks.get_task(task).defaults:
-            values["eval_every"] = max(1, tasks.get_task(task).train_size // values["batch_size"])
+        if "batch_size" in official and "eval_every" not in entry.defaults:
+            values["eval_every"] = max(1, entry.train_size // values["batch_size"])
         return cls(**_core_fields(record, values, given={}))
 
     def replace(self, **changes) -> "RunConfig":

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from . import data, synthetic
-from .configs import TaskConfig
 from .data import Store, TaskData, _pixels, _tokens
 
 __all__ = [
@@ -32,6 +31,7 @@ __all__ = [
     "Loader",
     "Synthetic",
     "Task",
+    "SETTINGS",
     "REGISTRY",
     "register",
     "get_task",
@@ -67,8 +67,16 @@ def _all_splits_from_folder(folder: Path) -> dict[str, str]:
     return dict.fromkeys(("train", "val", "test"), f"the files under {folder}")
 
 
+#: The settings a task's `defaults` give, named as `config.RunConfig`'s fields, in the order
+#: `Task.settings` returns them.
+SETTINGS = tuple(
+    "depth d_model d_state steps batch_size lr lr_factor weight_decay dropout warmup_fraction "
+    "bidirectional r_min r_max max_phase glu norm pooling eval_every".split()
+)
 #: Settings every task shares unless its `defaults` say otherwise (Table 9, §D.2).
-_COMMON_DEFAULTS = {"depth": 6, "weight_decay": 0.05}
+_COMMON_DEFAULTS = dict(
+    depth=6, weight_decay=0.05, warmup_fraction=0.1, pooling="mean", norm="batch", glu="full"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +92,10 @@ class Task:
     - `seq_len`: the maximum sequence length `l_max` (token tasks pad to at most this;
       pixel tasks: `H * W`, a square image).
     - `train_size`: the official number of training examples (one epoch: `eval_every`).
-    - `defaults`: the model and optimiser settings of `configs.TaskConfig` (Table 9),
-      apart from the fields above; `depth` 6 and `weight_decay` 0.05 unless given.
+    - `defaults`: the task's model and optimiser settings (Table 9), named as the
+      trainer's settings (`config.RunConfig`: `lr`, `d_model`...; `SETTINGS` lists them);
+      `depth` 6, `weight_decay` 0.05, `warmup_fraction` 0.1, mean pooling, BatchNorm and
+      the full GLU unless given, `eval_every` one epoch. `settings` is them, completed.
     - `in_channels`: channels per pixel for pixel tasks (linear encoder); None for token
       tasks (embedding).
     - `vocab_size`: token tasks: the vocabulary size of the official data, specials
@@ -154,7 +164,7 @@ class Task:
                 stats is None or len(stats) in (1, self.in_channels or 0),
                 "pixel_mean and pixel_std need one value per channel (or one for all)",
             )
-        self.config  # noqa: B018 (checks `defaults` now rather than at the first run)
+        self.settings  # noqa: B018 (checks `defaults` now rather than at the first run)
 
     @property
     def input_kind(self) -> Literal["tokens", "features"]:
@@ -166,23 +176,28 @@ class Task:
         return None if self.in_channels is None else math.isqrt(self.seq_len)
 
     @functools.cached_property
-    def config(self) -> TaskConfig:
-        """The task's `TaskConfig`: its sizes and `defaults` (Table 9)."""
+    def settings(self) -> dict[str, Any]:
+        """The task's default settings (`defaults` over `_COMMON_DEFAULTS`, `eval_every` one
+        epoch unless given), checked: every one of `SETTINGS`, no other, a ring `0 <= r_min
+        <= r_max < 1`, `0 < max_phase <= 2*pi`, `0 <= warmup_fraction < 1`."""
         settings = {**_COMMON_DEFAULTS, **self.defaults}
         if "batch_size" not in settings:
             raise ValueError(f"Task {self.name!r}: defaults need a batch_size.")
         settings.setdefault("eval_every", max(1, self.train_size // settings["batch_size"]))
-        try:
-            return TaskConfig(
-                task=self.name,
-                num_classes=self.num_classes,
-                seq_len=self.seq_len,
-                input_kind=self.input_kind,
-                train_size=self.train_size,
-                **settings,
-            )
-        except TypeError as e:
-            raise ValueError(f"Task {self.name!r}: bad defaults ({e}).") from None
+        unknown = sorted(set(settings) - set(SETTINGS))
+        missing = [name for name in SETTINGS if name not in settings]
+        if unknown or missing:
+            what = f"unknown {unknown}" if unknown else f"missing {missing}"
+            raise ValueError(f"Task {self.name!r}: bad defaults ({what}).")
+        s = settings
+        ring, phase, warmup = [s["r_min"], s["r_max"]], s["max_phase"], s["warmup_fraction"]
+        if not 0 <= ring[0] <= ring[1] < 1:
+            raise ValueError(f"{self.name}: need 0 <= r_min <= r_max < 1, got {ring}.")
+        if not 0 < phase <= 2 * math.pi:
+            raise ValueError(f"{self.name}: max_phase must lie in (0, 2*pi], got {phase}.")
+        if not 0 <= warmup < 1:
+            raise ValueError(f"{self.name}: warmup_fraction must lie in [0, 1), got {warmup}.")
+        return {name: settings[name] for name in SETTINGS}
 
 
 #: The registered tasks by name, in `--task` order.
@@ -278,7 +293,7 @@ register(
             batch_size=32,
             lr_factor=0.5,
             dropout=0.0,
-            base_lr=3e-3,  # S5 ListOps: ssm_lr 1e-3, lr 3e-3
+            lr=3e-3,  # S5 ListOps: ssm_lr 1e-3, lr 3e-3
             bidirectional=False,
             r_min=0.0,
             r_max=0.99,
@@ -309,7 +324,7 @@ register(
             batch_size=32,
             lr_factor=0.1,
             dropout=0.1,
-            base_lr=4e-3,  # S5 IMDB: ssm_lr 1e-3, lr 4e-3
+            lr=4e-3,  # S5 IMDB: ssm_lr 1e-3, lr 4e-3
             bidirectional=False,
             r_min=0.5,
             r_max=0.9,
@@ -340,7 +355,7 @@ register(
             batch_size=64,
             lr_factor=0.5,
             dropout=0.1,
-            base_lr=2e-3,  # S5 AAN: ssm_lr 1e-3, lr 2e-3
+            lr=2e-3,  # S5 AAN: ssm_lr 1e-3, lr 2e-3
             bidirectional=False,
             r_min=0.5,
             r_max=0.9,
@@ -370,7 +385,7 @@ register(
             batch_size=50,
             lr_factor=0.25,
             dropout=0.1,
-            base_lr=4.5e-3,  # S5 sCIFAR: ssm_lr 1e-3, lr 4.5e-3
+            lr=4.5e-3,  # S5 sCIFAR: ssm_lr 1e-3, lr 4.5e-3
             bidirectional=False,
             r_min=0.9,
             r_max=0.999,
@@ -400,7 +415,7 @@ register(
             batch_size=64,
             lr_factor=0.25,
             dropout=0.0,
-            base_lr=4.5e-3,  # S5 Pathfinder: ssm_lr 9e-4, lr 4.5e-3
+            lr=4.5e-3,  # S5 Pathfinder: ssm_lr 9e-4, lr 4.5e-3
             bidirectional=True,
             r_min=0.9,
             r_max=0.999,
@@ -432,7 +447,7 @@ register(
             batch_size=32,
             lr_factor=0.25,
             dropout=0.0,
-            base_lr=1.8e-3,  # S5 Path-X: ssm_lr 6e-4, lr 1.8e-3
+            lr=1.8e-3,  # S5 Path-X: ssm_lr 6e-4, lr 1.8e-3
             bidirectional=True,
             r_min=0.999,
             r_max=0.9999,

@@ -10,10 +10,10 @@ So the maths is that of one device with the whole batch, whatever the device cou
 
 **Several hosts.** Call `initialize_distributed` before touching any device: it runs
 `jax.distributed.initialize()` when asked (`mode="on"`) or, with `mode="auto"`, when the
-environment says this is one process of many (`JAX_COORDINATOR_ADDRESS`, or a SLURM / Open
-MPI launch with more than one task). Each process then loads only its rows of each global
-batch (`process_rows`) and `shard_batch` assembles the global array with
-`jax.make_array_from_process_local_data`.
+environment says this is one process of many (`JAX_COORDINATOR_ADDRESS`, or a cluster
+launch of more than one process that JAX's own auto-detection finds: Slurm, Open MPI).
+Each process then loads only its rows of each global batch (`process_rows`) and
+`shard_batch` assembles the global array with `jax.make_array_from_process_local_data`.
 
 Tested for real (tests/experiments/test_distributed.py) as two processes of two CPU devices each on
 one machine, e.g. for process `i` of 2:
@@ -48,6 +48,8 @@ __all__ = [
     "AXIS",
     "SEQ_AXIS",
     "initialize_distributed",
+    "CLUSTERS",
+    "cluster",
     "distributed_env",
     "make_mesh",
     "data_size",
@@ -62,7 +64,6 @@ AXIS = "data"
 #: The mesh axis a sequence is split over with `--sequence-parallel N` (N > 1).
 SEQ_AXIS = "seq"
 
-_ENV_TASKS = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 #: Seconds without a heartbeat after which the distributed runtime declares a process
 #: dead and stops the others with an error (JAX's default: 100).
 HEARTBEAT_ENV = "LRA_HEARTBEAT_TIMEOUT"
@@ -70,25 +71,48 @@ HEARTBEAT_ENV = "LRA_HEARTBEAT_TIMEOUT"
 INIT_ENV = "LRA_INIT_TIMEOUT"
 
 
+#: The launchers `--distributed auto` recognises, by JAX's names: Open MPI's `mpirun` and
+#: Slurm's `srun` (the other clusters JAX knows, Kubernetes and Cloud TPU, are found by
+#: querying their services: `--distributed on` asks for them).
+CLUSTERS = ("ompi", "slurm")
+
+
+def cluster() -> tuple[str, int] | None:
+    """The launch of `CLUSTERS` that `jax.distributed.initialize()` detects by itself, as
+    `(its name, its process count)`, or None outside one. It is JAX's own detection
+    (`jax._src.clusters`, not a public API: where a JAX version lacks it, None), so the
+    trainer starts `jax.distributed` exactly where JAX finds the coordinator and ranks."""
+    try:
+        from jax._src.clusters import ClusterEnv
+
+        kinds = [k for k in ClusterEnv._cluster_types if k.name in CLUSTERS]
+    except (ImportError, AttributeError):
+        return None
+    for kind in kinds:
+        try:
+            if kind.is_env_present():
+                return kind.name, int(kind.get_process_count())
+        except Exception:  # an environment JAX cannot read: JAX would not start either
+            return None
+    return None
+
+
 def distributed_env() -> str | None:
-    """The environment variable that marks a multi-process launch, or None."""
+    """What marks a multi-process launch: `"JAX_COORDINATOR_ADDRESS"`, or the name of the
+    cluster JAX detects (`cluster()`, e.g. `"slurm"`) when it runs more than one process;
+    None otherwise."""
     if os.environ.get("JAX_COORDINATOR_ADDRESS"):
         return "JAX_COORDINATOR_ADDRESS"
-    for name in _ENV_TASKS:
-        try:
-            if int(os.environ.get(name, "1")) > 1:
-                return name
-        except ValueError:
-            continue
-    return None
+    found = cluster()
+    return found[0] if found is not None and found[1] > 1 else None
 
 
 def initialize_distributed(mode: str = "auto") -> bool:
     """Start `jax.distributed` if `mode == "on"`, or if `"auto"` and `distributed_env()`.
 
     With `JAX_COORDINATOR_ADDRESS` set, `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` give the
-    process count and this process's rank (SLURM, Open MPI and Cloud TPU are detected by
-    JAX itself); check them first (`env.check_environment`). Process 0 refuses a
+    process count and this process's rank; else JAX finds them in the cluster's
+    environment (`cluster()`). Check them first (`env.check_environment`). Process 0 refuses a
     coordinator port in use; a process whose peers do not all connect within
     `LRA_INIT_TIMEOUT` seconds (default 300) stops with one line (`watchdog.before`);
     then `watchdog.Watchdog` watches the peers (`LRA_HEARTBEAT_TIMEOUT`, default 100).

@@ -388,3 +388,64 @@ def test_killing_one_process_stops_the_other(victim, data, tmp_path):
         assert "process 1 of 2 stopped answering" in line or "collective operation" in line, line
     else:  # JAX's runtime was faster: process 0 hosted its coordinator
         assert "another task died" in text or "leader task" in text, text[-3000:]
+
+
+#: A process of a Slurm launch: `--distributed auto`'s detection, then one collective.
+_SLURM_CHILD = """
+import jax
+from experiments.runs import multiprocess, parallel, watchdog
+assert parallel.distributed_env() == "slurm", parallel.distributed_env()
+assert parallel.initialize_distributed("auto")
+ranks = multiprocess.gather(str(jax.process_index()).encode())
+print("ranks", jax.process_count(), b",".join(ranks).decode(), flush=True)
+watchdog.current().close()
+"""
+
+
+def _slurm_job_id() -> int:
+    """A job id whose coordinator port (JAX's choice: job id % 4096 + 61440) is free."""
+    for port in range(61440 + os.getpid() % 4000, 65536):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port - 61440
+    pytest.skip("no free port in 61440..65535")
+
+
+def test_a_slurm_launch_is_found_by_jax_itself(tmp_path):
+    """Two processes that have only `srun`'s variables (no JAX_*): `--distributed auto`
+    starts `jax.distributed` because JAX's own cluster detection finds the launch
+    (`runs.parallel.cluster`), and JAX finds the coordinator and the ranks there."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR", "JAX_NUM", "JAX_PROCESS"))
+    }
+    env.update(
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        JAX_PLATFORMS="cpu",
+        LRA_INIT_TIMEOUT="60",
+        LRA_HEARTBEAT_TIMEOUT=str(HEARTBEAT),
+        SLURM_JOB_ID=str(_slurm_job_id()),
+        SLURM_STEP_NODELIST="localhost",
+        SLURM_NTASKS="2",
+    )
+    procs = []
+    for rank in range(2):
+        out = open(tmp_path / f"{rank}.log", "w")  # noqa: SIM115 (closed with the process)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _SLURM_CHILD],
+                env={**env, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        out.close()
+    for code, text in _finish(procs, tmp_path, timeout=240):
+        assert code == 0, text[-3000:]
+        assert "ranks 2 0,1" in text, text[-3000:]

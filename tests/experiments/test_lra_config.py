@@ -48,7 +48,7 @@ def test_a_config_saved_before_a_setting_existed_reads_as_it_trained():
     del lru["core"], lru["remat"]
     back = RunConfig.from_json(lru)
     assert back.core == "lru" and back.remat is False and back.blocks is None
-    assert back.r_min == tasks.get_task("text").config.r_min
+    assert back.r_min == tasks.get_task("text").settings["r_min"]
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_the_parser_has_a_flag_with_help_and_default_for_every_setting():
     assert all(a.help for a in parser._actions), "every flag has a help line"
     assert "(default: None)" not in parser.format_help()
     shown = actions["d_model"].help
-    assert all(f"{t} {tasks.get_task(t).config.d_model}" in shown for t in tasks.names())
+    assert all(f"{t} {tasks.get_task(t).settings['d_model']}" in shown for t in tasks.names())
     argv = ["--out", "o", "--task", "pathx", "--core", "s5", "--blocks", "4", "--no-remat"]
     assert cli.given(parser.parse_args(argv)) == {
         "task": "pathx",

@@ -35,7 +35,7 @@ def test_registry_holds_the_six_lra_tasks():
         assert (t.name, t.folder, t.num_classes, t.seq_len) == (name, folder, classes, length)
         assert (t.vocab_size, t.in_channels, t.model) == (vocab, channels, model)
         assert steps.task_spec(name) == steps.TaskSpec(name, classes, length, vocab, channels)
-        assert t.config.eval_every == t.train_size // t.config.batch_size
+        assert t.settings["eval_every"] == t.train_size // t.settings["batch_size"]
     assert {n for n, t in tasks.REGISTRY.items() if t.remat} == {"retrieval", "pathx"}
     on_demand = {n for n, t in tasks.REGISTRY.items() if t.allocate_on_demand}
     assert on_demand == {"text", "retrieval", "pathx"}
@@ -62,7 +62,7 @@ def _entry(**changes) -> tasks.Task:
             d_state=6,
             steps=6,
             batch_size=4,
-            base_lr=3e-3,
+            lr=3e-3,
             lr_factor=0.5,
             dropout=0.0,
             bidirectional=False,
@@ -80,7 +80,7 @@ def test_lookups_and_bad_entries_say_what_is_wrong():
     with pytest.raises(ValueError, match="'listops' is already registered; pass replace=True"):
         tasks.register(_entry(name="listops"))
     with pytest.raises(TypeError, match="expects a Task"):
-        tasks.register(tasks.get_task("listops").config)
+        tasks.register(tasks.get_task("listops").settings)
     with pytest.raises(ValueError, match="token task .* needs vocab_size"):
         _entry(vocab_size=None)
     with pytest.raises(ValueError, match="square image, got 12"):
@@ -91,6 +91,13 @@ def test_lookups_and_bad_entries_say_what_is_wrong():
         _entry(in_channels=3, vocab_size=None, pixel_mean=(0.1, 0.2))
     with pytest.raises(ValueError, match="bad defaults.*depht"):
         _entry(defaults={**_entry().defaults, "depht": 2})
+    # The learning rate has one name, the trainer's (`--lr`).
+    renamed = {**_entry().defaults, "base_lr": 3e-3}
+    del renamed["lr"]
+    with pytest.raises(ValueError, match=r"bad defaults \(unknown \['base_lr'\]\)"):
+        _entry(defaults=renamed)
+    with pytest.raises(ValueError, match=r"bad defaults \(missing \['dropout'\]\)"):
+        _entry(defaults={k: v for k, v in _entry().defaults.items() if k != "dropout"})
     with pytest.raises(ValueError, match="need 0 <= r_min <= r_max < 1"):
         _entry(defaults={**_entry().defaults, "r_max": 1.5})
     with pytest.raises(ValueError, match="needs? a batch_size"):
@@ -191,7 +198,7 @@ def test_new_task_trains_and_evaluates_through_the_trainer(tiny, tmp_path):
     cfg = json.loads((out / "config.json").read_text())
     defaults = tiny.defaults
     assert (cfg["d_model"], cfg["d_state"], cfg["steps"], cfg["batch_size"]) == (8, 6, 6, 4)
-    assert (cfg["lr"], cfg["max_phase"], cfg["eval_every"]) == (defaults["base_lr"], 1.0, 3)
+    assert (cfg["lr"], cfg["max_phase"], cfg["eval_every"]) == (defaults["lr"], 1.0, 3)
     assert cfg["remat"] is False
     records = read_records(out / "metrics.jsonl")
     assert [r["step"] for r in records if r["split"] == "train"] == [1, 2, 3, 4, 5, 6]
