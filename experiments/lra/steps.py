@@ -144,14 +144,10 @@ def _build(config: RunConfig, spec: TaskSpec, key):
 
 
 def make_optimizer(config: RunConfig):
-    """`(optimiser, schedule)` of §D.2 for `config`."""
-    optim = eqx_lru.lru_optimizer(
-        learning_rate=config.lr,
-        total_steps=config.steps,
-        lr_factor=config.lr_factor,
-        weight_decay=config.weight_decay,
-        warmup_fraction=config.warmup_fraction,
-    )
+    """`(optimiser, schedule)` of §D.2 for `config`, with its core's official optimiser
+    options for its task (`cores.optimizer_kwargs`: S4D puts no weight decay on biases,
+    norms and embeddings)."""
+    optim = eqx_lru.lru_optimizer(**cores.optimizer_kwargs(config))
     schedule = eqx_lru.lru_schedule(config.lr, config.steps, warmup_fraction=config.warmup_fraction)
     return optim, schedule
 

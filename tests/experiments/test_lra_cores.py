@@ -234,8 +234,8 @@ def _probe(shapes):
 
 
 def _lr_and_decay(config: RunConfig) -> dict[str, tuple[float, float]]:
-    """`{parameter path: (lr, weight decay)}` of the run's `eqx_lru.lru_optimizer(
-    **cores.optimizer_kwargs(config))` (without warmup: step 0 is the peak), on the model
+    """`{parameter path: (lr, weight decay)}` of the optimiser the trainer builds for the
+    run (`steps.make_optimizer`, without warmup: step 0 is the peak), on the model
     the trainer builds for `config` (one block, small widths: the groups do not depend on
     them)."""
     spec = steps.task_spec(config.task)
@@ -243,7 +243,7 @@ def _lr_and_decay(config: RunConfig) -> dict[str, tuple[float, float]]:
         lambda k: steps.build_model(config, spec, k)[0], jax.random.key(0)
     )
     params = _probe(shapes)
-    optim = eqx_lru.lru_optimizer(**{**cores.optimizer_kwargs(config), "warmup_fraction": 0.0})
+    optim = steps.make_optimizer(config.replace(warmup_fraction=0.0))[0]  # the trainer's own
 
     @jax.jit
     def first_step(params):
