@@ -210,14 +210,77 @@ def _text(value: float) -> str:
 # --------------------------------------------------------------------------- the probe
 
 
-def _probe() -> None:
-    """Run each case of the JSON on stdin as `python -m MODULE ARGS...` in this process."""
+class _Timeout(BaseException):
+    """A case ran past its time (raised by SIGALRM; not an `Exception`, so that the
+    command's own handlers let it through)."""
+
+
+def _on_alarm(signum, frame):
+    raise _Timeout
+
+
+def _actions(parser) -> list[dict]:
+    """What the tests check of each option of the parser that printed `--help`."""
     import argparse
+
+    return [
+        dict(
+            flags=a.option_strings,
+            help=a.help,
+            required=a.required,
+            nargs=a.nargs,
+            choices=a.choices is not None,
+            suppressed=a.help == argparse.SUPPRESS,
+            is_help=isinstance(a, argparse._HelpAction),
+        )
+        for a in parser._actions
+        if a.option_strings
+    ]
+
+
+def _run_case(module: str, argv: list[str], timeout: int) -> dict:
+    """`python -m module *argv` in this process: its status (or "timeout"), stderr and
+    stdout (their ends), and whether JAX is imported after it."""
     import contextlib
     import io
+    import runpy
+    import signal
+    import sys
+    import traceback
+
+    sys.argv = [module, *argv]
+    err, out = io.StringIO(), io.StringIO()
+    status: int | str = 0
+    signal.alarm(timeout)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, str):
+            err.write(e.code + "\n")
+    except _Timeout:
+        status = "timeout"
+    except BaseException:  # a traceback is what the tests look for
+        status = 1
+        err.write("Traceback (most recent call last):\n" + traceback.format_exc())
+    finally:
+        signal.alarm(0)
+    return dict(
+        argv=argv,
+        status=status,
+        err=err.getvalue()[-4000:],
+        out=out.getvalue()[-4000:],
+        jax="jax" in sys.modules,
+    )
+
+
+def _probe() -> None:
+    """Run each case of the JSON on stdin as `python -m MODULE ARGS...` in this process;
+    after a case that timed out, the rest are skipped (unless `stop_at_timeout` is false)."""
+    import argparse
     import json
     import os
-    import runpy
     import signal
     import sys
     import warnings
@@ -233,66 +296,16 @@ def _probe() -> None:
         print_help(self, file)
 
     argparse.ArgumentParser.print_help = recording_print_help  # type: ignore[method-assign]
-
-    class Timeout(BaseException):
-        pass
-
-    def on_alarm(signum, frame):
-        raise Timeout
-
-    signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGALRM, _on_alarm)
     results = []
     for argv in request["cases"]:
         if request.get("stop_at_timeout", True) and any(r["status"] == "timeout" for r in results):
             results.append(dict(argv=argv, status="skipped after a timeout", err="", jax=None))
             continue
-        sys.argv = [request["module"], *argv]
         print("case:", argv, file=real_stderr, flush=True)  # where a hung probe stopped
-        err, out = io.StringIO(), io.StringIO()
-        status: int | str = 0
-        signal.alarm(request["timeout"])
-        try:
-            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-                runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            if isinstance(e.code, str):
-                err.write(e.code + "\n")
-        except Timeout:
-            status = "timeout"
-        except BaseException as e:  # a traceback is what the tests look for
-            import traceback
-
-            status = 1
-            err.write("Traceback (most recent call last):\n" + traceback.format_exc())
-            del e
-        finally:
-            signal.alarm(0)
-        help_flags = []
-        if recorded:
-            help_flags = [
-                dict(
-                    flags=a.option_strings,
-                    help=a.help,
-                    required=a.required,
-                    nargs=a.nargs,
-                    choices=a.choices is not None,
-                    suppressed=a.help == argparse.SUPPRESS,
-                    is_help=isinstance(a, argparse._HelpAction),
-                )
-                for a in recorded.pop()._actions
-                if a.option_strings
-            ]
-        results.append(
-            dict(
-                argv=argv,
-                status=status,
-                err=err.getvalue()[-4000:],
-                out=out.getvalue()[-4000:],
-                jax="jax" in sys.modules,
-                actions=help_flags,
-            )
-        )
+        result = _run_case(request["module"], argv, request["timeout"])
+        result["actions"] = _actions(recorded.pop()) if recorded else []
+        results.append(result)
     json.dump(results, real_stdout)
     real_stdout.flush()
 
