@@ -23,8 +23,16 @@ PAPER_FIGURES = _REPO / "experiments" / "paper" / "figures"
 LDSTACK_FIGURES = _REPO / "experiments" / "ldstack" / "figures"
 
 
+def _prog() -> str | None:
+    """`python -m experiments.paper.NAME` when run so (argparse's default otherwise)."""
+    script = Path(sys.argv[0]).resolve()
+    if script.suffix == ".py" and script.is_relative_to(_REPO / "experiments"):
+        return "python -m " + ".".join(script.relative_to(_REPO).with_suffix("").parts)
+    return None
+
+
 def _parser(doc: str | None, default_out: Path) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=(doc or "").strip().split("\n")[0])
+    parser = argparse.ArgumentParser(prog=_prog(), description=(doc or "").strip().split("\n")[0])
     parser.add_argument(
         "--fast", action="store_true", help="tiny sizes (seconds; used by the test suite) [off]"
     )
