@@ -37,9 +37,10 @@ class AbstractBlock(eqx.Module):
     - `remat_name`: the `jax.ad_checkpoint.checkpoint_name` under which `scan_body` marks
         the values that the rematerialised scan keeps instead of recomputing.
 
-    **Call options.** The model passes `length`, `key` and `inference` on every call, and
-    each later option (`segment_ids`, `dt`) only when the caller gives it, so a block that
-    does not take an option still runs every call that does not use it.
+    **One signature.** The model calls every block with every option by name (`length`,
+    `segment_ids`, `dt`, `key`, `inference`; `None` for one not given): a block takes them
+    all, and refuses one it cannot honour (a `dt` for cores without time steps) with an
+    error naming it.
     """
 
     remat_name: ClassVar[str] = RECURRENCE
@@ -93,8 +94,9 @@ class AbstractBlock(eqx.Module):
         from the enclosing policy) or to mark values to keep with
         `jax.ad_checkpoint.checkpoint_name(value, self.remat_name)`.
         """
-        options = call_options(length, key, inference, segment_ids=segment_ids, dt=dt)
-        return self(x, state, **options)
+        return self(
+            x, state, length=length, segment_ids=segment_ids, dt=dt, key=key, inference=inference
+        )
 
 
 class AbstractStreamingBlock(AbstractBlock):
@@ -110,12 +112,10 @@ class AbstractStreamingBlock(AbstractBlock):
     sequence from `init_carry()` at this call) and its own chunk `length` (0: nothing new,
     the carry is kept), so one call serves streams at different points of their sequences.
 
-    **Stream options.** The model passes `length` to `chunk` on every call and each other
-    option only when it differs from its default (`segment_ids`, `inference=False`, `key`,
-    `carry_gradient=True`, and `dt`, which also goes to `step`; see `stream_options`), so
-    a block written before an option existed still runs every call that does not use it.
-    The model applies `reset` to its whole carry itself and gives its blocks the carry to
-    start from.
+    **One signature.** The model calls `step(carry, x_t, state, dt=dt)` and `chunk` with
+    every option but `reset` by name (`length`, `segment_ids`, `inference`, `key`,
+    `carry_gradient`, `dt`); it applies `reset` to its whole carry itself and gives its
+    blocks the carry to start from.
     """
 
     @abc.abstractmethod
@@ -161,72 +161,22 @@ class AbstractStreamingBlock(AbstractBlock):
         may be 0: the carry is kept), and the outputs, zero at padded positions."""
 
 
-#: The defaults of the stream options a model passes to its blocks only when they differ
-#: (see `AbstractStreamingBlock`).
-_STREAM_DEFAULTS = {
-    "segment_ids": None,
-    "inference": True,
-    "key": None,
-    "carry_gradient": False,
-    "dt": None,
-}
-
-
-def stream_options(**given) -> dict:
-    """The keyword arguments of a block's `chunk` beyond `length`: each of `given` only when
-    it differs from its default (see `AbstractStreamingBlock`)."""
-    unknown = set(given) - set(_STREAM_DEFAULTS)
-    if unknown:
-        raise TypeError(f"Unknown stream options {sorted(unknown)}.")
-    return {name: value for name, value in given.items() if value is not _STREAM_DEFAULTS[name]}
-
-
-def step_block(
-    block: AbstractStreamingBlock,
-    carry: PyTree[Array],
-    x_t: Array,
-    state: eqx.nn.State,
-    **options,
-) -> tuple[PyTree[Array], Array]:
-    """The one place a model runs a block's `step`: `block.step(carry, x_t, state,
-    **stream_options(**options))` (`dt`, the step's time step, when given)."""
-    return block.step(carry, x_t, state, **stream_options(**options))
-
-
-def chunk_block(
-    block: AbstractStreamingBlock,
-    carry: PyTree[Array],
-    x: Array,
-    state: eqx.nn.State,
-    length,
-    **options,
-) -> tuple[PyTree[Array], Array]:
-    """The one place a model runs a block's `chunk`: `block.chunk(carry, x, state,
-    length=length, **stream_options(**options))`."""
-    return block.chunk(carry, x, state, length=length, **stream_options(**options))
-
-
-def call_options(length, key, inference, **later) -> dict:
-    """The keyword arguments of a block call: `length`, `key` and `inference` always, each
-    later option (`segment_ids`, `dt`) only when not `None` (see `AbstractBlock`)."""
-    options = {name: value for name, value in later.items() if value is not None}
-    return dict(length=length, key=key, inference=inference, **options)
-
-
 def call_block(
     block: AbstractBlock,
     x: Array,
     state: eqx.nn.State,
-    length,
-    key,
-    inference,
-    segment_ids=None,
-    dt=None,
     *,
+    length: Integer[ArrayLike, ""] | None,
+    segment_ids: Integer[ArrayLike, " length"] | None,
+    dt: ArrayLike | None,
+    key: PRNGKeyArray | None,
+    inference: bool | None,
     scan_body: bool = False,
 ) -> tuple[Array, eqx.nn.State]:
-    """The one place a model calls a block: `block(x, state, **call_options(...))`, or
-    `block.scan_body` inside the rematerialised scan over blocks."""
+    """The one place a model calls a block, every option by name: `block(x, state,
+    length=..., segment_ids=..., dt=..., key=..., inference=...)`, or `block.scan_body`
+    inside the rematerialised scan over blocks."""
     call = block.scan_body if scan_body else block
-    options = call_options(length, key, inference, segment_ids=segment_ids, dt=dt)
-    return call(x, state, **options)
+    return call(
+        x, state, length=length, segment_ids=segment_ids, dt=dt, key=key, inference=inference
+    )

@@ -12,8 +12,9 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from ._core import AbstractRecurrentCore, dt_options
+from ._core import AbstractRecurrentCore
 from ._dt import reverse_steps
+from ._prologue import with_steps
 
 Cores = tuple[AbstractRecurrentCore, AbstractRecurrentCore]
 
@@ -40,13 +41,13 @@ def sum_of_directions(
 
 
 def _forward(core, z, dt, segment_ids):
-    return core(z, segment_ids=segment_ids, **dt_options(core, dt))
+    return with_steps(core, z, segment_ids=segment_ids, dt=dt)
 
 
 def _reverse(core, z, dt, segment_ids, axis):
     steps = None if dt is None or jnp.ndim(dt) == 0 else reverse_steps(dt, axis=axis)
     steps = dt if steps is None else steps
-    return core(z, reverse=True, segment_ids=segment_ids, **dt_options(core, steps))
+    return with_steps(core, z, reverse=True, segment_ids=segment_ids, dt=steps)
 
 
 def _sum(inputs, segment_ids, axis):

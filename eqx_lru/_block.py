@@ -8,26 +8,23 @@ after `length`) are masked so they never change an output at a valid position.
 """
 
 from collections.abc import Hashable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 from beartype import beartype
-from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
-from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
-from ._bidirectional import sum_of_directions
-from ._checks import Size, check_key, check_segment_ids, check_size, float_dtype
-from ._core import AbstractRecurrentCore, dt_options
+from ._block_formula import call, normalise, residual
+from ._checks import Size, check_key, check_size, float_dtype
+from ._core import AbstractRecurrentCore
 from ._core_factory import Core, build_core, core_factory
-from ._dt import mask_steps
 from ._glu import GLU
 from ._norm import MaskedBatchNorm
-from ._padding import check_length, where_valid
-from ._streams import chunk_mask, keep_when_empty, start_carry
+from ._padding import where_valid
+from ._prologue import start_chunk, start_step, with_steps
+from ._streams import keep_when_empty
 from ._surface import check_carry, check_features, checks_first
 
 # The checks that run before the type checker of the block's public methods (one line per
@@ -230,9 +227,10 @@ class LRUBlock(AbstractStreamingBlock):
         **Returns:** `(y, new_state)`, `y` of shape `(length, d_model)`, zero at padded
         positions.
         """
-        remat = self.remat
-        options = dict(segment_ids=segment_ids, dt=dt, key=key, inference=inference)
-        return _call(self, x, state, length, **options, checkpoint=remat, sequential=remat)
+        return call(
+            self, x, state, length=length, segment_ids=segment_ids, dt=dt, key=key,
+            inference=inference, checkpoint=self.remat, sequential=self.remat,
+        )  # fmt: skip
 
     @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
@@ -262,8 +260,10 @@ class LRUBlock(AbstractStreamingBlock):
 
         Same arguments and returns as `__call__`.
         """
-        options = dict(segment_ids=segment_ids, dt=dt, key=key, inference=inference)
-        return _call(self, x, state, length, **options, checkpoint=False, sequential=True)
+        return call(
+            self, x, state, length=length, segment_ids=segment_ids, dt=dt, key=key,
+            inference=inference, checkpoint=False, sequential=True,
+        )  # fmt: skip
 
     # --- streaming: a causal block as an RNN ----------------------------------------------
 
@@ -321,11 +321,9 @@ class LRUBlock(AbstractStreamingBlock):
         `jax.lax.scan`): the block's call in inference mode, position by position.
         """
         core = self._causal_core("step")
-        timed = dt_options(core, dt)
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=True)
-        x_t = jnp.asarray(x_t)
-        z = _normalise(self, x_t[None], state, None, inference=True)[0][0]
-        carry, h = core.step(carry, z, **timed)
+        carry, x_t, dt = start_step(self, carry, x_t, core=core, reset=reset, dt=dt)
+        z = normalise(self, x_t[None], state, None, inference=True)[0][0]
+        carry, h = with_steps(core.step, carry, z, dt=dt)
         return carry, x_t + self.glu(jax.nn.gelu(h))
 
     @checks_first(_check_chunk)
@@ -386,8 +384,6 @@ class LRUBlock(AbstractStreamingBlock):
         over their concatenation, and of `step` position by position.
         """
         core = self._causal_core("chunk")
-        timed = dt_options(core, dt)
-        sharding.refuse(self, "`LRUBlock.chunk`")
         if not inference and isinstance(self.norm, MaskedBatchNorm):
             raise ValueError(
                 "`LRUBlock.chunk(..., inference=False)` cannot train a block with batch norm "
@@ -396,92 +392,14 @@ class LRUBlock(AbstractStreamingBlock):
                 "training of the whole sequences. Use `norm='layer'` or `norm=None` to "
                 "train by chunks, or train with the block's call on whole sequences."
             )
-        x = jnp.asarray(x)
-        check_length(x, "x")
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=carry_gradient)
-        mask, valid = chunk_mask(length, x.shape[0])
-        x = where_valid(mask, x)
-        z, _ = _normalise(self, x, state, mask, inference=True)  # batch norm: running stats
-        z = where_valid(mask, z)
-        last = None if valid is None else jnp.maximum(valid, 1)  # 0: the carry is kept below
-        timed: dict[str, Any] = {n: mask_steps(steps, mask) for n, steps in timed.items()}
-        h, new = core.run(z, initial_state=carry, length=last, segment_ids=segment_ids, **timed)
-        y = _residual(self, x, h, mask, key, inference)
-        return keep_when_empty(valid, new, carry), y
-
-
-def _normalise(block: LRUBlock, x, state, mask, inference):
-    """The block's norm on one sequence: `(z, state)`."""
-    if isinstance(block.norm, MaskedBatchNorm):
-        # Over a sequence split across devices, the statistics span the chunks too.
-        norm = sharding.with_sequence_axis(block.norm, sharding.sequence_axis(block))
-        return norm(x, state, mask=mask, inference=inference)
-    if block.norm is None:
-        return x, state
-    return jax.vmap(block.norm)(x), state
-
-
-def _call(
-    block: LRUBlock,
-    x,
-    state,
-    length,
-    *,
-    segment_ids,
-    dt,
-    key,
-    inference,
-    checkpoint: bool,
-    sequential: bool,
-):
-    """`LRUBlock.__call__` and `LRUBlock.scan_body` (their signatures check the types):
-    the checks of `x`, `length`, `segment_ids` and whether the cores take `dt`, then
-    `_forward`, inside one `eqx.filter_checkpoint` when `checkpoint`."""
-    dt_options(block.core, dt)  # a core without time steps refuses `dt` before any work
-    x = jnp.asarray(x)
-    check_length(x, "x")
-    segment_ids = check_segment_ids(segment_ids, x.shape[0])
-    mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(block))
-    dt = mask_steps(dt, mask)
-    forward = eqx.filter_checkpoint(_forward) if checkpoint else _forward
-    return forward(block, x, state, mask, key, inference, segment_ids, dt, sequential=sequential)
-
-
-def _forward(
-    block: LRUBlock,
-    x,
-    state,
-    mask,
-    key,
-    inference,
-    segment_ids=None,
-    dt=None,
-    *,
-    sequential: bool = False,
-):
-    """The block's formula (Fig. 1) on one sequence with a validity `mask`, `segment_ids`
-    and time steps `dt` (each `None` or an array)."""
-    x = where_valid(mask, x)
-    z, state = _normalise(block, x, state, mask, inference)
-    # Zero pads before the recurrence: the norm's shift makes them non-zero, and a
-    # reverse scan starting at the padded end would carry them into valid positions.
-    z = where_valid(mask, z)
-    if block.reverse_core is None:
-        h = block.core(z, segment_ids=segment_ids, **dt_options(block.core, dt))
-    else:
-        cores = (block.core, block.reverse_core)
-        axis = sharding.sequence_axis(block)
-        h = sum_of_directions(cores, z, segment_ids, dt, axis=axis, sequential=sequential)
-        if sequential:
-            h = checkpoint_name(h, block.remat_name)
-    return _residual(block, x, h, mask, key, inference), state
-
-
-def _residual(block: LRUBlock, x, h, mask, key, inference):
-    r"""The block after its recurrence $h$: $x + \operatorname{Dropout}(\operatorname{GLU}(
-    \operatorname{GELU}(h)))$, zero at padded positions."""
-    h = jax.vmap(block.glu)(jax.nn.gelu(h))
-    key = sharding.chunk_key(key, sharding.sequence_axis(block))  # a chunk's own masks
-    h = block.dropout(h, key=key, inference=inference)
-    return where_valid(mask, x + h)
+        c = start_chunk(
+            self, carry, x, core=core, length=length, segment_ids=segment_ids, reset=reset,
+            carry_gradient=carry_gradient, dt=dt,
+        )  # fmt: skip
+        z, _ = normalise(self, c.x, state, c.mask, inference=True)  # batch norm: running stats
+        z = where_valid(c.mask, z)
+        h, new = with_steps(
+            core.run, z, initial_state=c.carry, length=c.last, segment_ids=c.segment_ids, dt=c.dt
+        )
+        y = residual(self, c.x, h, c.mask, key, inference)
+        return keep_when_empty(c.valid, new, c.carry), y

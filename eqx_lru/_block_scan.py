@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Integer, PRNGKeyArray
 
 from ._abstract_block import AbstractBlock, call_block
 
@@ -56,11 +56,12 @@ def scan_blocks(
     stacked: list[Array],
     h: Array,
     state: eqx.nn.State,
-    length,
+    *,
+    length: Integer[ArrayLike, ""] | None,
+    segment_ids: Integer[ArrayLike, " length"] | None,
+    dt: ArrayLike | None,
     key: PRNGKeyArray | None,
     inference: bool | None,
-    segment_ids=None,
-    dt=None,
 ) -> tuple[Array, eqx.nn.State]:
     """`h` through every block in turn, as a `lax.scan` over `stacked` (from
     `stack_blocks`) whose body, one block's `scan_body`, is rematerialised with the policy
@@ -90,8 +91,9 @@ def scan_blocks(
         for index, value in zip(indices, block_values, strict=True):
             sub = sub.set(index, value)
         h, new_sub = call_block(
-            block, h, sub, length, block_key, inference, segment_ids, dt, scan_body=True
-        )
+            block, h, sub, length=length, segment_ids=segment_ids, dt=dt, key=block_key,
+            inference=inference, scan_body=True,
+        )  # fmt: skip
         kept.append(new_sub is sub)
         return h, [new_sub.get(index) for index in indices]
 

@@ -13,7 +13,7 @@ per position except the convolution (`CausalConv`, $K$ taps) and the recurrent c
 """
 
 from collections.abc import Hashable
-from typing import Any, Literal
+from typing import Literal
 
 import equinox as eqx
 import jax
@@ -24,15 +24,15 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTr
 from . import _sharding as sharding
 from ._abstract_block import AbstractStreamingBlock
 from ._causal_conv import CausalConv
-from ._checks import Size, _check_number, check_key, check_segment_ids, check_size
-from ._core import AbstractRecurrentCore, dt_options
+from ._checks import Size, _check_number, check_key, check_size
+from ._core import AbstractRecurrentCore
 from ._core_factory import Core, build_core, core_factory
-from ._dt import mask_steps
 from ._gated_mlp import GatedMLP
-from ._padding import check_length, where_valid
+from ._padding import where_valid
+from ._prologue import start_call, start_chunk, start_step, with_steps
 from ._rglru import RGLRU
 from ._rglru_init import lecun_linear
-from ._streams import chunk_mask, keep_when_empty, start_carry
+from ._streams import keep_when_empty
 from ._surface import check_carry, check_features, checks_first
 
 
@@ -195,20 +195,13 @@ class HawkBlock(AbstractStreamingBlock):
         **Returns:** `(y, state)`, `y` of shape `(length, d_model)`, zero at padded
         positions.
         """
-        timed = dt_options(self.core, dt)
-        x = jnp.asarray(x)
-        check_length(x, "x")
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        axis = sharding.sequence_axis(self)
-        mask = sharding.valid_mask(length, x.shape[0], axis)
-        x = where_valid(mask, x)
-        gate, v = _mix_in(self, x)
-        history, history_ids = _halo(self, v, segment_ids, axis)
-        u = self.conv(v, history=history, segment_ids=segment_ids, history_ids=history_ids)
-        u = where_valid(mask, u)
-        timed: dict[str, Any] = {n: mask_steps(steps, mask) for n, steps in timed.items()}
-        h = self.core(u, segment_ids=segment_ids, **timed)
-        return _mix_out(self, x, h, gate, mask, key, inference, axis), state
+        c = start_call(self, x, core=self.core, length=length, segment_ids=segment_ids, dt=dt)
+        gate, v = _mix_in(self, c.x)
+        history, history_ids = _halo(self, v, c.segment_ids, c.axis)
+        u = self.conv(v, history=history, segment_ids=c.segment_ids, history_ids=history_ids)
+        u = where_valid(c.mask, u)
+        h = with_steps(self.core, u, segment_ids=c.segment_ids, dt=c.dt)
+        return _mix_out(self, c.x, h, gate, c.mask, key, inference, c.axis), state
 
     # --- streaming ---------------------------------------------------------------------
 
@@ -232,12 +225,10 @@ class HawkBlock(AbstractStreamingBlock):
         `init_carry()` when `reset` is true (as `LRUBlock.step`); `dt`: this position's
         time step. Repeated from `init_carry()`: the call, position by position.
         **Returns:** `(carry, y_t)`."""
-        timed = dt_options(self.core, dt)
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=True)
-        x_t = jnp.asarray(x_t)
+        carry, x_t, dt = start_step(self, carry, x_t, core=self.core, reset=reset, dt=dt)
         gate, v = _mix_in(self, x_t[None])
         history, u = self.conv.step(carry["conv"], v[0])
-        core_state, h = self.core.step(carry["core"], u, **timed)
+        core_state, h = with_steps(self.core.step, carry["core"], u, dt=dt)
         y = _mix_out(self, x_t[None], h[None], gate, None, None, True, None)
         return {"conv": history, "core": core_state}, y[0]
 
@@ -263,26 +254,21 @@ class HawkBlock(AbstractStreamingBlock):
         incoming carry a constant of the gradient unless `carry_gradient`), with `dt` the
         core's time steps. **Returns:** `(carry, y)`, the carry after the last valid
         position and the outputs, zero at pads."""
-        timed = dt_options(self.core, dt)
-        sharding.refuse(self, "`HawkBlock.chunk`")
-        x = jnp.asarray(x)
-        check_length(x, "x")
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=carry_gradient)
-        mask, valid = chunk_mask(length, x.shape[0])
-        last = None if valid is None else jnp.maximum(valid, 1)  # 0: the carry is kept below
-        x = where_valid(mask, x)
-        gate, v = _mix_in(self, x)
-        conv = dict(history=carry["conv"], segment_ids=segment_ids)
-        u = where_valid(mask, self.conv(v, **conv))
-        history = self.conv.next_history(v, length=last, **conv)
-        timed: dict[str, Any] = {n: mask_steps(steps, mask) for n, steps in timed.items()}
-        h, core_state = self.core.run(
-            u, initial_state=carry["core"], length=last, segment_ids=segment_ids, **timed
-        )
-        y = _mix_out(self, x, h, gate, mask, key, inference, None)
+        c = start_chunk(
+            self, carry, x, core=self.core, length=length, segment_ids=segment_ids, reset=reset,
+            carry_gradient=carry_gradient, dt=dt,
+        )  # fmt: skip
+        gate, v = _mix_in(self, c.x)
+        conv = dict(history=c.carry["conv"], segment_ids=c.segment_ids)
+        u = where_valid(c.mask, self.conv(v, **conv))
+        history = self.conv.next_history(v, length=c.last, **conv)
+        h, core_state = with_steps(
+            self.core.run, u, initial_state=c.carry["core"], length=c.last,
+            segment_ids=c.segment_ids, dt=c.dt,
+        )  # fmt: skip
+        y = _mix_out(self, c.x, h, gate, c.mask, key, inference, None)
         new = {"conv": history, "core": core_state}
-        return keep_when_empty(valid, new, carry), y
+        return keep_when_empty(c.valid, new, c.carry), y
 
 
 def _check_init(init: str, final_scale: float) -> None:

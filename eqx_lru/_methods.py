@@ -82,29 +82,53 @@ class AbstractScanMethod(eqx.Module):
         **Returns:** the stored states, shape and dtype of `b`.
         """
 
-    # The length axis a method sees may be one chunk of a longer sequence split across
-    # devices (`SequenceParallel`). The scan's backward pass, its segment resets and the
-    # shared transition's cotangent look one step back across that chunk boundary through
-    # these hooks; a method over the whole length keeps their defaults.
 
+class AbstractChunkMethod(AbstractScanMethod):
+    """A method that runs another (`local`) over one chunk of a longer sequence split
+    across devices (`eqx_lru.SequenceParallel`): abstract only. The scan's backward pass,
+    its segment resets, the shared transition's cotangent and the RG-LRU's document
+    starts look one step back across the chunk boundary through its three methods, by
+    way of the functions `preceding`, `holds_start` and `as_local` below, which give a
+    method over the whole length (any other) their plain meaning."""
+
+    local: eqx.AbstractVar[AbstractScanMethod]
+
+    @abc.abstractmethod
     def preceding(self, last: Array, fill: Array, *, reverse: bool) -> Array:
         """The element processed just before this chunk's first step, given `last`, this
         chunk's element processed last (`x[-1]`, or `x[0]` if `reverse`): the previous
-        chunk's `last`, or `fill` for the chunk holding the sequence's first step. The
-        default (the whole sequence is one chunk) returns `fill`."""
-        del last, reverse
-        return fill
+        chunk's `last`, or `fill` for the chunk holding the sequence's first step."""
 
+    @abc.abstractmethod
     def holds_start(self, *, reverse: bool) -> bool | Array:
-        """Whether this chunk holds the first step processed (the whole sequence: `True`)."""
-        del reverse
-        return True
+        """Whether this chunk holds the first step processed."""
 
+    @abc.abstractmethod
     def as_local(self, x: Array) -> Array:
-        """`x` as an input of this chunk's computation (the identity; `SequenceParallel`
-        marks replicated values as per-device, so that their cotangents are per-device
-        contributions that JAX sums over the devices)."""
-        return x
+        """`x` as an input of this chunk's computation (marked per-device, so that the
+        cotangent of a replicated value is a per-device contribution JAX sums)."""
+
+
+def preceding(method: AbstractScanMethod, last: Array, fill: Array, *, reverse: bool) -> Array:
+    """`method.preceding` for a method over one chunk (`AbstractChunkMethod`); `fill`
+    otherwise (the whole sequence is one chunk: nothing precedes its first step)."""
+    if isinstance(method, AbstractChunkMethod):
+        return method.preceding(last, fill, reverse=reverse)
+    return fill
+
+
+def holds_start(method: AbstractScanMethod, *, reverse: bool) -> bool | Array:
+    """`method.holds_start` for a method over one chunk; `True` otherwise."""
+    if isinstance(method, AbstractChunkMethod):
+        return method.holds_start(reverse=reverse)
+    return True
+
+
+def as_local(method: AbstractScanMethod, x: Array) -> Array:
+    """`method.as_local(x)` for a method over one chunk; `x` otherwise."""
+    if isinstance(method, AbstractChunkMethod):
+        return method.as_local(x)
+    return x
 
 
 class Sequential(AbstractScanMethod):
@@ -229,29 +253,8 @@ def _sequential(
 ) -> tuple[Array, Array]:
     """`h ← step(a_k, h, load(xs[k]))` for every k (from the end if `reverse`), writing
     `store(h)` over `xs[k]` in place. Returns (all stored states, the last carry)."""
-    dtype = xs.dtype
-    if dtype.itemsize == 2 and jnp.issubdtype(dtype, jnp.floating):
-        # Loop over the bit patterns of 16-bit floats: XLA on CPU upcasts a bfloat16
-        # dynamic-update-slice to float32 over the whole buffer (a full copy per iteration).
-        def load_bits(x, load=load):
-            return load(jax.lax.bitcast_convert_type(x, dtype))
-
-        def store_bits(h, store=store):
-            return jax.lax.bitcast_convert_type(store(h), jnp.uint16)
-
-        hs, h = _sequential(
-            step,
-            load_bits,
-            store_bits,
-            a,
-            jax.lax.bitcast_convert_type(xs, jnp.uint16),
-            h,
-            shared,
-            reverse,
-            unroll,
-        )
-        return jax.lax.bitcast_convert_type(hs, dtype), h
-
+    if xs.dtype.itemsize == 2 and jnp.issubdtype(xs.dtype, jnp.floating):
+        return _sequential_bits(step, load, store, a, xs, h, shared, reverse, unroll)
     length = xs.shape[0]
     block = max(1, min(unroll, length))
     n_blocks, tail = divmod(length, block)
@@ -281,3 +284,20 @@ def _sequential(
         start = 0 if reverse else n_blocks * block
         h, xs = run(h, xs, start, tail, None if shared else a[start : start + tail])
     return xs, h
+
+
+def _sequential_bits(step, load, store, a, xs, h, shared, reverse, unroll):
+    """`_sequential` on 16-bit floats `xs`, looping over their bit patterns: XLA on CPU
+    upcasts a bfloat16 dynamic-update-slice to float32 over the whole buffer (a full copy
+    per iteration)."""
+    dtype = xs.dtype
+
+    def load_bits(x):
+        return load(jax.lax.bitcast_convert_type(x, dtype))
+
+    def store_bits(h):
+        return jax.lax.bitcast_convert_type(store(h), jnp.uint16)
+
+    bits = jax.lax.bitcast_convert_type(xs, jnp.uint16)
+    hs, h = _sequential(step, load_bits, store_bits, a, bits, h, shared, reverse, unroll)
+    return jax.lax.bitcast_convert_type(hs, dtype), h

@@ -11,79 +11,34 @@ from beartype import beartype
 from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from . import _sharding as sharding
-from ._abstract_block import (
-    AbstractBlock,
-    AbstractStreamingBlock,
-    call_block,
-    chunk_block,
-    step_block,
-)
+from ._abstract_block import AbstractBlock, call_block
 from ._block import LRUBlock
 from ._block_scan import scan_blocks, stack_blocks
 from ._checks import (
     Size,
     check_key,
-    check_num_segments,
-    check_segment_ids,
     check_size,
-    check_token_ids,
     float_dtype,
-    num_segments_message,
 )
-from ._dt import check_known_dt, model_dtype
-from ._padding import check_length, segment_index, where_valid
-from ._runtime_check import runtime_check
-from ._streams import chunk_mask, running_sum, start_carry
-from ._surface import check_carry, checks_first
+from ._model_io import (
+    check_block,
+    check_call_args,
+    check_chunk_args,
+    check_input,
+    check_known_values,
+    check_num_segments,
+    check_step_args,
+    encode,
+    pool_segments,
+)
+from ._model_stream import init_carry, split_keys, stream_chunk, stream_step
+from ._padding import where_valid
+from ._prologue import Call, start_call
+from ._surface import checks_first
 
 Pooling = Literal["mean", "last"] | None
 #: `block(d_model, d_state, *, dtype, key)` returning an `eqx_lru.AbstractBlock`.
 BlockFactory = Callable[..., AbstractBlock]
-
-
-def _check_block(block: object, index: int, factory: BlockFactory) -> AbstractBlock:
-    """`block` (built by `factory`), or a `TypeError` with the migration if it is not an
-    `eqx_lru.AbstractBlock`."""
-    if isinstance(block, AbstractBlock):
-        return block
-    name = type(block).__name__
-    raise TypeError(
-        f"`block` must build eqx_lru.AbstractBlock subclasses; block {index} from "
-        f"{getattr(factory, '__name__', factory)!r} is a {name}. Subclass "
-        f"eqx_lru.AbstractBlock (`class {name}(eqx_lru.AbstractBlock)`, with LRUBlock's call "
-        "`__call__(x, state, *, length=None, segment_ids=None, key=None, inference=None) -> "
-        "(y, state)`), or eqx_lru.AbstractStreamingBlock to also stream."
-    )
-
-
-def _split(key: PRNGKeyArray | None, num: int) -> list[PRNGKeyArray | None]:
-    return [None] * num if key is None else list(jax.random.split(key, num))
-
-
-# The checks that run before the type checker of the model's public methods (one line per
-# mistake; see `_surface`).
-
-
-def _check_call(model: "LRUModel", x, *args, **kwargs) -> None:
-    del args
-    model._check_input(x)
-    model._check_known_values(x, kwargs)
-
-
-def _check_step(model: "LRUModel", carry, x_t, *args, **kwargs) -> None:
-    del args
-    model._streaming_blocks("step")
-    model._check_input(x_t, position=True)
-    check_carry(carry, model.init_carry, "LRUModel")
-    model._check_known_values(x_t, dict(kwargs, sequence=False))
-
-
-def _check_chunk(model: "LRUModel", carry, x, *args, **kwargs) -> None:
-    del args
-    model._streaming_blocks("chunk")
-    model._check_input(x)
-    check_carry(carry, model.init_carry, "LRUModel")
-    model._check_known_values(x, kwargs)
 
 
 class LRUModel(eqx.Module):
@@ -212,7 +167,7 @@ class LRUModel(eqx.Module):
         else:
             raise ValueError(f"`encoder` must be 'embedding' or 'linear', got {encoder!r}.")
         self.blocks = tuple(
-            _check_block(block(d_model, d_state, dtype=dtype, key=k), i, block)
+            check_block(block(d_model, d_state, dtype=dtype, key=k), i, block)
             for i, k in enumerate(block_keys)
         )
         self.head = (
@@ -231,68 +186,33 @@ class LRUModel(eqx.Module):
             return self.encoder.weight.shape[-1]
         return int(self.encoder.out_features)  # an int here, never Linear's "scalar"
 
-    def _check_input(self, x: ArrayLike, *, position: bool = False) -> Array:
-        """`x` as an array, or a `ValueError` saying what the encoder takes: a sequence
-        `x` of at least one position, or with `position=True` one position `x_t` (a
-        stream's `step`)."""
-        x = jnp.asarray(x)
-        if isinstance(self.encoder, eqx.nn.Embedding):
-            encodes, dtype, shape = "embeds tokens (`encoder='embedding'`)", jnp.integer, ()
-            one, many = "one integer token id (a scalar)", "an integer array of shape (length,)"
-        else:
-            size = self.encoder.in_features
-            encodes, dtype, shape = "encodes features (`encoder='linear'`)", jnp.floating, (size,)
-            one = f"one float feature vector of shape ({size},)"
-            many = f"a float array of shape (length, {size})"
-        ndim, rest = (len(shape), x.shape) if position else (len(shape) + 1, x.shape[1:])
-        if x.ndim != ndim or rest != shape or not jnp.issubdtype(x.dtype, dtype):
-            name, expected, what = ("x_t", one, "streams ") if position else ("x", many, "")
-            batched = f" Batch {what}with `jax.vmap`." if x.ndim > ndim else ""
-            raise ValueError(
-                f"This model {encodes}: `{name}` must be {expected}; got {x.dtype} of shape "
-                f"{x.shape}.{batched}"
-            )
-        if not position:
-            check_length(x, "x")
-        return x
+    def _check_known_values(self, x, **values) -> None:
+        """`_model_io.check_known_values` (what `eqx_lru.Retrieval` checks per document)."""
+        check_known_values(self, x, **values)
 
-    def _check_known_values(self, x, options: dict) -> None:
-        """The checks of the values as given that are known now (also when closed over
-        inside `jit`, where the values derived from them are traced): the token ids and
-        time steps at valid positions, and the number of packed sequences (`_checks`,
-        `_dt`); `options` holds the call's keyword arguments."""
-        length = options.get("length")
-        if isinstance(self.encoder, eqx.nn.Embedding) and self.check_tokens:
-            check_token_ids(x, self.encoder.num_embeddings, valid=length, value=x)
-        size = None if not options.get("sequence", True) else jnp.shape(x)[0]
-        check_known_dt(options.get("dt"), length, size, model_dtype(self))
-        segment_ids, num_segments = options.get("segment_ids"), options.get("num_segments")
-        if segment_ids is not None and isinstance(num_segments, int) and self.pooling:
-            check_num_segments(segment_ids, length, num_segments)
-
-    def _encode(self, x: Array, mask: Array | None) -> Array:
-        # Sanitise pads first: an out-of-range token or a `nan` feature must not reach
-        # any computation (not even through a zero-weighted gradient).
-        x = where_valid(mask, x)
-        if isinstance(self.encoder, eqx.nn.Embedding) and self.check_tokens:
-            x = _check_token_ids(x, self.encoder.num_embeddings)
-        return jax.vmap(self.encoder)(x)
-
-    def _features(self, x, state, length, key, inference, segment_ids=None, dt=None):
-        mask = sharding.valid_mask(length, x.shape[0], sharding.sequence_axis(self))
-        h = self._encode(x, mask)
+    def _features(
+        self, x, state, *, length, segment_ids, dt, key, inference
+    ) -> tuple[Array, eqx.nn.State, Call]:
+        """The last block's outputs on one sequence, the state, and the checked arguments
+        (`start_call`'s prologue; the blocks check and mask `dt`)."""
+        c = start_call(self, x, core=None, length=length, segment_ids=segment_ids, dt=dt)
+        h = encode(self, c.x, c.mask)
         stacked = stack_blocks(self.blocks) if self.remat else None
         if stacked is not None:
             h, state = scan_blocks(
-                self.blocks, stacked, h, state, length, key, inference, segment_ids, dt
-            )
-            return h, state, mask
+                self.blocks, stacked, h, state, length=length, segment_ids=c.segment_ids,
+                dt=c.dt, key=key, inference=inference,
+            )  # fmt: skip
+            return h, state, c
         call = eqx.filter_checkpoint(call_block) if self.remat else call_block
-        for block, block_key in zip(self.blocks, _split(key, len(self.blocks)), strict=True):
-            h, state = call(block, h, state, length, block_key, inference, segment_ids, dt)
-        return h, state, mask
+        for block, block_key in zip(self.blocks, split_keys(key, len(self.blocks)), strict=True):
+            h, state = call(
+                block, h, state, length=length, segment_ids=c.segment_ids, dt=c.dt,
+                key=block_key, inference=inference,
+            )  # fmt: skip
+        return h, state, c
 
-    @checks_first(_check_call)
+    @checks_first(check_call_args)
     @jaxtyped(typechecker=beartype)
     def features(
         self,
@@ -309,12 +229,13 @@ class LRUModel(eqx.Module):
 
         Same arguments as `__call__`.
         """
-        x = self._check_input(x)
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        h, state, _ = self._features(x, state, length, key, inference, segment_ids, dt)
+        x = check_input(self, x)
+        h, state, _ = self._features(
+            x, state, length=length, segment_ids=segment_ids, dt=dt, key=key, inference=inference
+        )
         return h, state
 
-    @checks_first(_check_call)
+    @checks_first(check_call_args)
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
@@ -362,17 +283,19 @@ class LRUModel(eqx.Module):
         with `pooling=None` (zero at pads), `d_model` in place of `out_size` if
         `out_size is None`.
         """
-        x = self._check_input(x)
-        segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        num_segments = self._check_num_segments(segment_ids, num_segments)
+        x = check_input(self, x)
+        num_segments = check_num_segments(self, segment_ids, num_segments)
         if num_segments is not None:
             sharding.refuse(self, "Pooling per packed sequence (`segment_ids=` with pooling)")
-        h, state, mask = self._features(x, state, length, key, inference, segment_ids, dt)
+        h, state, c = self._features(
+            x, state, length=length, segment_ids=segment_ids, dt=dt, key=key, inference=inference
+        )
+        mask, segment_ids = c.mask, c.segment_ids
         if self.pooling is None:
             out = h if self.head is None else jax.vmap(self.head)(h)
             return where_valid(mask, out), state
         if segment_ids is not None and num_segments is not None:  # both or neither, here
-            pooled, present = _pool_segments(self.pooling, h, mask, segment_ids, num_segments)
+            pooled, present = pool_segments(self.pooling, h, mask, segment_ids, num_segments)
             out = pooled if self.head is None else jax.vmap(self.head)(pooled)
             return jnp.where(present[:, None], out, 0), state
         # Mean over valid positions or the last one (across devices, see `_sharding.pool`).
@@ -380,40 +303,7 @@ class LRUModel(eqx.Module):
         out = pooled if self.head is None else self.head(pooled)
         return out, state
 
-    def _check_num_segments(self, segment_ids, num_segments) -> int | None:
-        if segment_ids is None or self.pooling is None:
-            if num_segments is not None:
-                raise ValueError(
-                    "`num_segments` is the number of pooled outputs of packed sequences: "
-                    "give it with `segment_ids` to a model with pooling, or leave it None "
-                    f"(got {num_segments!r} with pooling={self.pooling!r} and "
-                    f"segment_ids={'None' if segment_ids is None else 'given'})."
-                )
-            return None
-        if num_segments is None:
-            raise ValueError(
-                f"With `segment_ids`, a model with pooling={self.pooling!r} returns one "
-                "pooled output per packed sequence: pass `num_segments=` (a Python int, "
-                "the most sequences a row holds; the output has that many rows), or use "
-                "`pooling=None` for per-position outputs."
-            )
-        return check_size("num_segments", num_segments)
-
     # --- streaming: a causal model as an RNN ----------------------------------------------
-
-    def _streaming_blocks(self, method: str) -> tuple[AbstractStreamingBlock, ...]:
-        """The blocks, or a `TypeError` naming the first that cannot stream."""
-        streaming = []
-        for i, block in enumerate(self.blocks):
-            if not isinstance(block, AbstractStreamingBlock):
-                raise TypeError(
-                    f"`LRUModel.{method}` runs every block as an RNN, and block {i} "
-                    f"({type(block).__name__}) is not an eqx_lru.AbstractStreamingBlock, "
-                    "so it has no `init_carry`/`step`/`chunk`: use `LRUBlock`s, or subclass "
-                    "eqx_lru.AbstractStreamingBlock and implement these methods."
-                )
-            streaming.append(block)
-        return tuple(streaming)
 
     def init_carry(self) -> PyTree[Array]:
         """The recurrent state of a stream before its first position: a dict with
@@ -424,35 +314,9 @@ class LRUModel(eqx.Module):
         Causal models only: a bidirectional block raises a `ValueError` (its output at a
         position depends on later positions).
         """
-        blocks = self._streaming_blocks("init_carry")
-        carry: dict = {"blocks": tuple(block.init_carry() for block in blocks)}
-        if self.pooling == "mean":
-            dtype = _sum_dtype(self.encoder)
-            carry["sum"] = jnp.zeros(self.d_model, dtype)
-            carry["count"] = jnp.zeros((), jnp.int32)
-        return carry
+        return init_carry(self)
 
-    def _readout(self, carry: dict, h: Array, mask: Array | None) -> tuple[dict, Array]:
-        """The outputs of a chunk's (or a step's) last-block features `h`, `(n, d_model)`,
-        and the carry's running sum for mean pooling. A chunk with no valid position
-        gives zero outputs."""
-        if self.pooling is None:
-            out = h if self.head is None else jax.vmap(self.head)(h)
-            return carry, where_valid(mask, out)
-        size = h.shape[0] if mask is None else jnp.sum(mask, dtype=jnp.int32)
-        if self.pooling == "mean":
-            added = jnp.sum(where_valid(mask, h), axis=0).astype(carry["sum"].dtype)
-            # The count saturates at 2**31 - 1, never wraps (`_streams.running_sum`).
-            total, count = running_sum(carry["sum"], carry["count"], added, size)
-            carry = dict(carry, sum=total, count=count)
-            # `max`: no 0/0 (whose gradient would be nan) for a stream with nothing yet.
-            pooled = (total / jnp.maximum(count, 1).astype(total.dtype)).astype(h.dtype)
-        else:
-            pooled = h[jnp.maximum(size - 1, 0)]
-        out = pooled if self.head is None else self.head(pooled)
-        return carry, out if mask is None else jnp.where(size > 0, out, 0)
-
-    @checks_first(_check_step)
+    @checks_first(check_step_args)
     @jaxtyped(typechecker=beartype)
     def step(
         self,
@@ -489,18 +353,9 @@ class LRUModel(eqx.Module):
         `jax.lax.scan(lambda c, x: model.step(c, x, state), model.init_carry(), xs)`
         streams a sequence; `jax.vmap` it over a batch of streams.
         """
-        streaming = self._streaming_blocks("step")
-        x_t = self._check_input(x_t, position=True)
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=True)
-        h = self._encode(x_t[None], None)[0]
-        blocks = []
-        for block, block_carry in zip(streaming, carry["blocks"], strict=True):
-            block_carry, h = step_block(block, block_carry, h, state, dt=dt)
-            blocks.append(block_carry)
-        carry, out = self._readout(dict(carry, blocks=tuple(blocks)), h[None], None)
-        return carry, out[0] if self.pooling is None else out
+        return stream_step(self, carry, x_t, state, reset=reset, dt=dt)
 
-    @checks_first(_check_chunk)
+    @checks_first(check_chunk_args)
     @jaxtyped(typechecker=beartype)
     def chunk(
         self,
@@ -559,66 +414,7 @@ class LRUModel(eqx.Module):
         position of every chunk). Chunks of any lengths give the outputs and final carry
         of `step` position by position.
         """
-        streaming = self._streaming_blocks("chunk")
-        sharding.refuse(self, "`LRUModel.chunk`")
-        x = self._check_input(x)
-        if segment_ids is not None:
-            if self.pooling is not None:
-                raise ValueError(
-                    "`LRUModel.chunk` takes `segment_ids` only with `pooling=None`: with "
-                    f"pooling={self.pooling!r} the stream has one pooled output, and packed "
-                    "sequences would each need their own. Stream each sequence from "
-                    "`init_carry()`, or pool packed sequences with the model's call "
-                    "(`segment_ids=`, `num_segments=`)."
-                )
-            segment_ids = check_segment_ids(segment_ids, x.shape[0])
-        carry = start_carry(carry, self.init_carry, reset=reset, carry_gradient=carry_gradient)
-        mask, valid = chunk_mask(length, x.shape[0])
-        h = self._encode(x, mask)
-        options = dict(
-            segment_ids=segment_ids, inference=inference, carry_gradient=carry_gradient, dt=dt
-        )
-        blocks = []
-        keys = _split(key, len(streaming))
-        for block, block_carry, block_key in zip(streaming, carry["blocks"], keys, strict=True):
-            block_carry, h = chunk_block(
-                block, block_carry, h, state, valid, key=block_key, **options
-            )
-            blocks.append(block_carry)
-        return self._readout(dict(carry, blocks=tuple(blocks)), h, mask)
-
-
-def _sum_dtype(encoder) -> jnp.dtype:
-    """The dtype of mean pooling's running sum: the parameters', at least float32."""
-    dtype = encoder.weight.dtype
-    return dtype if jnp.finfo(dtype).bits >= 32 else jnp.dtype(jnp.float32)
-
-
-def _pool_segments(
-    pooling: str, h: Array, mask: Array | None, segment_ids: Array, num_segments: int
-) -> tuple[Array, Array]:
-    """Per packed sequence, in order: the mean over its valid positions or its last valid
-    position, `(num_segments, d_model)`, and which rows hold a sequence."""
-    size = h.shape[0]
-    valid = jnp.ones(size, bool) if mask is None else mask
-    index = segment_index(segment_ids)
-    found = jnp.max(jnp.where(valid, index, -1)) + 1
-    index = runtime_check(
-        index, found > num_segments, num_segments_message(num_segments), check="num_segments"
-    )
-    target = jnp.where(valid, index, num_segments)  # padding goes out of range: dropped
-    counts = jax.ops.segment_sum(valid.astype(jnp.int32), target, num_segments)
-    present = counts > 0
-    if pooling == "mean":
-        sums = jax.ops.segment_sum(where_valid(mask, h), target, num_segments)
-        pooled = sums / jnp.maximum(counts, 1).astype(h.dtype)[:, None]
-    else:
-        last = jax.ops.segment_max(jnp.arange(size, dtype=jnp.int32), target, num_segments)
-        pooled = h[jnp.clip(last, 0, size - 1)]
-    return pooled, present
-
-
-def _check_token_ids(x: Array, vocab_size: int) -> Array:
-    """`x`, with an error if an id is outside `[0, vocab_size)` (`_checks.check_token_ids`:
-    a `ValueError` when `x` is known, else a run-time error)."""
-    return check_token_ids(x, vocab_size)
+        return stream_chunk(
+            self, carry, x, state, length=length, segment_ids=segment_ids, reset=reset,
+            inference=inference, key=key, carry_gradient=carry_gradient, dt=dt,
+        )  # fmt: skip

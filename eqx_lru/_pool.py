@@ -148,8 +148,7 @@ class StreamPool(eqx.Module):
         steps = self._steps(model, dt, None, self.active)
 
         def one(carry, x_t, reset, dt_t):
-            options = {} if dt_t is None else {"dt": dt_t}
-            return model.step(carry, x_t, state, reset=reset, **options)
+            return model.step(carry, x_t, state, reset=reset, dt=dt_t)
 
         carry, out = jax.vmap(one)(self.carry, x, self.fresh, steps)
         return self._advanced(carry), _select(self.active, out, jnp.zeros_like(out))
@@ -199,8 +198,7 @@ class StreamPool(eqx.Module):
         steps = self._steps(model, dt, size, length)
 
         def one(carry, x, n, reset, dt):
-            options = {} if dt is None else {"dt": dt}
-            return model.chunk(carry, x, state, length=n, reset=reset, **options)
+            return model.chunk(carry, x, state, length=n, reset=reset, dt=dt)
 
         carry, out = jax.vmap(one)(self.carry, x, length, self.fresh, steps)
         return self._advanced(carry), out

@@ -144,7 +144,7 @@ def _check_known_documents(encoder: eqx.Module, x, length, dt) -> None:
         if n is not None:
             check_length(n, xs.shape[1], "the padded length")
         step = steps[i] if steps is not None and steps.ndim and steps.shape[0] == 2 else None
-        encoder._check_known_values(xs[i], {"length": n, "dt": step})
+        encoder._check_known_values(xs[i], length=n, dt=step)
 
 
 def _pair_steps(dt: ArrayLike) -> Array:

@@ -61,7 +61,7 @@ from ._checks import (
 )
 from ._core import AbstractStatesCore, dt_options, rebuild
 from ._dt import check_dt
-from ._methods import AbstractScanMethod, scan_method
+from ._methods import AbstractScanMethod, holds_start, scan_method
 from ._projection import Precision, check_precision
 from ._rglru_init import block_diagonal_init, check_rglru_ring, rglru_lambda_init
 from ._scan import ScanMethod, recurrence, segment_starts
@@ -338,7 +338,7 @@ class RGLRU(AbstractStatesCore):
         first = jnp.arange(length) == (length - 1 if reverse else 0)
         if initial_state is not None:
             first = first & _is_zero(initial_state)
-        first = first & self.method.resolve().holds_start(reverse=reverse)
+        first = first & holds_start(self.method.resolve(), reverse=reverse)
         if segment_ids is None:
             return first
         return first | segment_starts(segment_ids, reverse=reverse, method=self.method.resolve())

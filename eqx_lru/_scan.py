@@ -41,7 +41,15 @@ from ._algebra import AbstractAlgebra as AbstractAlgebra
 from ._algebra import Block2x2 as Block2x2
 from ._algebra import Diagonal as Diagonal
 from ._algebra import RotationScaling as RotationScaling
-from ._methods import AbstractScanMethod, Auto, Sequential, scan_method
+from ._methods import (
+    AbstractScanMethod,
+    Auto,
+    Sequential,
+    as_local,
+    holds_start,
+    preceding,
+    scan_method,
+)
 from ._storage import AbstractStorage, Identity
 
 # What `method=` accepts: an `AbstractScanMethod` or a string shortcut (see `scan_method`).
@@ -77,7 +85,7 @@ def _backward(a: Array, hs: Array, h0: Array, g: Array, cfg: _Config):
     """(ct_a, ct_b, ct_h0) for cotangents `g` of the stored states `hs`.
 
     Over one chunk of a sequence split across devices (`SequenceParallel`), the one-step
-    shifts read the neighbouring chunk's boundary element (`method.preceding`), the
+    shifts read the neighbouring chunk's boundary element (`_methods.preceding`), the
     cotangent of `h0` is the first chunk's, and a shared transition's cotangent is this
     chunk's contribution (JAX sums the contributions of a replicated input)."""
     algebra, storage, shared, reverse = cfg.algebra, cfg.storage, cfg.shared, cfg.reverse
@@ -106,9 +114,9 @@ def _backward(a: Array, hs: Array, h0: Array, g: Array, cfg: _Config):
     first = slice(-1, None) if reverse else slice(0, 1)
     lam_first = cotangents.load(lam_stored[first])[0]
     ct_h0 = algebra.apply_transpose(_first(a, reverse) if not shared else a, lam_first)
-    holds_start = method.holds_start(reverse=reverse)
-    if holds_start is not True:  # a chunk of a sequence split across devices
-        ct_h0 = jnp.where(holds_start, ct_h0, jnp.zeros_like(ct_h0))
+    starts = holds_start(method, reverse=reverse)
+    if starts is not True:  # a chunk of a sequence split across devices
+        ct_h0 = jnp.where(starts, ct_h0, jnp.zeros_like(ct_h0))
     # ā_k = λ_k ⊗ h_{k-1}ᵀ, with h_{k-1} the state before step k in the forward order.
     if shared:
         if ct_fused is None:
@@ -116,7 +124,7 @@ def _backward(a: Array, hs: Array, h0: Array, g: Array, cfg: _Config):
         else:
             ct_a = ct_fused
         last = slice(0, 1) if reverse else slice(-1, None)
-        h_before = method.preceding(storage.load(hs[last])[0], h0, reverse=reverse)
+        h_before = preceding(method, storage.load(hs[last])[0], h0, reverse=reverse)
         ct_a = ct_a + algebra.transition_cotangent(lam_first, h_before)
     else:
         lam, h = cotangents.load(lam_stored), storage.load(hs)
@@ -128,10 +136,10 @@ def _backward(a: Array, hs: Array, h0: Array, g: Array, cfg: _Config):
 def shift(method: AbstractScanMethod, x: Array, fill: Array, *, reverse: bool) -> Array:
     """`y[k] = x[k - 1]` (or `x[k + 1]` if `reverse`): at each step, the element processed
     just before it; at the chunk's first step the previous chunk's boundary element, or
-    `fill` at the sequence's first step (see `AbstractScanMethod.preceding`)."""
+    `fill` at the sequence's first step (see `AbstractChunkMethod.preceding`)."""
     if reverse:
-        return jnp.concatenate([x[1:], method.preceding(x[0], fill, reverse=True)[None]])
-    return jnp.concatenate([method.preceding(x[-1], fill, reverse=False)[None], x[:-1]])
+        return jnp.concatenate([x[1:], preceding(method, x[0], fill, reverse=True)[None]])
+    return jnp.concatenate([preceding(method, x[-1], fill, reverse=False)[None], x[:-1]])
 
 
 # Steps per iteration of the loop that sums the transition's cotangent.
@@ -267,7 +275,7 @@ def recurrence(
         shared = False
     if initial_state is None:
         initial_state = jnp.zeros(state_shape, state.dtype)
-    a, b, initial_state = (method.as_local(x) for x in (a, b, initial_state))
+    a, b, initial_state = (as_local(method, x) for x in (a, b, initial_state))
     cfg = _Config(algebra, storage, method, shared, reverse)
     return _recurrence(a, b, initial_state, cfg)
 

@@ -20,10 +20,10 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from ._algebra import AbstractAlgebra
-from ._methods import AbstractScanMethod, scan_method
+from ._methods import AbstractChunkMethod, AbstractScanMethod, scan_method
 
 
-class SequenceParallel(AbstractScanMethod):
+class SequenceParallel(AbstractChunkMethod):
     r"""A scan method for a length axis sharded over the devices of the mesh axis
     `axis_name`, for use inside `jax.shard_map` (each device passes its own chunk of the
     sequence; every chunk has the same length).

@@ -18,6 +18,7 @@ import numpy as np
 from .._model import LRUModel
 from .._retrieval import LRURetrievalModel
 from .._runtime_check import skipped_checks
+from .._version import package_version
 from ._format import Format
 from ._guard import checks_of
 from ._prepare import cores, is_complex
@@ -108,8 +109,6 @@ def manifest(
 ) -> dict[str, Any]:
     """The manifest of `data`, the artifact of `program` in format `fmt`, built from
     `model` (prepared); `closed` is the program's jaxpr (its outputs and checks)."""
-    from .. import __version__
-
     checked = checks_of(program, reads)
     covered = {c["check"] for c in checked}
     unchecked = [c for c in skipped_checks(closed) if c["check"] not in covered]
@@ -135,6 +134,6 @@ def manifest(
         "notes": notes_of(program, checked, unchecked),
         "checked": checked,
         "unchecked": unchecked,
-        "eqx_lru": __version__,
+        "eqx_lru": package_version(),
         "jax": jax.__version__,
     }

@@ -26,7 +26,8 @@ def _cumsum(weight, x, length):
 
 class CumSum(eqx_lru.AbstractStreamingBlock):
     r"""$y_t = x_t + w \odot \sum_{s \le t} x_s$ over the valid positions: a block of one's
-    own, written before `segment_ids` existed (its call does not take it)."""
+    own, on the contract's one signature (no packing, no time steps: it asserts it is
+    given none)."""
 
     weight: jax.Array
 
@@ -34,18 +35,36 @@ class CumSum(eqx_lru.AbstractStreamingBlock):
         del d_state
         self.weight = 0.3 * jax.random.normal(key, (d_model,), dtype or jnp.float32)
 
-    def __call__(self, x, state, *, length=None, key=None, inference=None):
+    def __call__(
+        self, x, state, *, length=None, segment_ids=None, dt=None, key=None, inference=None
+    ):
+        assert segment_ids is None and dt is None
         return _cumsum(self.weight, x, length), state
 
     def init_carry(self):
         return jnp.zeros_like(self.weight)
 
-    def step(self, carry, x_t, state):
+    def step(self, carry, x_t, state, *, reset=None, dt=None):
+        assert reset is None and dt is None
         carry = carry + x_t
         return carry, x_t + self.weight * carry
 
-    def chunk(self, carry, x, state, *, length=None, segment_ids=None):
-        assert segment_ids is None
+    def chunk(
+        self,
+        carry,
+        x,
+        state,
+        *,
+        length=None,
+        segment_ids=None,
+        reset=None,
+        inference=True,
+        key=None,
+        carry_gradient=False,
+        dt=None,
+    ):
+        del inference, key, carry_gradient
+        assert segment_ids is None and reset is None and dt is None
         mask = eqx_lru.valid_mask(length, x.shape[0])
         x = eqx_lru.where_valid(mask, x)
         sums = carry + jnp.cumsum(x, axis=0)  # pads add zero: the last row is the carry
@@ -60,7 +79,9 @@ class NotStreaming(eqx_lru.AbstractBlock):
     def __init__(self, d_model, d_state, *, dtype=None, key):
         self.weight = CumSum(d_model, d_state, dtype=dtype, key=key).weight
 
-    def __call__(self, x, state, *, length=None, key=None, inference=None):
+    def __call__(
+        self, x, state, *, length=None, segment_ids=None, dt=None, key=None, inference=None
+    ):
         return _cumsum(self.weight, x, length), state
 
 

@@ -568,7 +568,9 @@ def test_streaming_errors():
         def __init__(self, d_model, d_state, *, dtype=None, key):
             self.linear = eqx.nn.Linear(d_model, d_model, dtype=dtype, key=key)
 
-        def __call__(self, x, state, *, length=None, key=None, inference=None):
+        def __call__(
+            self, x, state, *, length=None, segment_ids=None, dt=None, key=None, inference=None
+        ):
             return jax.vmap(self.linear)(x), state
 
     model = eqx_lru.LRUModel(IN, OUT, H, N, DEPTH, block=PlainBlock, key=key)
