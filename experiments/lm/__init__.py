@@ -7,5 +7,6 @@ byte against unigram and bigram baselines, and sampled through the model's `step
 `docs/guides/language-model.md`. The corpus (`corpus`), baselines (`baselines`), streams
 (`streams`), model and programs (`model`), settings (`config`, `cli`), trainer (`train`),
 sampling (`sample`) and curve (`plot`) are one module each; the checkpoints, signals, time
-limit and metrics are the LRA trainer's (`experiments/lra`).
+limit, metrics, errors and flag types are those every command shares (`experiments/runs`),
+as the LRA trainer's are.
 """

@@ -1,7 +1,9 @@
 """The training loop (`train_until_stop`): steps, then logging, validation and checkpoints
-as they fall due, until the last step, `--stop-at`, `--time-limit` or a signal. Its parts
-are the LRA trainer's: `Stop` (signals), `Deadline` and `Speed` (time), the checkpoint
-store, `write_checkpoint` (a second signal waits for a save)."""
+as they fall due, until the last step, `--stop-at`, `--time-limit` or a signal (SIGINT,
+SIGTERM, SIGHUP: a checkpoint, status 130; a scheduler's warning, `--save-signals`: a
+checkpoint, status 0). Its parts are the LRA trainer's: `Stop` (signals), `Deadline` and
+`Speed` (time), the checkpoint store, `write_checkpoint` (a second signal waits for a
+save)."""
 
 import dataclasses
 import sys
@@ -96,7 +98,7 @@ class Loop:
         self.r.say(
             f"step {s.step}/{self.cfg.steps}: train {self.postfix.get('bpb', '-')} bits/byte; "
             f"val {val['bits_per_byte']:.3f} bits/byte (bigram {bigram:.3f}), accuracy "
-            f"{val['accuracy']:.3f}; {'-' if rate is None else f'{rate:.2f}'} steps/s"
+            f"{val['accuracy']:.3f}{'' if rate is None else f'; {rate:.2f} steps/s'}"
         )
 
     def save(self, s: TrainState) -> None:
@@ -133,7 +135,8 @@ def _advice(r: Run) -> str:
 
 def train_until_stop(r: Run, s: TrainState, hook, clock) -> tuple[TrainState, str, Speed]:
     """Steps until the end, `--stop-at`, `--time-limit` or a signal; returns the last
-    complete state, the status (`finished`, `stopped` or `interrupted`) and the speed."""
+    complete state, the status (`finished`; `stopped`: `--stop-at`, `--time-limit` or a
+    scheduler's warning, `--save-signals`; or `interrupted`) and the speed."""
     total, args = r.cfg.steps, r.args
     stop_at = total if args.stop_at is None else min(max(args.stop_at, s.step), total)
     loop = Loop(r, stop_at, hook, Deadline(args.time_limit, clock, started=r.started))
@@ -154,12 +157,12 @@ def train_until_stop(r: Run, s: TrainState, hook, clock) -> tuple[TrainState, st
     stopper.training = True  # from now on a signal stops the run after a checkpoint
     try:
         try:
-            s, timed_out = _steps(loop, s, stopper)
+            s, stopped = _steps(loop, s, stopper)
         except KeyboardInterrupt:
-            s, timed_out, status = loop.complete, False, "interrupted"
-        if timed_out:
+            s, stopped, status = loop.complete, None, "interrupted"
+        if stopped is not None:
             status = "stopped"
-            r.say(f"--time-limit {args.time_limit:g} min: stopping before the deadline.")
+            r.say(stopped)
         if status != "finished" and loop.saved_step != s.step:
             loop.save(s)
     finally:
@@ -170,24 +173,36 @@ def train_until_stop(r: Run, s: TrainState, hook, clock) -> tuple[TrainState, st
     return s, status, loop.speed
 
 
-def _steps(loop: Loop, s: TrainState, stopper) -> tuple[TrainState, bool]:
+def _steps(loop: Loop, s: TrainState, stopper: Stop) -> tuple[TrainState, str | None]:
+    """The loop proper; `loop.complete` is the last state whose step and what fell due
+    after it all finished (what an interrupt saves). Returns the state and, if the run
+    stops early (a scheduler's warning, `--time-limit`), why."""
     loop.complete, first = s, s.step
     while s.step < loop.stop_at:
         if stopper.reason is not None:
             raise KeyboardInterrupt
+        if stopper.warned is not None:
+            return s, (
+                f"{stopper.warned} (a scheduler's warning, --save-signals): stopping at step "
+                f"{s.step}; continue with --resume."
+            )
         if loop.deadline.expired():
             if s.step == first:  # not one step: a chain of such jobs would never progress
-                d = loop.deadline
-                raise RunError(
-                    f"--time-limit {loop.r.args.time_limit:g} min is too short for one step: "
-                    f"{d.clock() - d.started:.0f} s of it went to starting the process, reading "
-                    "the corpus and building the model. The run made no progress (its "
-                    f"checkpoint, if any, is unchanged at step {s.step}). Raise --time-limit."
-                )
-            return s, True
+                _too_short(loop, s.step)
+            return s, f"--time-limit {loop.r.args.time_limit:g} min: stopping before the deadline."
         loop.deadline.start_iteration()
         s = loop.complete = loop.after_step(loop.step(s))
         if loop.hook is not None:
             loop.hook(s.step)
         loop.deadline.end_iteration()
-    return s, False
+    return s, None
+
+
+def _too_short(loop: Loop, step: int) -> None:
+    d = loop.deadline
+    raise RunError(
+        f"--time-limit {loop.r.args.time_limit:g} min is too short for one step: "
+        f"{d.clock() - d.started:.0f} s of it went to starting the process, reading the corpus "
+        "and building the model. The run made no progress (its checkpoint, if any, is "
+        f"unchanged at step {step}). Raise --time-limit."
+    )

@@ -1,7 +1,11 @@
 """Resuming a language-model run: the newest complete `last` checkpoint, verified (its
 record's fields, its SHA-256, finite values, this run's settings, run id and corpus), or
-step 0 if the run stopped before its first checkpoint. The checks are the LRA trainer's
-(`experiments/lra/_checkpoint`)."""
+step 0 if the run stopped before its first checkpoint; or, for a run that finished, its
+results (`finished_results`: nothing is redone). The checks are the shared ones
+(`experiments/runs/checkpoint`, `experiments/runs/resume`), as in the LRA trainer."""
+
+import json
+from typing import Any
 
 from ..runs import checkpoint as ckpt
 from ..runs.errors import UsageError
@@ -9,7 +13,7 @@ from ..runs.resume import load_checkpoint, newest_checkpoint
 from ._run import Run, TrainState
 from .config import TRAINING_KEYS
 
-__all__ = ["resume"]
+__all__ = ["resume", "finished_results"]
 
 
 def resume(r: Run, s: TrainState) -> TrainState:
@@ -51,3 +55,34 @@ def _check_run(r: Run, pair: ckpt.Pair) -> None:
             f"{str(r.cfg.corpus_sha256)[:12]}...). Restore the run's own files, or start a "
             "new run with another --out."
         )
+
+
+def finished_results(r: Run) -> dict[str, Any] | None:
+    """With `--resume`, the results of a run that finished (its `results.json` says so, for
+    its last step, and its newest complete checkpoint is of that step), said in one line;
+    None otherwise (a run to continue, or one that stopped between its last checkpoint and
+    its test score: resuming redoes the score)."""
+    if not r.args.resume:
+        return None
+    try:
+        results = json.loads((r.out / "results.json").read_text())
+        pair = ckpt.locate(r.out, "last")
+    except (OSError, ValueError):  # no results, or unreadable ones: resume and rewrite them
+        return None
+    steps = r.cfg.steps
+    if not (
+        isinstance(results, dict)
+        and results.get("status") == "finished"
+        and results.get("step") == steps
+        and pair is not None
+        and pair.meta.get("step") == steps
+    ):
+        return None
+    test = results.get("test_bits_per_byte")
+    score = f"; test {test:.3f} bits/byte" if isinstance(test, int | float) else ""
+    r.say(
+        f"The run in {r.out} is finished (step {steps}/{steps}{score}): nothing to resume. Its "
+        f"results are in {r.out / 'results.json'}; sample with: python -m experiments.lm "
+        f"sample --run {r.out}"
+    )
+    return results

@@ -29,6 +29,10 @@ __all__ = ["set_up", "load_corpus", "build"]
 
 def _settings(args) -> _config.LMConfig:
     out, given = Path(args.out), cli.given(args)
+    if args.resume and args.overwrite:
+        raise UsageError(
+            "--resume continues the run in --out and --overwrite replaces it: pass one of them."
+        )
     try:
         if not args.resume:
             return _config.new_run(given)
@@ -51,6 +55,11 @@ def set_up(args) -> Run:
     """Settings, backend environment (before JAX touches a device), the run folder and
     its lock."""
     cfg = _settings(args)
+    if cfg.corpus is not None and not Path(cfg.corpus).expanduser().is_dir():
+        raise UsageError(
+            f"--corpus {cfg.corpus!r} is not a folder; give a folder of *.py files (or leave "
+            "--corpus out for the Python standard library)."
+        )
     _env.configure_backend(deterministic=True, task="lm")
     r = Run(args, cfg, Path(args.out))
     try:
@@ -65,11 +74,28 @@ def set_up(args) -> Run:
             f"--out {str(r.out)!r} is not a writable folder ({e.strerror or e})."
         ) from None
     if not args.resume and (ckpt.exists(r.out, "last") or (r.out / "config.json").exists()):
-        r.lock.release()
-        raise UsageError(
-            f"{r.out} already holds a run. Pass --resume to continue it, or choose another --out."
-        )
+        if not args.overwrite:
+            r.lock.release()
+            raise UsageError(
+                f"{r.out} already holds a run. Pass --resume to continue it, --overwrite to "
+                "replace it with a new one, or choose another --out."
+            )
+        _remove_run(r.out)
     return r
+
+
+#: The files of a run in its folder (`--overwrite` removes them; others stay).
+_RUN_FILES = ("config.json", "corpus.json", "metrics.jsonl", "results.json", "curve.png")
+
+
+def _remove_run(out: Path) -> None:
+    """Remove the run in `out` (its checkpoints first: a folder left half-cleaned by a
+    crash holds no checkpoint to resume, so `--overwrite` is needed again)."""
+    for name in ("last", "last.prev"):
+        for ext in (".json", ".eqx"):
+            (out / f"{name}{ext}").unlink(missing_ok=True)
+    for name in _RUN_FILES:
+        (out / name).unlink(missing_ok=True)
 
 
 def load_corpus(r: Run) -> None:
@@ -116,7 +142,12 @@ def build(r: Run) -> TrainState:
     """Model, optimiser, programs and the initial (or resumed) state."""
     cfg, began = r.cfg, time.perf_counter()
     init_key, run_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
-    model, r.state = build_model(cfg, init_key)
+    try:
+        model, r.state = build_model(cfg, init_key)
+    except ValueError as e:  # the library's own check: too large for this host, ...
+        raise UsageError(
+            f"--depth {cfg.depth} --d-model {cfg.d_model} --d-state {cfg.d_state}: {e}"
+        ) from None
     params, r.static = eqx.partition(model, eqx.is_inexact_array)
     r.programs = make_programs(cfg, r.static, r.state)
     optim, _ = make_optimizer(cfg)

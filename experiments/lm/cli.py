@@ -1,4 +1,6 @@
-"""The command line of `python -m experiments.lm`: `train`, `sample` and `export`.
+"""The command line of `python -m experiments.lm`: `train`, `sample` and `export`, parsed
+before anything imports JAX (`--help` and a bad flag answer at once; `train.main` runs
+the command).
 
 `train`'s settings flags are generated from `LMConfig`'s fields (help line, check, choices,
 and the default of each preset); the flags of the invocation (`--out`, `--resume`,
@@ -8,13 +10,59 @@ refused when the command line is parsed, as one `error: argument --flag: ...` li
 
 import argparse
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..runs.flags import POSITIVE_INT, flag, number, output_folder
-from .config import PRESETS, LMConfig
+from ..runs.flags import flag, number, output_folder
+from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY
+from .config import _POSITIVE_INT, _SEED, PRESETS, LMConfig, utf8_text
 
-__all__ = ["parser", "parse_args", "given"]
+__all__ = ["parser", "parse_args", "given", "text_flag", "utf8_path"]
+
+
+def _typed(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`check` as an argparse `type`: its `ValueError` is argparse's one-line error (in
+    the check's words, not "invalid value")."""
+
+    def parse(value: str):
+        try:
+            return check(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = getattr(check, "__name__", "value")
+    return parse
+
+
+#: An argparse `type` for text flags: UTF-8 only (`config.utf8_text`).
+text_flag = _typed(utf8_text)
+
+
+def utf8_path(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """The argparse `type` `kind` (a path) for UTF-8 text only."""
+
+    def parse(value: str):
+        return kind(text_flag(value))
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
+_FLOAT_OR_ZERO = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
+
+
+def _temperature(value: str) -> float:
+    """0 (the likeliest byte), or a normal float32 (the logits are divided by it)."""
+    t = _FLOAT_OR_ZERO(value)
+    if 0 < t < FLOAT32_TINY:
+        raise argparse.ArgumentTypeError(
+            f"expected 0 or a number >= {FLOAT32_TINY:g} (a normal float32: the logits are "
+            f"divided by it), got {value!r}"
+        )
+    return t
+
+
+_temperature.__name__ = "a finite number: 0, or a normal float32"
 
 
 def _shown(value: Any) -> str:
@@ -40,33 +88,49 @@ def _settings(p: argparse.ArgumentParser) -> None:
         if meta["choices"] is not None:
             kwargs["choices"] = meta["choices"]
         elif meta["check"] is not None:
-            kwargs["type"] = meta["check"]
+            kwargs["type"] = _typed(meta["check"])
         default = "standard library" if field.name == "corpus" else _default_text(field.name)
         group.add_argument(flag(field.name), help=f"{meta['help']} [{default}]", **kwargs)
 
 
 def _train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="run folder: metrics, curve, checkpoints")
-    p.add_argument("--resume", action="store_true", help="continue the run in OUT exactly")
-    p.add_argument("--stop-at", type=POSITIVE_INT, help="checkpoint and exit after this step")
+    p.add_argument(
+        "--out", required=True, type=text_flag, help="run folder: metrics, curve, checkpoints"
+    )
+    p.add_argument("--resume", action="store_true", help="continue the run in OUT exactly [off]")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run in OUT even if it holds one (its checkpoints, metrics and "
+        "results are removed; by default such a folder is refused) [off]",
+    )
+    p.add_argument(
+        "--stop-at", type=_POSITIVE_INT, help="checkpoint and exit after this step [never]"
+    )
     p.add_argument(
         "--time-limit",
         type=number(float, low=0, open_low=True),
         metavar="MINUTES",
         help="checkpoint and exit (status 0, resumable) before MINUTES have passed since the "
-        "process started",
+        "process started [none]",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (shown on a terminal only anyway) [off]",
+    )
     _settings(p)
 
 
 def _sample(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True, help="a run folder written by `train`")
-    p.add_argument("--prompt", default="", help="the text to continue ['': a file's start]")
-    p.add_argument("--length", type=POSITIVE_INT, default=400, help="bytes to write [400]")
+    p.add_argument("--run", required=True, type=text_flag, help="a run folder written by `train`")
+    p.add_argument(
+        "--prompt", default="", type=text_flag, help="the text to continue ['': a file's start]"
+    )
+    p.add_argument("--length", type=_POSITIVE_INT, default=400, help="bytes to write [400]")
     p.add_argument(
         "--temperature",
-        type=number(float, low=0),
+        type=_temperature,
         default=0.8,
         help="divide the logits by this; 0 picks the likeliest byte [0.8]",
     )
@@ -76,24 +140,37 @@ def _sample(p: argparse.ArgumentParser) -> None:
         default=40,
         help="sample among the K likeliest bytes (256: all) [40]",
     )
-    p.add_argument("--seed", type=number(int, low=0), default=0, help="the sampling key [0]")
+    p.add_argument("--seed", type=_SEED, default=0, help="the sampling key [0]")
     p.add_argument(
         "--form",
         choices=("complex", "real"),
         help="run the trained weights in this form (eqx_lru.to_real/to_complex) [the run's]",
     )
-    p.add_argument("--samples", type=POSITIVE_INT, default=1, help="how many samples [1]")
+    p.add_argument("--samples", type=_POSITIVE_INT, default=1, help="how many samples [1]")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="write the bytes as they are; by default a byte that is not printable text "
+        "(a control byte but tab and newline, NUL: the start of a file, or invalid UTF-8) is "
+        "written as \\xNN [off]",
+    )
 
 
 def _export(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True, help="a run folder written by `train`")
+    p.add_argument("--run", required=True, type=text_flag, help="a run folder written by `train`")
     p.add_argument("--format", required=True, choices=("stablehlo", "onnx"), help="the format")
     p.add_argument(
         "--step",
         action="store_true",
-        help="export one streaming step (carry in, carry out) instead of the whole sequence",
+        help="export one streaming step (carry in, carry out) instead of the whole sequence [off]",
     )
-    p.add_argument("--dest", type=output_folder, help="output folder [RUN/export]")
+    p.add_argument("--dest", type=utf8_path(output_folder), help="output folder [RUN/export]")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files at the artifact's or manifest's name that export did not write "
+        "(by default they are kept and the export refused) [off]",
+    )
 
 
 def parser() -> argparse.ArgumentParser:

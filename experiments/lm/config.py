@@ -20,26 +20,105 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from ..runs.errors import ConfigError
 from ..runs.flags import flag, number
+from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
+from ..runs.signals import parse_signals
 
-__all__ = ["ConfigError", "LMConfig", "PRESETS", "TRAINING_KEYS", "new_run", "resumed_run"]
+__all__ = [
+    "ConfigError",
+    "LMConfig",
+    "PRESETS",
+    "TRAINING_KEYS",
+    "new_run",
+    "resumed_run",
+    "utf8_text",
+]
 
 
-class ConfigError(ValueError):
-    """A setting out of range, or a change `--resume` refuses; the message names the flag."""
-
-
-_POSITIVE_INT = number(int, low=1)
-_NATURAL = number(int, low=0)
+# The ranges are those of the values in the computation (`experiments/runs/numbers.py`): a
+# count or size is an int32, a seed keeps 32 bits, a rate is a normal float32.
+_POSITIVE_INT = number(int, low=1, high=INT32_MAX, open_high=False, why="a 32-bit integer")
+_STEPS = number(
+    int,
+    low=1,
+    high=INT32_MAX,
+    open_high=False,
+    why="the step counter and the optimiser's are int32",
+)
+_SEED = number(
+    int, low=0, high=2**32 - 1, open_high=False, why="jax.random.PRNGKey keeps 32 bits of it"
+)
 _POSITIVE = number(float, low=0, open_low=True)
+_NORMAL_FLOAT32 = number(
+    float, low=FLOAT32_TINY, high=FLOAT32_MAX, open_high=False, why="a normal float32"
+)
+
+
+def _FLOAT32(value: str) -> float:
+    """A positive number (refused as such at 0 or below) that is a normal float32."""
+    _POSITIVE(value)
+    return _NORMAL_FLOAT32(value)
+
+
+_FLOAT32.__name__ = _NORMAL_FLOAT32.__name__
 _FRACTION = number(float, low=0, high=1)
-_NONNEGATIVE = number(float, low=0)
+_NONNEGATIVE = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
 _MODULUS = number(float, low=0, high=1)
 
 
 def _setting(help: str, role: str, check=None, choices=None, default=None) -> Any:
+    """A field of `LMConfig`: `check` is an argparse type (the text of a number, or text
+    to its canonical form); `choices` the values allowed."""
     meta = dict(help=help, role=role, check=check, choices=choices)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def utf8_text(value: str) -> str:
+    """Text that can be written and read back as UTF-8 (not a file name's undecodable
+    bytes, which Python holds as surrogate escapes)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raw = value.encode(errors="surrogateescape")
+        raise ValueError(f"expected UTF-8 text, got bytes that are not UTF-8: {raw!r}") from None
+    return value
+
+
+def _sha256(value: str) -> str:
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise ValueError(f"expected a SHA-256 (64 lowercase hexadecimal digits), got {value!r}")
+    return value
+
+
+def _check_field(value: Any, field: dataclasses.Field, name: str | None = None) -> None:
+    """Refuse a setting's value (from a flag or a run's `config.json`) of the wrong kind
+    or out of its range, naming it as `name` (default: its flag)."""
+    meta, name = field.metadata, name or flag(field.name)
+    if value is None:
+        if meta["role"] in ("run", "record"):
+            return
+        raise ConfigError(f"{name} is required; it has no value.")
+    if meta["choices"] is not None and value not in meta["choices"]:
+        raise ConfigError(f"{name}: expected one of {meta['choices']}, got {value!r}.")
+    if meta["check"] is None:
+        return
+    if field.type in (str, str | None):
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}: expected text, got {value!r}.")
+        try:
+            canonical = meta["check"](value)
+        except ValueError as e:
+            raise ConfigError(f"{name}: {e}.") from None
+        if canonical != value:
+            raise ConfigError(f"{name}: expected {canonical!r}, got {value!r}.")
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name}: expected a number, got {value!r}.")
+    try:
+        meta["check"](str(value))
+    except Exception as e:  # argparse.ArgumentTypeError, in the check's words
+        raise ConfigError(f"{name}: {e}.") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,23 +137,23 @@ class LMConfig:
                             default=0.9)
     r_max: float = _setting("largest eigenvalue modulus at init", "binds", _MODULUS,
                             default=0.999)
-    max_phase: float = _setting("eigenvalue phases at init in [0, this]", "binds", _POSITIVE,
+    max_phase: float = _setting("eigenvalue phases at init in [0, this]", "binds", _FLOAT32,
                                 default=2 * math.pi)
     dropout: float = _setting("dropout rate in each block", "binds", _FRACTION, default=0.0)
     streams: int = _setting("B, streams trained side by side (the batch)", "binds",
                             _POSITIVE_INT, default=16)
     chunk: int = _setting("L, bytes per stream per step (the truncated-BPTT window)", "binds",
                           _POSITIVE_INT, default=128)
-    steps: int = _setting("optimiser steps (the schedule's length)", "binds", _POSITIVE_INT,
+    steps: int = _setting("optimiser steps (the schedule's length)", "binds", _STEPS,
                           default=1000)
-    lr: float = _setting("peak learning rate", "binds", _POSITIVE, default=3e-3)
-    lr_factor: float = _setting("the recurrent parameters get lr x this", "binds", _POSITIVE,
+    lr: float = _setting("peak learning rate", "binds", _FLOAT32, default=3e-3)
+    lr_factor: float = _setting("the recurrent parameters get lr x this", "binds", _FLOAT32,
                                 default=0.5)
     weight_decay: float = _setting("AdamW's weight decay (not on the recurrent parameters)",
                                    "binds", _NONNEGATIVE, default=0.01)
     warmup_fraction: float = _setting("fraction of the steps with a linear warmup", "binds",
                                       _FRACTION, default=0.05)
-    seed: int = _setting("model init and dropout", "binds", _NATURAL, default=0)
+    seed: int = _setting("model init and dropout", "binds", _SEED, default=0)
     train_bytes: int = _setting("bytes of the training split", "binds", _POSITIVE_INT,
                                 default=8 << 20)
     val_bytes: int = _setting("bytes of the validation split", "binds", _POSITIVE_INT,
@@ -86,41 +165,35 @@ class LMConfig:
     eval_chunk: int = _setting("bytes per chunk when scoring held-out text", "binds",
                                _POSITIVE_INT, default=512)
     corpus: str | None = _setting("folder of *.py files to learn (default: the Python "
-                                  "standard library)", "run")
+                                  "standard library)", "run", utf8_text)
     eval_every: int = _setting("score the validation split every N steps", "run",
                                _POSITIVE_INT, default=100)
     log_every: int = _setting("a train record every N steps", "run", _POSITIVE_INT,
                               default=20)
     checkpoint_every: int = _setting("write last.eqx every N steps", "run", _POSITIVE_INT,
                                      default=100)
-    run_id: str | None = _setting("the run's id (binds its checkpoints)", "record")
-    corpus_sha256: str | None = _setting("the SHA-256 of the corpus's three splits", "record")
+    save_signals: str = _setting("on these signals (a batch scheduler's warning before a "
+                                 "kill: USR1, USR2, XCPU, ALRM, PWR, comma-separated, or "
+                                 "'none') save a checkpoint and stop, status 0, resumable",
+                                 "run", parse_signals, default="USR1,USR2,XCPU")
+    run_id: str | None = _setting("the run's id (binds its checkpoints)", "record", utf8_text)
+    corpus_sha256: str | None = _setting("the SHA-256 of the corpus's three splits", "record",
+                                         _sha256)
     # fmt: on
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
-            value, meta = getattr(self, field.name), field.metadata
-            if value is None:
-                if meta["role"] in ("run", "record"):
-                    continue
-                raise ConfigError(f"{flag(field.name)} is required; it has no value.")
-            if meta["choices"] is not None and value not in meta["choices"]:
-                raise ConfigError(
-                    f"{flag(field.name)}: expected one of {meta['choices']}, got {value!r}."
-                )
-            if meta["check"] is not None:
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise ConfigError(f"{flag(field.name)}: expected a number, got {value!r}.")
-                try:
-                    meta["check"](str(value))
-                except Exception as e:  # argparse.ArgumentTypeError, in the check's words
-                    raise ConfigError(f"{flag(field.name)}: {e}.") from None
+            _check_field(getattr(self, field.name), field)
         if not self.r_min <= self.r_max:
             raise ConfigError(
                 f"need --r-min <= --r-max, got --r-min {self.r_min} > --r-max {self.r_max}."
             )
-        if self.max_phase > 2 * math.pi:
-            raise ConfigError(f"--max-phase must be at most 2*pi, got {self.max_phase}.")
+        for problem in (
+            ring_problem(self.r_min, self.r_max, self.max_phase),
+            rates_problem(self.lr, self.lr_factor, self.weight_decay),
+        ):
+            if problem is not None:
+                raise ConfigError(problem)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -162,20 +235,40 @@ def new_run(given: Mapping[str, Any]) -> LMConfig:
     return LMConfig(**{**PRESETS[preset], **given, "run_id": uuid.uuid4().hex})
 
 
-def resumed_run(saved: Mapping[str, Any], given: Mapping[str, Any], *, out: str) -> LMConfig:
+def _not_settings(saved: Any) -> str | None:
+    """What makes `saved` (a parsed `config.json`) not a run's settings, or None."""
+    if not isinstance(saved, dict):
+        return "not a JSON object"
+    unknown = [k for k in saved if k not in _NAMES]
+    if unknown:
+        return f"unknown settings {unknown}"
+    return None if isinstance(saved.get("run_id"), str) else "no run id"
+
+
+def resumed_run(saved: Any, given: Mapping[str, Any], *, out: str) -> LMConfig:
     """A resumed run's settings: `saved` (its `config.json`) with the flags `given` that do
     not bind the run.
 
-    **Raises:** `ConfigError` if `saved` is not a run's settings, or a given binding flag
-    differs from the saved value."""
-    unknown = [k for k in saved if k not in _NAMES]
-    if unknown or not isinstance(saved.get("run_id"), str):
-        what = f"unknown settings {unknown}" if unknown else "no run id"
+    **Raises:** `ConfigError` if `saved` is not a run's settings (naming the file and the
+    setting), or a given binding flag differs from the saved value."""
+    where = f"{out}/config.json"
+    what = _not_settings(saved)
+    if what is not None:
         raise ConfigError(
-            f"{out}/config.json is not a language-model run's settings ({what}); it was edited "
-            "or written by another tool. Restore the run's own file, or start a new run with "
+            f"{where} is not a language-model run's settings ({what}); it was edited or "
+            "written by another tool. Restore the run's own file, or start a new run with "
             "another --out."
         )
+    try:
+        for field in dataclasses.fields(LMConfig):
+            if field.name in saved:
+                _check_field(saved[field.name], field, name=f"its {field.name!r}")
+        run = LMConfig(**saved)
+    except ConfigError as e:
+        raise ConfigError(
+            f"{where} is corrupt: {e} It was edited or written by another tool. Restore the "
+            "run's own file, or start a new run with another --out."
+        ) from None
     changed = {k: (saved.get(k), v) for k, v in given.items() if k in TRAINING_KEYS}
     changed = {k: ab for k, ab in changed.items() if ab[0] != ab[1]}
     if changed:
@@ -184,4 +277,4 @@ def resumed_run(saved: Mapping[str, Any], given: Mapping[str, Any], *, out: str)
             f"--resume continues the run in {out} exactly, so its settings cannot change "
             f"({diff}). Drop those flags, or start a new run with another --out."
         )
-    return LMConfig(**{**saved, **given})
+    return dataclasses.replace(run, **given)

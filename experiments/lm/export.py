@@ -2,6 +2,7 @@
 `python -m experiments.export` does for LRA runs:
 
     python -m experiments.lm export --run runs/lm --format stablehlo|onnx [--step] [--dest DIR]
+        [--overwrite]
 
 reads the run's newest complete checkpoint (verified as `--resume` and `sample` verify it,
 `weights.load_model`) and writes, into `DIR` (default `RUN/export/`), `model.<suffix>`
@@ -44,9 +45,17 @@ def _metadata(loaded: Loaded) -> dict[str, Any]:
     }
 
 
-def export_run(run: str | Path, fmt: str, *, step: bool = False, dest: str | Path | None = None):
+def export_run(
+    run: str | Path,
+    fmt: str,
+    *,
+    step: bool = False,
+    dest: str | Path | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Export the run in folder `run`; returns the artifact's path (its manifest is the
-    same path plus `.json`).
+    same path plus `.json`). Files there that export did not write are replaced only with
+    `overwrite` (`eqx_lru.export.write`, as `python -m experiments.export --overwrite`).
 
     **Raises:** `UsageError` for a folder without a usable run, or what `eqx_lru.export`
     refuses (`ExportError`, worded by the library).
@@ -64,7 +73,9 @@ def export_run(run: str | Path, fmt: str, *, step: bool = False, dest: str | Pat
             metadata=_metadata(loaded),
         )
         return eqx_lru.export.write(
-            exported, folder / (("step" if step else "model") + exported.format.suffix)
+            exported,
+            folder / (("step" if step else "model") + exported.format.suffix),
+            overwrite=overwrite,
         )
     except eqx_lru.export.ExportError as e:
         raise UsageError(str(e)) from None
@@ -72,6 +83,8 @@ def export_run(run: str | Path, fmt: str, *, step: bool = False, dest: str | Pat
 
 def export_main(args) -> int:
     """`python -m experiments.lm export ...` (parsed `args`)."""
-    artifact = export_run(args.run, args.format, step=args.step, dest=args.dest)
+    artifact = export_run(
+        args.run, args.format, step=args.step, dest=args.dest, overwrite=args.overwrite
+    )
     print(f"wrote {artifact} and {artifact.name}.json", file=sys.stderr)
     return 0

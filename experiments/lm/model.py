@@ -68,11 +68,15 @@ def stream_carry(model: eqx_lru.LRUModel, streams: int) -> Any:
 
 def make_optimizer(cfg: LMConfig):
     """`eqx_lru.lru_optimizer` of `cfg`, and its base learning-rate schedule."""
-    options = dict(total_steps=cfg.steps, warmup_fraction=cfg.warmup_fraction)
+    steps, warmup = cfg.steps, cfg.warmup_fraction
     optim = eqx_lru.lru_optimizer(
-        learning_rate=cfg.lr, lr_factor=cfg.lr_factor, weight_decay=cfg.weight_decay, **options
+        learning_rate=cfg.lr,
+        lr_factor=cfg.lr_factor,
+        weight_decay=cfg.weight_decay,
+        total_steps=steps,
+        warmup_fraction=warmup,
     )
-    return optim, eqx_lru.lru_schedule(cfg.lr, **options)
+    return optim, eqx_lru.lru_schedule(cfg.lr, total_steps=steps, warmup_fraction=warmup)
 
 
 def _nll(logits: jax.Array, targets: jax.Array) -> jax.Array:

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..runs.atomic import write_atomic
 from ..runs.flags import output_file, report_os_errors
@@ -32,12 +32,18 @@ _BASELINES = (
 
 def _series(records: Sequence[Mapping[str, Any]], split: str) -> tuple[list, list]:
     xs, ys = [], []
-    for r in records:
-        value = r.get("bits_per_byte") if r.get("split") == split else None
-        if value is not None and math.isfinite(value):
-            xs.append(r["step"])
+    for r in records:  # a record that is not the trainer's (edited) is left out
+        if not isinstance(r, dict) or r.get("split") != split:
+            continue
+        value, step = r.get("bits_per_byte"), r.get("step")
+        if _number(value) and _number(step) and math.isfinite(value):
+            xs.append(step)
             ys.append(value)
     return xs, ys
+
+
+def _number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def plot_run(
@@ -53,7 +59,11 @@ def plot_run(
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.subplots()
-    for split, style in (("train", dict(lw=1, alpha=0.7)), ("val", dict(marker="o", ms=3))):
+    styles: dict[str, dict[str, Any]] = {
+        "train": dict(lw=1, alpha=0.7),
+        "val": dict(marker="o", ms=3),
+    }
+    for split, style in styles.items():
         xs, ys = _series(records, split)
         if xs:
             ax.plot(xs, ys, label=split, **style)
@@ -69,12 +79,12 @@ def plot_run(
                 fontsize=8,
                 color="dimgray",
             )
-    tests = [r for r in records if r.get("split") == "test"]
-    if tests:
-        t = tests[-1]
-        ax.scatter([t["step"]], [t["bits_per_byte"]], marker="*", s=120, color="k", zorder=3)
-        ax.plot([], [], "k*", label=f"test {t['bits_per_byte']:.3f}")
-    ax.set(xlabel="step", ylabel="bits per byte", title=title)
+    test_x, test_y = _series(records, "test")
+    if test_x:
+        ax.scatter(test_x[-1:], test_y[-1:], marker="*", s=120, color="k", zorder=3)
+        ax.plot([], [], "k*", label=f"test {test_y[-1]:.3f}")
+    # "$" literal: a title is text, not matplotlib's mathtext.
+    ax.set(xlabel="step", ylabel="bits per byte", title=title.replace("$", r"\$"))
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper right", fontsize=8)
@@ -83,22 +93,55 @@ def plot_run(
     write_atomic(path, buffer.getvalue())
 
 
+def _parser() -> argparse.ArgumentParser:
+    from .cli import text_flag, utf8_path
+
+    p = argparse.ArgumentParser(prog="python -m experiments.lm.plot", description=__doc__)
+    p.add_argument(
+        "--run", required=True, type=text_flag, help="a run folder written by the trainer"
+    )
+    p.add_argument("--out", required=True, type=utf8_path(output_file), help="the PNG to write")
+    p.add_argument(
+        "--title",
+        type=text_flag,
+        default="byte-level LRU language model",
+        help="the plot's title [byte-level LRU language model]",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the file at --out if there is one (by default it is kept and the "
+        "command refused) [off]",
+    )
+    return p
+
+
 @report_os_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.lm.plot", description=__doc__)
-    p.add_argument("--run", required=True, help="a run folder written by the trainer")
-    p.add_argument("--out", required=True, type=output_file, help="the PNG to write")
-    p.add_argument("--title", default="byte-level LRU language model", help="the plot's title")
-    args = p.parse_args(argv)
+    """`python -m experiments.lm.plot`: a user's error as one `error:` line, status 2."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    if args.out.exists() and not args.overwrite:
+        print(
+            f"error: --out {str(args.out)!r} exists; pass --overwrite to replace it, or choose "
+            "another --out.",
+            file=sys.stderr,
+        )
+        return 2
     from ..runs.metrics import read_records
 
     run = Path(args.run)
     try:
-        baselines = json.loads((run / "corpus.json").read_text())["baselines_bits_per_byte"]
-    except (OSError, ValueError, KeyError) as e:
+        recorded = json.loads((run / "corpus.json").read_text())
+        baselines = recorded["baselines_bits_per_byte"]["val"]
+        if not isinstance(baselines, dict) or not all(map(_number, baselines.values())):
+            raise ValueError("its validation baselines are not numbers")
+    except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: --run {args.run!r}: cannot read its corpus.json ({e}).", file=sys.stderr)
         return 2
-    plot_run(read_records(run / "metrics.jsonl"), baselines["val"], args.out, title=args.title)
+    plot_run(read_records(run / "metrics.jsonl"), baselines, args.out, title=args.title)
     return 0
 
 

@@ -16,9 +16,15 @@ through `model.step`. Byte $i$ uses the $i$-th of `jax.random.split(key, length)
 same key gives the same text, and the complex and real forms of the same weights
 (`eqx_lru.to_real`) compute the same logits up to float rounding, hence the same bytes.
 An empty prompt starts from the byte that separates the corpus's files (a file's start).
+
+**Printed** as text: UTF-8, with every byte that is not printable text (NUL, the start of
+a file; the other control bytes but tab and newline; invalid UTF-8) written as `\xNN`,
+so a terminal shows what was sampled and no NUL reaches it; `--raw` writes the bytes as
+they are.
 """
 
 import sys
+import unicodedata
 from typing import Any
 
 import equinox as eqx
@@ -30,7 +36,7 @@ import eqx_lru
 
 from .corpus import SEPARATOR
 
-__all__ = ["generate", "pick", "sample_main"]
+__all__ = ["generate", "pick", "shown", "sample_main"]
 
 
 def pick(logits: jax.Array, key, temperature: float, top_k: int) -> jax.Array:
@@ -75,8 +81,20 @@ def generate(
     return bytes(np.asarray(out, np.uint8).tolist())
 
 
+def shown(data: bytes) -> str:
+    """`data` as text for a terminal: UTF-8, with every byte that is not printable text
+    written as `\\xNN` (invalid UTF-8, and the control bytes but tab and newline: NUL,
+    which starts each of the corpus's files, carriage return, escape, ...)."""
+    text = data.decode("utf-8", errors="backslashreplace")
+    return "".join(
+        f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" and c not in "\t\n" else c
+        for c in text
+    )
+
+
 def sample_main(args: Any) -> int:
-    """`python -m experiments.lm sample ...` (parsed `args`): the samples on stdout."""
+    """`python -m experiments.lm sample ...` (parsed `args`): the samples on stdout, as
+    text (`shown`) or, with `--raw`, as the bytes they are."""
     from .weights import load_model
 
     loaded = load_model(args.run)
@@ -101,7 +119,10 @@ def sample_main(args: Any) -> int:
             temperature=args.temperature,
             top_k=args.top_k,
         )
-        if args.samples > 1:
-            print(f"--- sample {i + 1}", flush=True)
-        print((prompt + text).decode("utf-8", errors="replace"), flush=True)
+        head = f"--- sample {i + 1}\n" if args.samples > 1 else ""
+        if args.raw:
+            sys.stdout.buffer.write(head.encode() + prompt + text + b"\n")
+            sys.stdout.buffer.flush()
+        else:
+            print(head + shown(prompt + text), flush=True)
     return 0

@@ -10,6 +10,7 @@ streams in `streams.py`, the model and its programs in `model.py`.
 """
 
 import argparse
+import errno
 import json
 import sys
 import time
@@ -17,11 +18,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..runs import checkpoint as ckpt
+from ..runs import env as _env
 from ..runs.atomic import write_atomic
 from ..runs.errors import RunError, UsageError
+from ..runs.flags import USER_ERRNOS
 from ..runs.metrics import read_records
 from ..runs.signals import Abort, Stop
 from ._loop import train_until_stop
+from ._resume import finished_results
 from ._run import Run, TrainState
 from ._setup import build, load_corpus, set_up
 from .cli import parse_args
@@ -58,15 +62,35 @@ def run(
     with Stop(hard_abort=hard_abort) as stop:
         r = set_up(args)
         r.started, r.stop = started, stop
+        stop.watch(r.cfg.save_signals)
         try:
+            done = finished_results(r)
+            if done is not None:
+                return done
             load_corpus(r)
             s = build(r)
             s, status, speed = train_until_stop(r, s, hook, clock)
             return _outputs(r, s, status, speed.rate)
+        except Exception as e:
+            if _env.is_out_of_memory(e):
+                raise RunError(_out_of_memory(r, e)) from e
+            raise
         finally:
             if r.log is not None:
                 r.log.close()
             r.lock.release()
+
+
+def _out_of_memory(r: Run, e: BaseException) -> str:
+    """One line: what ran out, and the settings that size the memory."""
+    cfg = r.cfg
+    first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
+    return (
+        f"out of memory ({first[:300]}) for a model of --depth {cfg.depth}, --d-model "
+        f"{cfg.d_model}, --d-state {cfg.d_state} trained on --streams {cfg.streams} x "
+        f"--chunk {cfg.chunk} bytes (scored on --eval-streams {cfg.eval_streams} x "
+        f"--eval-chunk {cfg.eval_chunk}): start a new run with smaller values (another --out)."
+    )
 
 
 def _outputs(r: Run, s: TrainState, status: str, rate: float | None) -> dict[str, Any]:
@@ -89,8 +113,8 @@ def _outputs(r: Run, s: TrainState, status: str, rate: float | None) -> dict[str
         r.say(
             f"test: {test['bits_per_byte']:.3f} bits/byte (unigram "
             f"{r.baselines['test']['unigram']:.3f}, bigram "
-            f"{r.baselines['test']['bigram_kneser_ney']:.3f}); "
-            f"{'-' if rate is None else f'{rate:.2f}'} steps/s. Sample with: python -m "
+            f"{r.baselines['test']['bigram_kneser_ney']:.3f})"
+            f"{'' if rate is None else f'; {rate:.2f} steps/s'}. Sample with: python -m "
             f"experiments.lm sample --run {r.out}"
         )
     else:
@@ -104,16 +128,22 @@ def _outputs(r: Run, s: TrainState, status: str, rate: float | None) -> dict[str
     return results
 
 
+#: File-system errors that are the environment's, not the program's: one line, status 2.
+_USER_ERRNOS = USER_ERRNOS | {errno.ENOTEMPTY}
+
+
 def main(
-    argv: Sequence[str] | None = None,
+    argv: Sequence[str] | argparse.Namespace | None = None,
     *,
     started: float | None = None,
     hard_abort: bool = False,
 ) -> int:
-    """`python -m experiments.lm train|sample|export ...`: user errors as one `error:` line
-    (status 2), a failed run status 1, an interrupt 130."""
+    """`python -m experiments.lm train|sample|export ...`: a user's error (a flag, a file,
+    a full disk) as one `error:` line and status 2, a failed run status 1, an interrupt
+    130. `argv`: the arguments, or parsed ones (`python -m` parses them before importing
+    this module); `started`, `hard_abort`: see `run`."""
     try:
-        args = parse_args(argv)
+        args = argv if isinstance(argv, argparse.Namespace) else parse_args(argv)
         if args.command == "sample":
             from .sample import sample_main
 
@@ -123,15 +153,34 @@ def main(
 
             return export_main(args)
         results = run(args, started=started, hard_abort=hard_abort)
-    except SystemExit as e:  # argparse printed "error: argument --flag: ..."
-        return e.code if isinstance(e.code, int) else 2
-    except (UsageError, ckpt.CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except RunError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Abort as e:
-        print(f"Aborted ({e}).", file=sys.stderr)
-        return 130
+    except BaseException as e:
+        known = _known(e)
+        if known is None:
+            raise
+        line, code = known
+        if line:
+            print(line, file=sys.stderr)
+        return code
     return 130 if results["status"] == "interrupted" else 0
+
+
+def _known(e: BaseException) -> tuple[str, int] | None:
+    """The line and status of a failure reported without a traceback (None: a bug)."""
+
+    if isinstance(e, SystemExit):  # argparse printed "error: argument --flag: ..."
+        return "", e.code if isinstance(e.code, int) else 2
+    if isinstance(e, OSError):  # a file or folder the user can fix; anything else is a bug
+        if e.errno not in _USER_ERRNOS or e.filename is None:
+            return None
+        return (
+            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "
+            "free space, then run again (with --resume if a run had started).",
+            2,
+        )
+    if isinstance(e, UsageError | ckpt.CheckpointError):
+        return f"error: {e}", 2
+    if isinstance(e, RunError):
+        return f"error: {e}", 1
+    if isinstance(e, Abort):
+        return f"Aborted ({e}).", 130
+    return None

@@ -50,6 +50,8 @@ def load_model(run: str | os.PathLike) -> Loaded:
     try:
         cfg = _config.resumed_run(ckpt.read_json(path), {}, out=str(run))
         pair = ckpt.locate(run, "last")
+        if pair is not None:
+            ckpt.check_last(pair.meta, pair.json_path, fields=("step", "config", "run_id"))
     except (_config.ConfigError, ckpt.CheckpointError) as e:
         raise UsageError(str(e)) from None
     if pair is None:

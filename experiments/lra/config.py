@@ -28,8 +28,8 @@ from typing import Any, Literal
 from ..runs import signals as _signals
 from ..runs.errors import ConfigError
 from ..runs.flags import flag, number
+from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
 from . import cores, tasks
-from ._numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
 
 __all__ = [
     "ConfigError",

@@ -40,7 +40,8 @@ def _existing_mode(path: Path) -> int | None:
 def write_temp(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to a new temporary file beside `path`, flushed to disk, with the
     permissions of the file at `path` if there is one; returns its path (the caller
-    `os.replace`s it onto `path`, or removes it). Nothing is left on failure."""
+    `os.replace`s it onto `path`, or removes it). Nothing is left on failure; an `OSError`
+    of the write (a full disk) names `path`."""
     path = Path(path)
     mode = _existing_mode(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -60,6 +61,11 @@ def write_temp(path: str | os.PathLike, data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+    except OSError as e:  # a full disk, an I/O error: named by the file it was for
+        tmp.unlink(missing_ok=True)
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
