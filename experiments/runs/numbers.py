@@ -5,7 +5,8 @@ bits gives the key of a smaller one (`jax.random.PRNGKey` without `jax_enable_x6
 step count beyond int32 wraps the step counters, a learning rate below float32's normal
 range rounds to 0 (a NaN schedule), an `r_max` rounding to 1 in float32 (or whose square
 underflows) gives `nu_log = -inf` (`+inf`) at init. Both trainers' flag checks
-(`lra/config.py`, `lm/config.py`) use these bounds; `ring_problem` and `rates_problem` relate settings to each other.
+(`lra/config.py`, `lm/config.py`) use these bounds; `ring_problem` and `rates_problem`
+relate settings to each other.
 """
 
 import math
