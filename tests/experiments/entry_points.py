@@ -10,8 +10,8 @@ tests refuse a parser whose value-taking flags differ from the line's).
 **Kinds** of flags: numbers as `int[1,]` (an integer >= 1), `int[1,256]`, `float(0,]`
 (> 0), `float[0,1)` ..., an interval whose open end is unbounded (an integer flag still
 refuses 10**30 and 2**63: no count, size or seed is that large); `text`; paths as `out`
-(a folder or file the command writes), `in` (a folder it reads). A flag taking several
-values is written `--flag=KIND*N`. Flags with `choices` and switches take no kind
+(a folder or file the command writes), `in` (a folder or file it reads). A flag taking
+several values is written `--flag=KIND*N`. Flags with `choices` and switches take no kind
 (argparse checks them).
 
 **Placeholders** in arguments and paths, filled by the tests: `{out}` (an empty folder;
@@ -145,7 +145,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("experiments.bench.streaming", "--quick --out {out}/streaming.md",
             "--out=out --json=out", writes="{out}/streaming.md", owner="perf", slow=True),
     Command("experiments.bench.streams", "--quick --out {out}/streams.md",
-            "--out=out --json=out", writes="{out}/streams.md", owner="perf", slow=True,
+            "--out=out --json=out --onnx=in", writes="{out}/streams.md", owner="perf", slow=True,
             xfail="perf: --out/--json unchecked (the benchmark runs), no [default]s, no "
             "--overwrite (NOTES.md 05:58)", xfail_run=False),
     Command("experiments.gpu_check", "--dry-run --out {out}",
