@@ -217,7 +217,8 @@ class LRUBlock(AbstractStreamingBlock):
         - `dt`: time steps for a core that takes them (`core.takes_dt`; see the concepts
             page on time steps): `(length,)`, the gap before each position, or a scalar;
             a bidirectional block gives its reverse core the gaps after each position
-            (`dt[1:]` then `dt[-1]`). Steps at padded positions are ignored (any value).
+            (`dt[k + 1]`; at the end of each run, the last valid position or a segment's
+            last, its own `dt[k]`). Steps at padded positions are ignored (any value).
             A core without time steps refuses `dt` (`TypeError`). `None`: none.
         - `key`: for dropout; needed in training mode when `dropout > 0`.
         - `inference`: overrides the `inference` flags of the norm and dropout (as set by

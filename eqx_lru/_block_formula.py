@@ -82,7 +82,9 @@ def _forward(
     else:
         cores = (block.core, block.reverse_core)
         axis = sharding.sequence_axis(block)
-        h = sum_of_directions(cores, z, segment_ids, dt, axis=axis, sequential=sequential)
+        h = sum_of_directions(
+            cores, z, segment_ids, dt, axis=axis, sequential=sequential, mask=mask
+        )
         if sequential:
             h = checkpoint_name(h, block.remat_name)
     return residual(block, x, h, mask, key, inference), state

@@ -8,10 +8,17 @@ $\lambda^{\Delta t} = e^{\mu \Delta t} = |\lambda|^{\Delta t} e^{i\theta\Delta t
 $\Delta t$: a scaling by $|\lambda|^{\Delta t}$ and a rotation by $\theta\Delta t$.
 $\Delta t \equiv 1$ is the core without `dt`.
 
+What an input weighs at a step other than 1 is the core's `discretization`
+(`eqx_lru._discretization`).
+
 **Direction.** `dt[k]` is the gap in the order of processing: forward,
 $t_k - t_{k-1}$; reverse (`reverse=True`), $t_{k+1} - t_k$. `dt` at the first position
-processed is the gap since `initial_state` (it has no effect from the zero state). A
-bidirectional block gives its reverse core `reverse_steps(dt)`.
+processed is the gap since `initial_state`. From the zero state it acts only through the
+input's weight: no effect for the LRU under `"impulse"` (and the RG-LRU under
+`"impulse"`); an effect for the LRU under `"zoh"`, the RG-LRU under `"zoh"` and
+`"variance_preserving"` (its default), and S5. A bidirectional block gives its reverse
+core `reverse_steps(dt, ...)`: the gap after each position, and at the end of each run
+(the last valid position, a packed segment's last) the position's own step.
 """
 
 from collections.abc import Hashable
@@ -118,27 +125,52 @@ def check_known_steps(values: np.ndarray, dtype, *, where: tuple[str, ...] = ("p
 
 
 def reverse_steps(
-    dt: Float[ArrayLike, " length"], *, axis: Hashable | None = None
+    dt: Float[ArrayLike, " length"],
+    *,
+    axis: Hashable | None = None,
+    segment_ids: Array | None = None,
+    mask: Bool[Array, " length"] | None = None,
 ) -> Float[Array, " length"]:
     r"""The steps a reverse run takes for the forward steps `dt` (`dt[k]` $= t_k -
-    t_{k-1}$): $t_{k+1} - t_k$ = `dt[k + 1]` at position $k$, and `dt[-1]` at the last
-    position (its gap since the reverse run's initial state, which a zero state ignores).
-    A bidirectional layer passes `dt` to its forward core and `reverse_steps(dt)` to its
-    reverse core, so both read the same times.
+    t_{k-1}$): $t_{k+1} - t_k$ = `dt[k + 1]` at position $k$ when position $k + 1$ follows
+    it in the same run; at the *end* of a run (the last position, the last valid position
+    before the pads of `mask`, the last position of each packed segment of `segment_ids`),
+    where nothing follows, the position's own forward step `dt[k]`: the gap after it is
+    taken equal to the gap before it. That step is the first a reverse run processes, from
+    the zero state; the LRU under `"impulse"` ignores it, the LRU under `"zoh"`, the
+    RG-LRU and S5 read it (it weighs the input). Reading it from the run itself, and never
+    from the pad or segment after, makes padded and packed runs equal separate ones.
 
-    `axis`: over a sequence split across devices (the mesh axis of `SequenceParallel`),
-    `dt` is this device's chunk, and its last position's step is the next chunk's first
-    (`dt[-1]` on the last chunk)."""
+    A bidirectional layer passes `dt` to its forward core and `reverse_steps(dt, ...)` to
+    its reverse core, so both read the same times. `axis`: over a sequence split across
+    devices (the mesh axis of `SequenceParallel`), `dt` is this device's chunk, and its last
+    position's step is the next chunk's first (when that continues the run; `dt[-1]` on the
+    last chunk)."""
     dt = jnp.asarray(dt)
     if dt.ndim != 1:
         raise ValueError(f"`dt` must have shape (length,) to reverse; got {dt.shape}.")
-    after = dt[-1:]
-    if axis is not None:
+    ids = None if segment_ids is None else jnp.asarray(segment_ids)
+    ends = jnp.arange(dt.shape[0]) == dt.shape[0] - 1  # the last position: nothing follows
+    after, ids_after = dt[1:], None if ids is None else ids[1:]
+    valid_after = None if mask is None else mask[1:]
+    if axis is not None:  # the last position is followed by the next chunk's first
         n = jax.lax.axis_size(axis)
         perm = [(d, (d - 1) % n) for d in range(n)]
-        received = jax.lax.ppermute(dt[:1], axis, perm)
-        after = jnp.where(jax.lax.axis_index(axis) == n - 1, after, received)
-    return jnp.concatenate([dt[1:], after])
+        ends = ends & (jax.lax.axis_index(axis) == n - 1)
+        after = jnp.concatenate([after, jax.lax.ppermute(dt[:1], axis, perm)])
+        if ids is not None:
+            ids_after = jnp.concatenate([ids[1:], jax.lax.ppermute(ids[:1], axis, perm)])
+        if mask is not None:
+            valid_after = jnp.concatenate([mask[1:], jax.lax.ppermute(mask[:1], axis, perm)])
+    else:
+        after = jnp.concatenate([after, dt[-1:]])
+        ids_after = None if ids is None else jnp.concatenate([ids[1:], ids[-1:]])
+        valid_after = None if mask is None else jnp.concatenate([mask[1:], mask[-1:]])
+    if ids is not None and ids_after is not None:
+        ends = ends | (ids_after != ids)
+    if valid_after is not None:
+        ends = ends | ~valid_after
+    return jnp.where(ends, dt, after)
 
 
 def mask_steps(dt: ArrayLike | None, mask: Bool[Array, " length"] | None) -> ArrayLike | None:

@@ -45,6 +45,7 @@ from ._checks import (
     float_dtype,
 )
 from ._core import AbstractStatesCore, dt_options, rebuild
+from ._discretization import Discretization, check_discretization, hold_weight, weigh_pairs
 from ._dt import check_dt, scaled_polar
 from ._init import lru_init
 from ._methods import AbstractScanMethod, scan_method
@@ -144,12 +145,13 @@ class AbstractModalCore(AbstractStatesCore):
             initial_state = jnp.asarray(initial_state)
             self._check_state(initial_state)
             initial_state = self._to_algebra(initial_state)
+        dt = self._check_steps(dt, u.shape[0])
         drive = projection.project_in(
             u, self.B_re, self.B_im, self._gamma(), **self._projection_options()
         )
         return recurrence(
-            self._transition_at(dt, u.shape[0]),
-            drive,
+            self._transition_at(dt),
+            self._weigh(drive, dt),
             algebra=self.algebra,
             storage=self._storage(),
             initial_state=initial_state,
@@ -181,12 +183,22 @@ class AbstractModalCore(AbstractStatesCore):
     ) -> Float[Array, "length 2 d_state"]:
         return self._state_pairs(u, initial_state, reverse, segment_ids, dt)
 
-    def _transition_at(self, dt: ArrayLike | None, length: Dim | None) -> Inexact[Array, "..."]:
-        r"""$\lambda$ (`dt` `None`), else $\lambda^{\Delta t}$ for `dt` checked against
-        `length` positions (`None`: one step)."""
-        if dt is None:
-            return self._transition()
-        return self._transition_over(check_dt(dt, length, self.B_re.dtype))
+    def _check_steps(self, dt: ArrayLike | None, length: Dim | None) -> Float[Array, "*n"] | None:
+        """`dt` checked against `length` positions (`None`: one step), or `None`."""
+        return None if dt is None else check_dt(dt, length, self.B_re.dtype)
+
+    def _transition_at(self, dt: Float[Array, "*length"] | None) -> Inexact[Array, "..."]:
+        r"""$\lambda$ (`dt` `None`), else $\lambda^{\Delta t}$ for checked steps `dt`."""
+        return self._transition() if dt is None else self._transition_over(dt)
+
+    def _weigh(
+        self, drive: Float[Array, "*length 2 d_state"], dt: Float[Array, "*length"] | None
+    ) -> Float[Array, "*length 2 d_state"]:
+        r"""The projected inputs $\gamma B u_k$ (planar pairs) as the recurrence adds them
+        for checked steps `dt`: themselves here; a core with a `discretization` weighs
+        them by the step."""
+        del dt
+        return drive
 
     def _outputs(self, states, u, initial_state, reverse, segment_ids) -> Array:
         del initial_state, reverse, segment_ids
@@ -214,9 +226,12 @@ class AbstractModalCore(AbstractStatesCore):
             where the value changes; no state crosses a segment boundary.
         - `dt`: irregular time steps (`ComplexLRU`, `RealLRU`): positive floats of shape
             `(length,)`, the time since the position processed before (with `reverse`, the
-            gap to the next position), or one scalar for every position. Position $k$ then computes
-            $x_k = \lambda^{\Delta t_k} x_{k-1} + \gamma B u_k$; `None` (default) is
-            $\Delta t \equiv 1$.
+            gap to the next position), or one scalar for every position. Position $k$ then
+            computes $x_k = \lambda^{\Delta t_k} x_{k-1} + w_k \gamma B u_k$, $w_k = 1$
+            (`discretization="impulse"`) or $(\lambda^{\Delta t_k} - 1)/(\lambda - 1)$
+            (`"zoh"`); `None` (default) is $\Delta t \equiv 1$. The first position
+            processed reads its step too: its gap since `initial_state`, which from the
+            zero state only `"zoh"` feels (through $w$).
         - `key`: ignored; accepted for compatibility with other Equinox layers.
 
         **Returns:** $y$, shape `(length, d_model)`.
@@ -236,7 +251,8 @@ class AbstractModalCore(AbstractStatesCore):
 
         `state`: as `init_state()` (`RealLRU`: `(d_state, 2)`, `[Re x, Im x]` per mode).
         `dt`: this position's time step, a positive scalar ($\lambda^{\Delta t}$ replaces
-        $\lambda$; cores that `takes_dt`); `None` is $\Delta t = 1$.
+        $\lambda$ and the input is weighed per `discretization`, as in `__call__`; cores
+        that `takes_dt`); `None` is $\Delta t = 1$.
 
         **Returns:** `(new_state, y_t)`. Repeating `step` over a sequence from
         `init_state()` equals the parallel `__call__`.
@@ -245,10 +261,11 @@ class AbstractModalCore(AbstractStatesCore):
         check_token(u_t, self.d_model)
         self._check_state(state)
         dt_options(self, dt)
-        transition = self._transition_at(dt, None)
+        dt = self._check_steps(dt, None)
+        transition = self._transition_at(dt)
         storage, options = self._storage(), self._projection_options()
         pair = projection.project_in(u_t, self.B_re, self.B_im, self._gamma(), **options)
-        drive = storage.load(pair[None])[0]
+        drive = storage.load(self._weigh(pair, dt)[None])[0]
         h = self.algebra.apply(transition, self._to_algebra(state)) + drive
         pair = storage.store(h[None])[0]
         y_t = projection.project_out(pair, self.C_re, self.C_im, **options)
@@ -274,7 +291,8 @@ class AbstractLRU(AbstractModalCore):
         $\gamma = e^{\gamma_{\log}}$.
     - `B_re`, `B_im`: shape `(d_state, d_model)`; `C_re`, `C_im`: `(d_model, d_state)`;
         `D`: `(d_model,)`.
-    - `method`, `precision`, `compute_dtype`: static options, see `__init__`.
+    - `method`, `precision`, `compute_dtype`, `discretization`: static options, see
+        `__init__`.
 
     **Class attributes:** `recurrent_fields`, the fields that get the optimiser's recurrent
     group ($\nu$, $\theta$, $\gamma$, $B$: smaller learning rate, no weight decay, §D.2;
@@ -304,6 +322,7 @@ class AbstractLRU(AbstractModalCore):
     method: AbstractScanMethod = eqx.field(static=True)
     precision: jax.lax.Precision | None = eqx.field(static=True)
     compute_dtype: str | None = eqx.field(static=True)
+    discretization: str = eqx.field(static=True)
 
     recurrent_fields: ClassVar[tuple[str, ...]] = (
         "nu_log",
@@ -327,6 +346,7 @@ class AbstractLRU(AbstractModalCore):
         precision: Precision = None,
         dtype=None,
         compute_dtype=None,
+        discretization: Discretization | str = "impulse",
         key: PRNGKeyArray,
     ):
         r"""**Arguments:**
@@ -355,10 +375,20 @@ class AbstractLRU(AbstractModalCore):
             sequence-long arrays; its error against float32 is measured on the
             documentation's performance page. `None` (default): compute in the
             parameters' dtype.
+        - `discretization`: what an input means when `dt` is not 1 (`eqx_lru._discretization`;
+            every choice is the same layer at $\Delta t \equiv 1$ and without `dt`):
+            `"impulse"` (default) $x_k = \lambda^{\Delta t_k} x_{k-1} + \gamma B u_k$, each
+            input an event whose weight does not depend on the gap; `"zoh"` the input held
+            over its step, $x_k = \lambda^{\Delta t_k} x_{k-1} + \frac{\lambda^{\Delta t_k}
+            - 1}{\lambda - 1} \gamma B u_k$ (a sampled signal: resampling it keeps the
+            function). See the concepts page on time steps.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters in both forms.
         """
         d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
         check_key(key)
+        discretization = check_discretization(
+            discretization, ("impulse", "zoh"), type(self).__name__
+        )
         dtype = self._check_dtype(dtype)
         method = scan_method(method)
         ring = dict(r_min=r_min, r_max=r_max, max_phase=max_phase)
@@ -374,6 +404,7 @@ class AbstractLRU(AbstractModalCore):
         self.method = method
         self.precision = check_precision(precision)
         self.compute_dtype = self._check_compute_dtype(compute_dtype, self.nu_log.dtype)
+        self.discretization = discretization
 
     # --- the maths shared by both forms -------------------------------------------------
 
@@ -397,6 +428,14 @@ class AbstractLRU(AbstractModalCore):
         $|\lambda|^{\Delta t} = \exp(-e^{\nu_{\log}} \Delta t)$ (equal to `modulus()`,
         bit for bit, at $\Delta t = 1$)."""
         return self._pack(*scaled_polar(-jnp.exp(self.nu_log), self.phase(), dt))
+
+    def _weigh(self, drive, dt):
+        r"""`"zoh"`: $w \odot \gamma B u_k$ with $w = (\lambda^{\Delta t_k} - 1)/(\lambda - 1)$,
+        the same real numbers in both forms (`eqx_lru._discretization.hold_weight`)."""
+        if dt is None or self.discretization == "impulse":
+            return drive
+        w_re, w_im = hold_weight(-jnp.exp(self.nu_log), self.phase(), dt[..., None])
+        return weigh_pairs(drive, w_re, w_im)
 
     @abc.abstractmethod
     def _pack(self, modulus: Float[Array, "..."], phase: Float[Array, "..."]) -> Array:

@@ -24,7 +24,12 @@ as 2×2 rotation-scaling blocks $|a_t| R(\theta r_t)$ on planar real states (the
 `RotationScaling` scan): the same parameters and function, no complex number anywhere.
 
 **Time steps** (`dt=`): $a_t^{\Delta t_t}$ replaces $a_t$ (the gated exponent is scaled by
-$\Delta t_t$), and the normalisation follows it, $\sqrt{1 - |a_t^{\Delta t_t}|^2}$.
+$\Delta t_t$), and the input's gain depends on `discretization`
+(`eqx_lru._discretization`): `"variance_preserving"` (default) follows the step,
+$\sqrt{1 - |a_t|^{2\Delta t_t}}$; `"impulse"` keeps $\sqrt{1 - |a_t|^2}$; `"zoh"` holds
+the input over the step, $\sqrt{1 - |a_t|^2}\,(a_t^{\Delta t_t} - 1)/(a_t - 1)$ (complex
+with `phase`). The first position processed reads its step under each (from the zero
+state too), since the gain depends on it everywhere but in `"impulse"`.
 
 **Document starts** (`document_start=`). With `"normalised"` (the default) the update above
 holds at every position. With `"unnormalised"` (recurrentgemma's semantics) a position
@@ -60,6 +65,12 @@ from ._checks import (
     float_dtype,
 )
 from ._core import AbstractStatesCore, dt_options, rebuild
+from ._discretization import (
+    RGLRUDiscretization,
+    check_discretization,
+    hold_weight,
+    hold_weight_real,
+)
 from ._dt import check_dt
 from ._methods import AbstractScanMethod, holds_start, scan_method
 from ._projection import Precision, check_precision
@@ -150,6 +161,7 @@ class RGLRU(AbstractStatesCore):
     c: float = eqx.field(static=True)
     form: str = eqx.field(static=True)
     document_start: str = eqx.field(static=True)
+    discretization: str = eqx.field(static=True)
     method: AbstractScanMethod = eqx.field(static=True)
     precision: jax.lax.Precision | None = eqx.field(static=True)
 
@@ -169,6 +181,7 @@ class RGLRU(AbstractStatesCore):
         r_max: float = 0.999,
         max_phase: float = 0.1 * math.pi,
         document_start: DocumentStart = "normalised",
+        discretization: RGLRUDiscretization | str = "variance_preserving",
         method: ScanMethod = "auto",
         precision: Precision = None,
         dtype=None,
@@ -192,6 +205,12 @@ class RGLRU(AbstractStatesCore):
         - `document_start`: `"normalised"` (default; eq. (4) at every position) or
             `"unnormalised"` (recurrentgemma's: a document's first position enters as
             $i_t \odot x_t$ and carries nothing; see above).
+        - `discretization`: what an input means when `dt` is not 1 (all three are the same
+            core at $\Delta t \equiv 1$ and without `dt`): `"variance_preserving"`
+            (default) normalises by $\sqrt{1-|a_t|^{2\Delta t}}$; `"impulse"` by the
+            $\Delta t = 1$ normalisation $\sqrt{1-|a_t|^2}$, whatever the step; `"zoh"`
+            holds the input over the step, $\sqrt{1-|a_t|^2}\,(a_t^{\Delta t} - 1)/(a_t -
+            1)$. See the module docstring and the concepts page on time steps.
         - `method`, `precision`, `dtype`, `key`: as `eqx_lru.ComplexLRU` (`precision` is
             the gates' matmuls').
         """
@@ -210,6 +229,9 @@ class RGLRU(AbstractStatesCore):
                 "'unnormalised' (recurrentgemma's: a document's first input enters whole); "
                 f"got {document_start!r}."
             )
+        discretization = check_discretization(
+            discretization, ("variance_preserving", "impulse", "zoh"), "RGLRU"
+        )
         form = ("complex" if phase else "real") if form is None else check_form(form)
         if not phase and form != "real":
             raise ValueError(
@@ -240,6 +262,7 @@ class RGLRU(AbstractStatesCore):
         self.c = float(c)
         self.form = form
         self.document_start = document_start
+        self.discretization = discretization
         self.method = scan_method(method)
         self.precision = check_precision(precision)
 
@@ -283,23 +306,40 @@ class RGLRU(AbstractStatesCore):
         return gate(self.W_a, self.b_a), gate(self.W_x, self.b_x)
 
     def _terms(self, x: Array, dt: Array | None, starts: Array | None = None):
-        """(transitions $a_t$, drives $\\sqrt{1-|a_t|^2}\\, i_t x_t$) in the algebra's
-        layout, one per position (or for one token); where `starts` (booleans, one per
-        position) is true, $a_t = 0$ and the drive is $i_t x_t$ (a document's start)."""
+        r"""(transitions $a_t$, drives $g_t\, i_t x_t$) in the algebra's layout, one per
+        position (or for one token), with the gain $g_t$ of the `discretization`: at the
+        step, $\sqrt{1-|a_t|^{2\Delta t}}$ (variance-preserving); at $\Delta t = 1$,
+        $\sqrt{1-|a_t|^2}$ (impulse), times $(a_t^{\Delta t} - 1)/(a_t - 1)$ (zoh). Where
+        `starts` (booleans, one per position) is true, $a_t = 0$ and the drive is
+        $i_t x_t$ (a document's start)."""
         r, i = self.gates(x)
         scale = self.c * r if dt is None else self.c * r * dt[..., None]
-        log_modulus = scale * jax.nn.log_sigmoid(self.Lambda)
-        norm: Array = bounded_sqrt(-jnp.expm1(2 * log_modulus), SQRT_MAX_GRADIENT)
+        log_sigma = jax.nn.log_sigmoid(self.Lambda)
+        log_modulus = scale * log_sigma
+        held = dt is not None and self.discretization != "variance_preserving"
+        unit = self.c * r * log_sigma if held else log_modulus  # log |a_t| at Δt = 1
+        gain: Array = bounded_sqrt(-jnp.expm1(2 * unit), SQRT_MAX_GRADIENT)
+        gain_im = None
+        if held and self.discretization == "zoh":
+            step = jnp.asarray(dt)[..., None]
+            if self.theta is None:
+                gain = gain * hold_weight_real(unit, step)
+            else:
+                w_re, w_im = hold_weight(unit, self.theta * r, step)
+                gain, gain_im = gain * w_re, gain * w_im
         modulus = jnp.exp(log_modulus)
         if starts is not None:
             start = starts[..., None]
-            norm = jnp.where(start, jnp.ones_like(norm), norm)
+            gain = jnp.where(start, jnp.ones_like(gain), gain)
+            gain_im = None if gain_im is None else jnp.where(start, 0, gain_im)
             modulus = jnp.where(start, jnp.zeros_like(modulus), modulus)
         if self.theta is None:  # no phase
-            return modulus, norm * (i * x)
+            return modulus, gain * (i * x)
         angle = self.theta * (r if dt is None else r * dt[..., None])
         half = self.Lambda.shape[0]
-        re, im = norm * i * x[..., :half], norm * i * x[..., half:]
+        re, im = gain * i * x[..., :half], gain * i * x[..., half:]
+        if gain_im is not None:  # times the imaginary part of the complex gain
+            re, im = re - gain_im * i * x[..., half:], im + gain_im * i * x[..., :half]
         a_re, a_im = modulus * jnp.cos(angle), modulus * jnp.sin(angle)
         if self.form == "complex":
             return jax.lax.complex(a_re, a_im), jax.lax.complex(re, im)
@@ -365,7 +405,8 @@ class RGLRU(AbstractStatesCore):
         dt: ArrayLike | None = None,
     ) -> tuple[Inexact[Array, "..."], Float[Array, " d_model"]]:
         r"""One position: $h_t = a_t h_{t-1} + \sqrt{1-|a_t|^2}\, i_t x_t$, `(h_t, y_t)`;
-        `dt` this position's time step (a positive scalar). With
+        `dt` this position's time step (a positive scalar; the input's gain then follows
+        the `discretization`, as in the call). With
         `document_start="unnormalised"`, $h_t = i_t x_t$ from the zero state (a document's
         first position). Repeated from `init_state()` it equals the parallel call."""
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)

@@ -16,7 +16,12 @@ few, so this module writes the ONNX graph with the `onnx` package directly:
   (`runtime_check`) pass their value through, unchecked, and their predicates are dropped;
 - `jit`, `custom_jvp_call` and `custom_vjp_call` are inlined, `scan` becomes an ONNX
   `Loop`; any other primitive outside the table below raises `NotImplementedError`
-  naming it.
+  naming it;
+- the graph is written for onnxruntime, which runs every node as its own kernel: a
+  product with a constant is one `MatMul` (`_onnx_dot.py`), the transposes and size-1
+  axes that `jax.vmap` leaves are moved past elementwise operators and cancelled
+  (`_onnx_sink.py`, `Graph.transpose`), broadcasts are left to the operators that
+  broadcast anyway (`Graph.unbroadcast`), and nodes nothing reads are pruned.
 
 Real dtypes only: a complex value anywhere raises (convert with `eqx_lru.to_real`).
 """
@@ -32,8 +37,10 @@ import onnx
 from onnx import TensorProto, helper
 
 from .._runtime_check import is_runtime_check
-from ._onnx_graph import ELEMENTWISE, Graph, onnx_dtype, same_dim, value_info
+from ._onnx_dot import dot_as_matmul
+from ._onnx_graph import ELEMENTWISE, Graph, onnx_dtype, prune, same_dim, value_info
 from ._onnx_shapes import ShapeOps
+from ._onnx_sink import sink
 
 OPSET = 17
 
@@ -115,12 +122,20 @@ class _Translator(ShapeOps):
             return self._inline(g, sub, vals)
         if prim == "scan":
             return self._scan(g, eqn, vals)
+        if prim == "dot_general":
+            product = dot_as_matmul(g, eqn, vals)
+            if product is not None:
+                return [self._cast_output(g, product, eqn)]
         names = [self.name(g, v) for v in vals]
+        if prim in ELEMENTWISE or prim in _BROADCASTING:
+            shapes = [v.aval.shape for v in eqn.invars]
+            names = g.unbroadcast(names, shapes, out_avals[0].shape)
         handler = getattr(self, f"_p_{prim}", None)
         if handler is not None:
             return handler(g, names, params, eqn)
         if prim in ELEMENTWISE:
-            return [g.op1(ELEMENTWISE[prim], names)]
+            sunk = sink(g, ELEMENTWISE[prim], names, vals)
+            return [sunk if sunk is not None else g.op1(ELEMENTWISE[prim], names)]
         raise NotImplementedError(
             f"ONNX export: no translation for the JAX primitive {prim!r} (in {eqn}). Export "
             "as StableHLO, or add it to eqx_lru/export/_onnx.py."
@@ -226,11 +241,14 @@ class _Translator(ShapeOps):
         out = batch + [lhs[i] for i in range(lhs_rank) if i not in lc and i not in lb]
         out += [rhs[j] for j in range(rhs_rank) if j not in rc and j not in rb]
         equation = f"{''.join(lhs)},{''.join(rhs)}->{''.join(out)}"
-        result = g.op1("Einsum", x, equation=equation)
+        return [self._cast_output(g, g.op1("Einsum", x, equation=equation), eqn)]
+
+    def _cast_output(self, g, result, eqn):
+        """`result` in the dtype of `eqn`'s output (a product's `preferred_element_type`)."""
         out_dtype = eqn.outvars[0].aval.dtype
         if out_dtype != eqn.invars[0].aval.dtype:
             result = g.op1("Cast", [result], to=onnx_dtype(out_dtype))
-        return [result]
+        return result
 
     def _p_unvmap_any(self, g, x, params, eqn):
         """Equinox's "any element, over the batch too" (its `error_if` predicate)."""
@@ -284,8 +302,9 @@ class _Translator(ShapeOps):
             + [b.op1("Identity", [y]) for y in ys]
         )
         avals = [v.aval for v in body.jaxpr.outvars]
+        nodes, initializers = prune(b, body_outs)
         graph = helper.make_graph(
-            b.nodes,
+            nodes,
             self.fresh("scan_body"),
             [
                 helper.make_tensor_value_info(i_name, TensorProto.INT64, []),
@@ -299,11 +318,15 @@ class _Translator(ShapeOps):
             ],
             [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, [])]
             + [value_info(n, a) for n, a in zip(body_outs[1:], avals, strict=True)],
-            initializer=b.initializers,
+            initializer=initializers,
         )
         true = g.const(np.asarray(True), "true")
         loop_outs = g.op("Loop", [trip, true, *carry_names], n_out=n_carry + len(ys), body=graph)
         return loop_outs
+
+
+#: Primitives with handlers whose ONNX operators broadcast their operands like `Add`.
+_BROADCASTING = frozenset({"select_n", "clamp", "ne"})
 
 
 def _dropped(var) -> bool:
@@ -346,12 +369,13 @@ def to_onnx(
     outs = translator.run(g, jaxpr, list(closed.consts), list(input_names))
     for out_name, value in zip(output_names, outs, strict=True):
         g.nodes.append(helper.make_node("Identity", [translator.name(g, value)], [out_name]))
+    nodes, initializers = prune(g, output_names)
     graph = helper.make_graph(
-        g.nodes,
+        nodes,
         name,
         [value_info(n, v.aval) for n, v in zip(input_names, jaxpr.invars, strict=True)],
         [value_info(n, v.aval) for n, v in zip(output_names, jaxpr.outvars, strict=True)],
-        initializer=g.initializers,
+        initializer=initializers,
     )
     model = helper.make_model(
         graph,

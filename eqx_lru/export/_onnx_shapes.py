@@ -22,39 +22,41 @@ class ShapeOps:
         value = x[0]
         missing = [i for i in range(len(shape)) if i not in dims]
         if missing:
-            value = g.op1("Unsqueeze", [value, g.const(np.asarray(missing, np.int64), "axes")])
-        grown = [
-            d
-            for i, d in enumerate(dims)
-            if in_shape[i] is not shape[d] and not same_dim(in_shape[i], shape[d])
-        ]
-        if not missing and not grown:
-            return [g.op1("Identity", [value])]
+            value = g.unsqueeze(value, missing)
+        # The operand, rank-matched: its own sizes, 1 where the broadcast adds an axis.
+        ranked = tuple(in_shape[dims.index(i)] if i in dims else 1 for i in range(len(shape)))
+        if all(same_dim(a, b) for a, b in zip(ranked, shape, strict=True)):
+            return [value]  # only axes of size 1 added: no copy
         # Expand broadcasts both ways: dims the operand has keep size 1 in the target.
         target = [
             1 if (i in dims and same_dim(in_shape[dims.index(i)], shape[i])) else shape[i]
             for i in range(len(shape))
         ]
-        return [g.op1("Expand", [value, g.shape(target)])]
+        out = g.op1("Expand", [value, g.shape(target)])
+        g.broadcasts[out] = (value, ranked)
+        return [out]
 
     def _p_reshape(self, g, x, params, eqn):
         return [g.op1("Reshape", [x[0], g.shape(params["new_sizes"], infer_one=True)])]
 
     def _p_squeeze(self, g, x, params, eqn):
-        return [
-            g.op1("Squeeze", [x[0], g.const(np.asarray(params["dimensions"], np.int64), "axes")])
-        ]
+        return [g.squeeze(x[0], params["dimensions"])]
 
     def _p_expand_dims(self, g, x, params, eqn):
-        return [
-            g.op1("Unsqueeze", [x[0], g.const(np.asarray(params["dimensions"], np.int64), "axes")])
-        ]
+        return [g.unsqueeze(x[0], params["dimensions"])]
 
     def _p_transpose(self, g, x, params, eqn):
-        return [g.op1("Transpose", x, perm=list(params["permutation"]))]
+        return [g.transpose(x[0], params["permutation"])]
 
     def _p_concatenate(self, g, x, params, eqn):
-        return [g.op1("Concat", x, axis=int(params["dimension"]))]
+        axis = int(params["dimension"])
+        perms = {g.transposes[v][1] if v in g.transposes else None for v in x}
+        perm = perms.pop() if len(perms) == 1 else None
+        if perm is None:
+            return [g.op1("Concat", x, axis=axis)]
+        # The same transpose of every operand: concatenate the inputs, transpose once.
+        inputs = [g.transposes[v][0] for v in x]
+        return [g.transpose(g.op1("Concat", inputs, axis=perm[axis]), perm)]
 
     def _p_stack(self, g, x, params, eqn):
         axis = g.const(np.asarray([params["axis"]], np.int64), "axes")
@@ -81,8 +83,13 @@ class ShapeOps:
         if any(not isinstance(limits[i], int | np.integer) for i in axes):
             raise NotImplementedError("ONNX export: a slice with a symbolic bound.")
         consts = [np.asarray([v[i] for i in axes], np.int64) for v in (starts, limits)]
-        consts += [np.asarray(axes, np.int64), np.asarray([strides[i] for i in axes], np.int64)]
-        return [g.op1("Slice", [x[0], *(g.const(c, "slice") for c in consts)])]
+        strides = np.asarray([strides[i] for i in axes], np.int64)
+        value, perm = g.transposes.get(x[0], (x[0], None))
+        if perm is not None:  # slice the transpose's input: the transpose moves to the slice
+            axes = [perm[i] for i in axes]
+        consts += [np.asarray(axes, np.int64), strides]
+        out = g.op1("Slice", [value, *(g.const(c, "slice") for c in consts)])
+        return [out if perm is None else g.transpose(out, perm)]
 
     def _p_gather(self, g, x, params, eqn):
         """The gathers of an embedding lookup (`weight[ids]`): whole slices along the

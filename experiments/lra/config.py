@@ -99,6 +99,13 @@ _FLOAT32 = number(
     float, low=FLOAT32_TINY, high=FLOAT32_MAX, open_high=False, why="a normal float32"
 )
 _FRACTION = number(float, low=0, high=1)
+# An initial step Delta = 1e30 overflows the optimiser's float32 second moment of
+# log Delta's gradient (about Delta |A|) at the first update, which no learning rate
+# avoids; the published ranges end at 0.1 and 1e6 still trains.
+_STEP_SIZE = number(
+    float, low=FLOAT32_TINY, high=1e6, open_high=False,
+    why="larger initial steps overflow the float32 gradient of log Delta",
+)  # fmt: skip
 _NONNEGATIVE = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
 _MODULUS = number(float, low=0, high=1)  # [0, 1)
 
@@ -160,8 +167,8 @@ class RunConfig:
                                 choices=_c_inits)
     s4d_init: str | None = _binds("S4D: initial A and B (S4D-Lin, S4D-Inv, S4D-LegS)", "core",
                                   choices=("lin", "inv", "legs"))
-    dt_min: float | None = _binds("S4D, S5: smallest initial step Delta", "core", _FLOAT32)
-    dt_max: float | None = _binds("S4D, S5: largest initial step Delta", "core", _FLOAT32)
+    dt_min: float | None = _binds("S4D, S5: smallest initial step Delta", "core", _STEP_SIZE)
+    dt_max: float | None = _binds("S4D, S5: largest initial step Delta", "core", _STEP_SIZE)
     # How the run goes: may change on --resume.
     data_root: str | None = _run("folder containing the task's data (searched up to 4 levels "
                                  "deep)", default_text="required")

@@ -91,6 +91,10 @@ def test_empty_validation_split_is_refused_before_training(data, tmp_path, capsy
         ("--d-model", "0", "an integer >= 1"),
         ("--steps", "-3", "an integer >= 1"),
         ("--time-limit", "nan", "a finite number > 0"),
+        # S4D/S5's initial step: 1e30 overflowed log Delta's float32 gradient at the first
+        # update (reported as divergence, with advice to lower --lr)
+        ("--dt-max", "1e30", "a finite number >= 1.17549e-38 and <= 1000000"),
+        ("--dt-min", "1e7", "a finite number >= 1.17549e-38 and <= 1000000"),
     ],
 )
 def test_numeric_flags_are_checked_at_parse_time(flag, value, expected, data, tmp_path, capsys):

@@ -192,3 +192,44 @@ def test_refusals():
     model, state = _model(bidirectional=False)
     with pytest.raises(ValueError, match=r"`dt` must have shape \(11,\)"):
         model(x, state, dt=dt[:5], inference=True)
+
+
+@pytest.mark.parametrize(
+    "core",
+    [eqx_lru.RGLRU, functools.partial(eqx_lru.ComplexLRU, discretization="zoh")],
+    ids=["RGLRU", "ComplexLRU-zoh"],
+)
+def test_reverse_first_step_is_its_own_runs(core):
+    """Cores that read the step of the first position they process (the RG-LRU, the LRU
+    under `"zoh"`): a bidirectional block's reverse core reads, at the end of each run
+    (the last valid position, the last position of a packed segment), that position's
+    own step, never the pad's or the next segment's. So padded, packed and
+    sequence-split runs (4 devices: the segment ends at a chunk's end, the pads start at
+    the next chunk's first position) equal separate calls."""
+    chunks, length, valid = 4, 12, 9
+    split = functools.partial(core, method=eqx_lru.SequenceParallel("seq"))
+    key = jax.random.PRNGKey(6)
+    one = eqx_lru.LRUBlock(H, H, core=core, norm=None, bidirectional=True, key=key)
+    many = eqx_lru.LRUBlock(H, H, core=split, norm=None, bidirectional=True, key=key)
+    state = eqx.nn.State(one)
+    rng = np.random.default_rng(7)
+    x = jnp.asarray(rng.normal(size=(length, H)), jnp.float32)
+    dt = jnp.asarray(rng.uniform(0.2, 3.0, size=length), jnp.float32)
+    ids = jnp.asarray([0] * 6 + [1] * 6)
+
+    @eqx.filter_jit
+    def runs(one, many, x, dt):
+        def run(x, dt, ids):
+            return many(x, state, length=valid, segment_ids=ids, dt=dt)[0]
+
+        pieces = (a.reshape(chunks, -1, *a.shape[1:]) for a in (x, dt, ids))
+        spread = jax.vmap(run, axis_name="seq")(*pieces).reshape(length, H)
+        packed = one(x, state, length=valid, segment_ids=ids, dt=dt)[0]
+        padded = one(x[6:], state, length=valid - 6, dt=dt[6:])[0]
+        alone = [one(x[a:b], state, dt=dt[a:b])[0] for a, b in ((0, 6), (6, valid))]
+        return spread, packed, padded, jnp.concatenate(alone)
+
+    spread, packed, padded, alone = runs(one, many, x, dt)
+    np.testing.assert_allclose(packed[:valid], alone, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(spread[:valid], alone, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(padded[: valid - 6], alone[6:], rtol=1e-5, atol=1e-6)
