@@ -117,7 +117,8 @@ fi
 job=${1:-}
 [ $# -gt 0 ] && shift
 case "$job" in
-    demo) exec .venv/bin/python -m experiments.demo "$@" ;;
+    # The main job replaces its own earlier outputs (demo_out/): run it as often as you like.
+    demo) exec .venv/bin/python -m experiments.demo --overwrite "$@" ;;
     test)
         # Two workers (pytest-xdist): the suite takes about half the time on two cores.
         # PYTEST_WORKERS=0 runs it in one process. Several processes share a GPU, so none

@@ -19,14 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
-
-import eqx_lru
+# JAX, Equinox and eqx_lru are imported inside the functions: `--help` and a bad flag are
+# answered before they load (seconds on a busy machine).
 
 
 def _median_seconds(fn, *args, repeats: int = 5) -> float:
+    import jax
+
     jax.block_until_ready(fn(*args))  # compile and warm up
     times = []
     for _ in range(repeats):
@@ -38,6 +37,12 @@ def _median_seconds(fn, *args, repeats: int = 5) -> float:
 
 def parity_and_speed(*, d_model: int, d_state: int, length: int, batch: int, seed: int) -> None:
     """Print the max difference between the two forms and their fwd / fwd+bwd times."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    import eqx_lru
+
     key_layer, key_input = jax.random.split(jax.random.PRNGKey(seed))
     layers = {
         "complex": eqx_lru.ComplexLRU(d_model, d_state, r_min=0.9, r_max=0.999, key=key_layer),
@@ -111,7 +116,7 @@ def train_on_listops(out: Path, *, steps: int, seed: int) -> dict[str, dict]:
     results = {}
     for form in ("complex", "real"):
         run_dir = out / form
-        shutil.rmtree(run_dir, ignore_errors=True)  # the demo's own folder: start afresh
+        shutil.rmtree(run_dir, ignore_errors=True)  # --overwrite (checked in main): afresh
         t0 = time.perf_counter()
         results[form] = train.run(_train_argv(out / "data", run_dir, form, steps=steps, seed=seed))
         results[form]["wall"] = time.perf_counter() - t0
@@ -151,40 +156,54 @@ def _print_results(results: dict[str, dict], chance: float, out: Path, *, steps:
     )
 
 
+#: What part 2 writes under --out.
+OUTPUTS = ("data", "complex", "real")
+
+
 def _parser() -> argparse.ArgumentParser:
-    from experiments.runs.flags import NATURAL, POSITIVE_INT
+    from experiments.runs.flags import NATURAL, POSITIVE_INT, add_overwrite, text
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--seed", type=NATURAL, default=0)
+    parser.add_argument(
+        "--seed", type=NATURAL, default=0, help="the layers' and the runs' PRNG seed [0]"
+    )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=lambda value: Path(text(value)),
         default=Path("demo_out"),
-        help="where part 2 writes (default: demo_out/)",
+        help="where part 2 writes its data and two runs [demo_out]",
     )
     parser.add_argument(
-        "--steps", type=POSITIVE_INT, default=1500, help="training steps per form in part 2"
+        "--steps", type=POSITIVE_INT, default=1500, help="training steps per form in part 2 [1500]"
     )
-    parser.add_argument("--skip-training", action="store_true", help="part 1 only")
+    parser.add_argument("--skip-training", action="store_true", help="part 1 only [off]")
+    add_overwrite(parser)
     return parser
+
+
+def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Part 2's --out: a writable folder, without the demo's outputs unless --overwrite
+    (they are then removed, to start afresh)."""
+    from experiments.runs.flags import output_folder, refuse_existing
+
+    try:
+        output_folder(str(args.out))
+    except argparse.ArgumentTypeError as e:
+        parser.error(f"argument --out: {e}")
+    refuse_existing(parser, [args.out / name for name in OUTPUTS], overwrite=args.overwrite)
 
 
 def main(argv=None) -> int:
     """The demo; a bad flag or an unusable --out is one `error:` line (status 2) before any
     work, a failed training run one line (status 1)."""
-    from experiments.runs.flags import output_folder
-
     parser = _parser()
     args = parser.parse_args(argv)
     if not args.skip_training:
-        try:
-            output_folder(str(args.out))
-        except argparse.ArgumentTypeError as e:
-            parser.error(f"argument --out: {e}")
+        _check_out(parser, args)
     from experiments.lra import train
 
     t0 = time.perf_counter()

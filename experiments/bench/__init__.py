@@ -13,6 +13,7 @@ only), step (RNN) mode and the error of a bfloat16 compute dtype.
     python -m experiments.bench --quick         # a tiny grid in a minute, printed
 
 writes `experiments/bench/RESULTS-<backend>.md` and `results-<backend>.json` (`--resume`
-continues an interrupted run from the JSON file). The benchmark is not a test: tests never
+continues an interrupted run from the JSON file; files there already are replaced only
+with `--overwrite`, as in every command that writes files). The benchmark is not a test: tests never
 assert on wall time.
 """

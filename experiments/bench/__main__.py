@@ -1,4 +1,5 @@
-"""`python -m experiments.bench [--grid full|reduced|quick] [--quick] [--out FILE] [--resume]`;
+"""`python -m experiments.bench [--grid full|reduced|quick] [--quick] [--out FILE] [--resume]
+[--overwrite]`;
 see the package docstring. The grids are `grids.py`, the measurements `runner.py`, the page
 `markdown.py`; JAX is imported only after the flags are parsed."""
 
@@ -18,28 +19,42 @@ def run(grid, runner, *, quick, backend):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments.runs.flags import output_file
+    from experiments.runs.flags import add_overwrite, output_file
 
     parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__)
     parser.add_argument(
         "--grid",
         choices=tuple(GRIDS),
         default="full",
-        help="full (default), reduced (about 25 min on 2 CPU cores) or quick (seconds)",
+        help="full, reduced (about 25 min on 2 CPU cores) or quick (seconds) [full]",
     )
     parser.add_argument("--quick", action="store_true", help="the same as --grid quick [off]")
     parser.add_argument(
         "--out",
         type=output_file,
-        help="Markdown to write (default: RESULTS-<backend>.md here; quick: stdout)",
+        help="Markdown to write [RESULTS-<backend>.md here; quick: stdout]",
     )
     parser.add_argument(
-        "--json", type=output_file, help="raw results (default: results-<backend>.json by --out)"
+        "--json", type=output_file, help="raw results [results-<backend>.json beside --out]"
     )
     parser.add_argument(
-        "--resume", action="store_true", help="reuse the measurements in the JSON file [off]"
+        "--resume",
+        action="store_true",
+        help="reuse the measurements in the JSON file (which may then exist) [off]",
     )
+    add_overwrite(parser)
     return parser
+
+
+def _refuse_existing(parser, args, writes) -> None:
+    """Without --overwrite, no file this run writes may exist (but the JSON file that
+    --resume continues)."""
+    from experiments.runs.flags import refuse_existing
+
+    for what, path in writes:
+        if what == "--json" and args.resume:
+            continue
+        refuse_existing(parser, [path], flag=what, overwrite=args.overwrite)
 
 
 def _main(argv=None):
@@ -69,6 +84,7 @@ def _main(argv=None):
     if name != "quick":
         writes.append(("the streaming table", streaming.default_out(backend)))
     report.check_writable(parser, writes)
+    _refuse_existing(parser, args, writes)
     info = report.machine_info()
     try:
         runner = Runner(json_path, in_process=name == "quick", resume=args.resume)
@@ -86,7 +102,7 @@ def _main(argv=None):
         log(f"wrote {out}")
     else:
         print(text)
-    streaming.main(["--quick"] if name == "quick" else [])  # STREAMING-<backend>.md
+    streaming.main(["--quick"] if name == "quick" else ["--overwrite"])  # STREAMING-<backend>.md
 
 
 def main(argv=None) -> int:

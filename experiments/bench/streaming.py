@@ -271,7 +271,7 @@ def default_out(backend: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from experiments.runs.flags import output_file
+    from experiments.runs.flags import add_overwrite, output_file
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.bench.streaming", description=__doc__
@@ -282,11 +282,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out",
         type=output_file,
-        help="Markdown to write (default: STREAMING-<backend>.md here; quick: stdout)",
+        help="Markdown to write [STREAMING-<backend>.md here; quick: stdout]",
     )
-    parser.add_argument(
-        "--json", type=output_file, help="also write the raw results here (default: none)"
-    )
+    parser.add_argument("--json", type=output_file, help="also write the raw results here [none]")
+    add_overwrite(parser)
     return parser
 
 
@@ -302,6 +301,10 @@ def main(argv=None) -> int:
     grid = QUICK if args.quick else FULL
     out = args.out or (None if args.quick else default_out(jax.default_backend()))
     report.check_writable(parser, [("the default --out", None if args.out else out)])
+    from experiments.runs.flags import refuse_existing
+
+    refuse_existing(parser, [out], overwrite=args.overwrite)
+    refuse_existing(parser, [args.json], flag="--json", overwrite=args.overwrite)
     info = report.machine_info()
     results = measure(grid)
     text = render(grid, results, info)

@@ -32,7 +32,7 @@ def _part_list(text: str) -> tuple[str, ...]:
 def parser() -> argparse.ArgumentParser:
     """Every flag with its help line and default (the flags only: no checks of the
     machine here)."""
-    from experiments.runs.flags import number
+    from experiments.runs.flags import add_overwrite, number, text
 
     p = argparse.ArgumentParser(
         prog="python -m experiments.gpu_check",
@@ -51,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=lambda value: Path(text(value)),
         default=REPO / "runs" / "gpu-check",
         metavar="FOLDER",
         help="folder for report.md, report.json, the parts' records and logs "
@@ -70,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help=f"comma-separated parts to run, always in this order: {','.join(_NAMES)} [all]",
     )
+    add_overwrite(p)
     return p
 
 
@@ -91,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     _check_out(p, args.out)
+    from experiments.runs.flags import refuse_existing
+
+    reports = [args.out / "report.json", args.out / "report.md"]
+    refuse_existing(p, reports, overwrite=args.overwrite)
     info = probe(child_env(dry=args.dry_run))
     if not args.dry_run and (reason := no_cuda_reason(info)) is not None:
         print(f"gpu-check: {reason}", file=sys.stderr)

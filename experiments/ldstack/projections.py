@@ -16,17 +16,23 @@ NumPy loop.
     python -m experiments.ldstack.projections [--fast] [--out DIR] [--seed N]
 """
 
-import math
-from typing import Any
+from experiments.paper.command import LDSTACK_FIGURES, parse_early
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
-import numpy as np
+# Under `python -m`: --help and a bad flag are answered now, before JAX loads.
+parse_early(__name__, __doc__, "projections", default_out=LDSTACK_FIGURES)
 
-from eqx_lru.baselines import StandardSIMOLDS
+import math  # noqa: E402
+from typing import Any  # noqa: E402
 
-from ._common import parse_args, plt, save_figure, save_json
+import equinox as eqx  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from eqx_lru.baselines import StandardSIMOLDS  # noqa: E402
+from experiments.paper.command import parse_args  # noqa: E402
+
+from ._common import plt, save_figure, save_json  # noqa: E402
 
 
 def random_miso(rng: np.random.Generator, n: int, d: int, radius: float = 0.97):
@@ -192,7 +198,7 @@ def _errors_panel(ax, results: dict, ks: list[int], rms: list[float]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, "projections", default_out=LDSTACK_FIGURES)
     results, ys, y, errors = measure(args.seed, args.fast)
     ks = sorted(errors)
     rms = [math.sqrt(np.mean(errors[k] ** 2)) for k in ks]

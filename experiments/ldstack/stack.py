@@ -20,17 +20,23 @@ $T$ grows.
     python -m experiments.ldstack.stack [--fast] [--out DIR] [--seed N]
 """
 
-import math
-import time
-from typing import Any
+from experiments.paper.command import LDSTACK_FIGURES, parse_early
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+# Under `python -m`: --help and a bad flag are answered now, before JAX loads.
+parse_early(__name__, __doc__, "stack", default_out=LDSTACK_FIGURES)
 
-from eqx_lru import Diagonal, linear_recurrence
+import math  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
 
-from ._common import parse_args, plt, save_figure, save_json
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from eqx_lru import Diagonal, linear_recurrence  # noqa: E402
+from experiments.paper.command import parse_args  # noqa: E402
+
+from ._common import plt, save_figure, save_json  # noqa: E402
 
 N, D = 16, 4  # RNN state size, input size
 # (name, spectral radius of A, input scale): how far tanh is from the identity.
@@ -215,7 +221,7 @@ def _timings_panel(ax, results: dict, depths, methods) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, "stack", default_out=LDSTACK_FIGURES)
     rng = np.random.default_rng(args.seed)
     if args.fast:
         length, depth, lengths, depths, repeats = 64, 12, [256, 1024], [2], 2

@@ -29,56 +29,63 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            what = "a positive integer" if low == 1 else f"an integer >= {low}"
-            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
-        return value
+def _int_at_least(low: int) -> Callable[[str], float]:
+    """An integer >= `low` and a 32-bit one (`experiments.runs.flags.number`)."""
+    from ..runs.flags import INT32_MAX, number
 
-    parse.__name__ = f"integer >= {low}"
-    return parse
+    return number(int, low=low, high=INT32_MAX, open_high=False, why="a 32-bit integer")
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ..runs.flags import add_overwrite, output_folder
+
     positive, natural = _int_at_least(1), _int_at_least(0)
     parser = _Parser(
         prog="python -m experiments.lra.generate",
         description="Generate ListOps or Pathfinder data in the official LRA file formats.",
     )
-    parser.add_argument("--task", required=True, choices=(tasks.LISTOPS, tasks.PATHFINDER))
-    parser.add_argument("--out", required=True, type=Path, help="output folder (the data root)")
     parser.add_argument(
-        "--size", type=positive, help="total examples (default: the official 100000 / 200000)"
+        "--task", required=True, choices=(tasks.LISTOPS, tasks.PATHFINDER), help="what to draw"
     )
-    parser.add_argument("--seed", type=natural, default=0)
+    parser.add_argument(
+        "--out", required=True, type=output_folder, help="output folder (the data root)"
+    )
+    parser.add_argument(
+        "--size", type=positive, help="total examples [the official: 100000 / 200000]"
+    )
+    parser.add_argument("--seed", type=natural, default=0, help="the generator's seed [0]")
     listops = parser.add_argument_group(tasks.LISTOPS)
-    listops.add_argument("--min-length", type=natural, default=500, help="keep length > this")
-    listops.add_argument("--max-length", type=positive, default=2000, help="keep length < this")
-    listops.add_argument("--max-depth", type=positive, default=10)
-    listops.add_argument("--max-args", type=_int_at_least(2), default=10)
+    listops.add_argument("--min-length", type=natural, default=500, help="keep length > this [500]")
+    listops.add_argument(
+        "--max-length", type=positive, default=2000, help="keep length < this [2000]"
+    )
+    listops.add_argument(
+        "--max-depth", type=positive, default=10, help="deepest nesting of operators [10]"
+    )
+    listops.add_argument(
+        "--max-args", type=_int_at_least(2), default=10, help="most arguments of an operator [10]"
+    )
     listops.add_argument(
         "--split-sizes",
         type=positive,
         nargs=3,
         metavar=("TRAIN", "VAL", "TEST"),
-        help="explicit split sizes instead of --size split 96/2/2",
+        help="explicit split sizes instead of --size split 96/2/2 [none]",
     )
     pathfinder = parser.add_argument_group(tasks.PATHFINDER)
     pathfinder.add_argument(
-        "--resolution", type=_int_at_least(16), default=32, help="32 (Pathfinder) or 128 (Path-X)"
+        "--resolution",
+        type=_int_at_least(16),
+        default=32,
+        help="image side: 32 (Pathfinder) or 128 (Path-X) [32]",
     )
-    pathfinder.add_argument("--images-per-batch", type=positive, default=1000)
-    pathfinder.add_argument("--workers", type=positive, default=1, help="processes (same output)")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the task's existing files under --out (refused otherwise)",
+    pathfinder.add_argument(
+        "--images-per-batch", type=positive, default=1000, help="images drawn per batch [1000]"
     )
+    pathfinder.add_argument(
+        "--workers", type=positive, default=1, help="processes (same output) [1]"
+    )
+    add_overwrite(parser)
     return parser
 
 

@@ -1,6 +1,6 @@
 """Memory of one training step per LRA task at Table 9 sizes, with and without remat.
 
-    python -m experiments.lra.memory [--tasks pathx ...] [--out experiments/lra/MEMORY.md]
+    python -m experiments.lra.memory [--tasks pathx ...] > table.md   # (see MEMORY.md)
     python -m experiments.lra.memory --time   # step time with/without remat, reduced size
 
 **Memory** is measured compile-only: the trainer's jitted step (`steps.compile_train_step`,
@@ -26,24 +26,31 @@ import platform
 import statistics
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
-import jax
-
-from . import train
-from .config import RunConfig
-from .steps import task_spec
 from .tasks import names
+
+if TYPE_CHECKING:
+    from .config import RunConfig
+
+# JAX and the trainer are imported inside the functions: `--help` and a bad flag are
+# answered before they load.
 
 TASKS = names()  # every registered task
 
 
-def table9(task: str, *, remat: bool, method: str = "auto", **overrides) -> RunConfig:
+def table9(task: str, *, remat: bool, method: str = "auto", **overrides) -> "RunConfig":
     """The trainer's settings of `task` (Table 9 defaults) with `remat` and overrides."""
+    from .config import RunConfig
+
     config = RunConfig.defaults(task).replace(remat=remat, method=method, **overrides)
     return config.replace(eval_batch_size=config.batch_size)
 
 
 def measure_memory(task: str, *, remat: bool, method: str = "auto") -> dict:
+    from . import train
+    from .steps import task_spec
+
     cfg = table9(task, remat=remat, method=method)
     t0 = time.perf_counter()
     compiled, _ = train.compile_train_step(cfg, task_spec(task))
@@ -65,9 +72,14 @@ def measure_sequence_parallel(
     """Compile-only XLA temp per device of `task`'s Table 9 step (remat as the trainer sets
     it) with each sequence split over `devices` devices (`--sequence-parallel`, the whole
     batch on every device: a mesh of 1 x `devices`)."""
-    from ..runs import parallel as par
+    import jax
 
-    overrides = {} if batch is None else {"batch_size": batch}
+    from ..runs import parallel as par
+    from . import train
+    from .config import RunConfig
+    from .steps import task_spec
+
+    overrides: dict[str, Any] = {} if batch is None else {"batch_size": batch}
     cfg = table9(task, remat=RunConfig.defaults(task).remat, sequence_parallel=devices, **overrides)
     spec = task_spec(task, seq_len=length)
     mesh = par.make_mesh(jax.devices()[:devices], sequence=devices)
@@ -89,6 +101,11 @@ def measure_sequence_parallel(
 def measure_time(task: str, *, length: int, batch: int, repeats: int) -> tuple[float, float]:
     """Median step time without and with remat; the calls alternate, so a change in the
     machine's load hits both alike."""
+    import jax
+
+    from . import train
+    from .steps import task_spec
+
     programs = []
     for remat in (False, True):
         cfg = table9(task, remat=remat, batch_size=batch)
@@ -108,6 +125,7 @@ def remat_probe() -> dict[str, float]:
     """XLA temp (MB) of the gradient of the toy of `--probe`, four ways."""
     import functools
 
+    import jax
     import jax.numpy as jnp
 
     def block(w, h):
@@ -137,6 +155,8 @@ def remat_probe() -> dict[str, float]:
 
 
 def machine() -> str:
+    import jax
+
     cpu = platform.processor() or platform.machine()
     try:
         cpu = next(
@@ -159,27 +179,44 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m experiments.lra.memory", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
-    p.add_argument("--method", default="auto", choices=("auto", "sequential", "associative"))
-    p.add_argument("--time", action="store_true", help="time the step with/without remat instead")
     p.add_argument(
-        "--probe", action="store_true", help="does jax.checkpoint save memory here? (a toy)"
+        "--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="the tasks to measure [all]"
     )
-    p.add_argument("--time-length", type=POSITIVE_INT, default=1024)
-    p.add_argument("--time-batch", type=POSITIVE_INT, default=4)
-    p.add_argument("--repeats", type=POSITIVE_INT, default=5)
+    p.add_argument(
+        "--method",
+        default="auto",
+        choices=("auto", "sequential", "associative"),
+        help="the layers' scan method [auto]",
+    )
+    p.add_argument(
+        "--time", action="store_true", help="time the step with/without remat instead [off]"
+    )
+    p.add_argument(
+        "--probe", action="store_true", help="does jax.checkpoint save memory here? (a toy) [off]"
+    )
+    p.add_argument(
+        "--time-length", type=POSITIVE_INT, default=1024, help="with --time: sequence length [1024]"
+    )
+    p.add_argument("--time-batch", type=POSITIVE_INT, default=4, help="with --time: batch size [4]")
+    p.add_argument(
+        "--repeats", type=POSITIVE_INT, default=5, help="with --time: timed calls per setting [5]"
+    )
     p.add_argument(
         "--sequence-parallel",
         type=POSITIVE_INT,
         nargs="+",
         metavar="N",
         help="XLA temp per device with each sequence split over N devices, for each N "
-        "(set XLA_FLAGS=--xla_force_host_platform_device_count=max N on a CPU)",
+        "(set XLA_FLAGS=--xla_force_host_platform_device_count=max N on a CPU) [off]",
     )
     p.add_argument(
-        "--length", type=POSITIVE_INT, help="with --sequence-parallel: this sequence length"
+        "--length",
+        type=POSITIVE_INT,
+        help="with --sequence-parallel: this sequence length [the task's]",
     )
-    p.add_argument("--batch", type=POSITIVE_INT, help="with --sequence-parallel: this batch size")
+    p.add_argument(
+        "--batch", type=POSITIVE_INT, help="with --sequence-parallel: this batch size [Table 9's]"
+    )
     return p
 
 

@@ -6,14 +6,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..lra.synthetic import generate_listops
-from ..lra.tasks import LISTOPS
+from ..lra.tasks import LISTOPS as _LRA_LISTOPS
+from ._ladder_cli import DEFAULTS as DEFAULTS
+from ._ladder_cli import LISTOPS as LISTOPS
+from ._ladder_cli import TASKS as TASKS
+
+assert LISTOPS == _LRA_LISTOPS, "the ladder's ListOps is the LRA registry's"
 
 # ListOps tokens, as `experiments.lra.data` reads them: parentheses dropped, "]" -> "X".
 LISTOPS_VOCAB = ("<pad>", *map(str, range(10)), "[MIN", "[MAX", "[MED", "[SM", "X")
 NUM_CLASSES = 10  # both tasks
 RECALL_CHANNELS = 10
 AXIS_NAME = "batch"
-TASKS = ("recall", LISTOPS)  # the ladder's own recall, and the LRA registry's ListOps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,27 +43,6 @@ class Settings:
     weight_decay: float
     warmup_fraction: float
     log_every: int
-
-
-#: Defaults per task and mode; every entry can be overridden on the command line.
-DEFAULTS = {
-    ("recall", False): dict(
-        n_train=20_000, n_test=2000, length=256, min_length=0, max_length=0, depth=2,
-        d_model=32, d_state=32, steps=800, batch_size=32, lr=3e-3, log_every=100,
-    ),
-    ("recall", True): dict(
-        n_train=64, n_test=32, length=12, min_length=0, max_length=0, depth=1, d_model=8,
-        d_state=8, steps=4, batch_size=8, lr=3e-3, log_every=4,
-    ),
-    (LISTOPS, False): dict(
-        n_train=8000, n_test=1000, length=0, min_length=100, max_length=300, depth=2,
-        d_model=64, d_state=64, steps=1200, batch_size=32, lr=3e-3, log_every=100,
-    ),
-    (LISTOPS, True): dict(
-        n_train=64, n_test=32, length=0, min_length=8, max_length=30, depth=1, d_model=8,
-        d_state=8, steps=4, batch_size=8, lr=3e-3, log_every=4,
-    ),
-}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- data

@@ -13,32 +13,13 @@ matplotlib.use("Agg")  # headless, and no GUI-backend warnings (the tests turn w
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "figures"
+from .command import PAPER_FIGURES as DEFAULT_OUT  # noqa: E402
+from .command import _parser as _command_parser  # noqa: E402
 
 
 def _parser(description: str = "") -> argparse.ArgumentParser:
-    from experiments.runs.flags import NATURAL, output_folder
-
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument(
-        "--fast", action="store_true", help="tiny sizes (seconds; used by the test suite)"
-    )
-    parser.add_argument(
-        "--out",
-        type=output_folder,
-        default=DEFAULT_OUT,
-        help=f"output directory (default {DEFAULT_OUT})",
-    )
-    parser.add_argument("--seed", type=NATURAL, default=0, help="PRNG seed")
-    return parser
-
-
-def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
-    """The shared flags, checked (a bad value or an unwritable --out is one `error:` line);
-    `doc`: the script's docstring, whose first line describes it in `--help`."""
-    args = _parser((doc or "").strip().split("\n")[0]).parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    return args
+    """The figure scripts' flags (`command.py`; walked by tests/experiments/test_cli_flags.py)."""
+    return _command_parser(description, DEFAULT_OUT)
 
 
 def save_figure(fig, out: Path, name: str, *, dpi: int = 90) -> Path:

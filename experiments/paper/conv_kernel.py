@@ -12,17 +12,23 @@ learning rate.
     python -m experiments.paper.conv_kernel [--fast] [--out DIR]
 """
 
-from typing import Any
+from experiments.paper.command import parse_early
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
+# Under `python -m`: --help and a bad flag are answered now, before JAX loads.
+parse_early(__name__, __doc__, "conv_kernel")
 
-from eqx_lru.ablation import DenseRNN, LinearDenseRNN
+from typing import Any  # noqa: E402
 
-from .common import parse_args, plt, save_figure, save_json
+import equinox as eqx  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from eqx_lru.ablation import DenseRNN, LinearDenseRNN  # noqa: E402
+from experiments.paper.command import parse_args  # noqa: E402
+
+from .common import plt, save_figure, save_json  # noqa: E402
 
 LENGTH = 100
 THRESHOLD = 1e-2  # a training MSE both models reach at their best learning rates
@@ -208,7 +214,7 @@ def figure(results: dict, histories: dict, u: np.ndarray, y: np.ndarray):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, "conv_kernel")
     results, histories, u, y = measure(args.seed, args.fast)
     results["png"] = save_figure(figure(results, histories, u, y), args.out, "conv_kernel").name
     save_json(results, args.out, "conv_kernel")

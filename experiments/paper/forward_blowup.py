@@ -15,17 +15,23 @@ eigenvalues, $\sum_n \gamma_n^2 \|B_n\|^2 (1 - |\lambda_n|^{2(k+1)}) / (1 - |\la
     python -m experiments.paper.forward_blowup [--fast] [--out DIR]
 """
 
-import math
-from typing import Any
+from experiments.paper.command import parse_early
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
-import numpy as np
+# Under `python -m`: --help and a bad flag are answered now, before JAX loads.
+parse_early(__name__, __doc__, "forward_blowup")
 
-from eqx_lru import ComplexLRU
+import math  # noqa: E402
+from typing import Any  # noqa: E402
 
-from .common import parse_args, plt, save_figure, save_json
+import equinox as eqx  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from eqx_lru import ComplexLRU  # noqa: E402
+from experiments.paper.command import parse_args  # noqa: E402
+
+from .common import plt, save_figure, save_json  # noqa: E402
 
 RINGS = [
     # (r_min, r_max, max_phase): Table 8's rings, PathX's last.
@@ -130,7 +136,7 @@ def _dress(fig, axes, results: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, "forward_blowup")
     if args.fast:
         d_model, d_state, length, batch, rings = 4, 32, 512, 8, RINGS[:2]
     else:

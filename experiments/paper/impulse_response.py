@@ -11,16 +11,22 @@ small phase gives a few slow oscillations, i.e. a global feature (§3.4). Runs o
     python -m experiments.paper.impulse_response [--fast] [--out DIR]
 """
 
-import math
-from typing import Any
+from experiments.paper.command import parse_early
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+# Under `python -m`: --help and a bad flag are answered now, before JAX loads.
+parse_early(__name__, __doc__, "impulse_response")
 
-from eqx_lru import Diagonal, linear_recurrence
+import math  # noqa: E402
+from typing import Any  # noqa: E402
 
-from .common import parse_args, plt, save_figure, save_json
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from eqx_lru import Diagonal, linear_recurrence  # noqa: E402
+from experiments.paper.command import parse_args  # noqa: E402
+
+from .common import plt, save_figure, save_json  # noqa: E402
 
 NU = 0.00005
 PHASES = [("uniform phase θ ~ U[0, 2π]", 2 * math.pi), ("small phase θ ~ U[0, π/50]", math.pi / 50)]
@@ -81,7 +87,7 @@ def _case(ax, key, label: str, max_phase: float, length: int) -> tuple[dict, np.
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, "impulse_response")
     length, short = (2048, 256) if args.fast else (16_384, 1_024)
     keys = jax.random.split(jax.random.PRNGKey(args.seed), len(PHASES))
     results: dict[str, Any] = dict(

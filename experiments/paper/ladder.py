@@ -31,18 +31,25 @@ step is `eqx_lru.train_step`. Seed `s` sets the model initialisation, the batch 
 dropout keys; the data set is the same for every rung and seed (`--data-seed`).
 """
 
-import argparse
-import dataclasses
-import time
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from experiments.paper._ladder_cli import parse_early
 
-import numpy as np
+_DESCRIPTION = (__doc__ or "").splitlines()[0]
+# Under `python -m`: --help and a bad flag are answered now, before JAX loads.
+parse_early(__name__, _DESCRIPTION)
 
-from eqx_lru.ablation import ABLATION_CORES
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from typing import Any  # noqa: E402
 
-from ._ladder_report import (
+import numpy as np  # noqa: E402
+
+from eqx_lru.ablation import ABLATION_CORES  # noqa: E402
+
+from ._ladder_cli import RUNG_NAMES, parse_args  # noqa: E402
+from ._ladder_cli import _parser as _parser  # noqa: E402, F401  (the flag tests walk it)
+from ._ladder_report import (  # noqa: E402
     Rungs,
     fmt_mean_se,
     markdown_table,
@@ -51,16 +58,9 @@ from ._ladder_report import (
     task_description,
     write_csv,
 )
-from ._ladder_setup import (
-    DEFAULTS,
-    LISTOPS,
-    NUM_CLASSES,
-    TASKS,
-    Settings,
-    task_arrays,
-)
-from ._ladder_train import ladder_optimizer, ladder_param_labels, train_rung
-from .common import DEFAULT_OUT, save_json
+from ._ladder_setup import DEFAULTS, NUM_CLASSES, Settings, task_arrays  # noqa: E402
+from ._ladder_train import ladder_optimizer, ladder_param_labels, train_rung  # noqa: E402
+from .common import save_json  # noqa: E402
 
 # rung -> (label, paper section, tables, paper test accuracy in % as (mean, s.e.) on
 # ListOps, PathFinder, PathX; None: "did not exceed random guessing" in the paper).
@@ -78,7 +78,7 @@ RUNGS = {
 PAPER_TASKS = ("ListOps", "PathFinder", "PathX")
 DENSE = ("rnn_tanh", "rnn_relu", "linear_dense")
 NONLINEAR = ("rnn_tanh", "rnn_relu")
-assert tuple(RUNGS) == tuple(ABLATION_CORES), "keep RUNGS in the registry's (the paper's) order"
+assert tuple(RUNGS) == tuple(ABLATION_CORES) == RUNG_NAMES, "keep the registry's (paper's) order"
 
 
 #: The rungs as the table and figure need them.
@@ -106,43 +106,6 @@ __all__ = [
 # --------------------------------------------------------------------------- command line
 
 
-def _parser() -> argparse.ArgumentParser:
-    from experiments.runs.flags import NATURAL, POSITIVE_INT, number
-
-    checked = {int: POSITIVE_INT, float: number(float, low=0, open_low=True)}
-    p = argparse.ArgumentParser(
-        prog="python -m experiments.paper.ladder", description=(__doc__ or "").splitlines()[0]
-    )
-    p.add_argument("--fast", action="store_true",
-                   help="tiny sizes, 1 seed, a few steps (seconds; used by the tests)")  # fmt: skip
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
-    p.add_argument("--task", choices=TASKS, default="recall")
-    p.add_argument("--seeds", type=POSITIVE_INT, help="seeds per rung [3; --fast: 1]")
-    p.add_argument("--seed", type=NATURAL, default=0, help="first seed (seeds are seed, seed+1, …)")
-    p.add_argument("--rungs", help="comma-separated rungs of eqx_lru.ablation.ABLATION_CORES "
-                   "[all; --fast: rnn_tanh,lru]")  # fmt: skip
-    p.add_argument("--data-seed", type=NATURAL, default=0, help="seed of the generated data")
-    full, fast = DEFAULTS["recall", False], DEFAULTS["recall", True]
-    for name, kind in (
-        ("n_train", int), ("n_test", int), ("length", int), ("min_length", int),
-        ("max_length", int), ("depth", int), ("d_model", int), ("d_state", int),
-        ("steps", int), ("batch_size", int), ("lr", float), ("log_every", int),
-    ):  # fmt: skip
-        p.add_argument(f"--{name.replace('_', '-')}", type=checked[kind],
-                       help=f"[recall: {full[name]}, --fast {fast[name]}; listops: "
-                       f"{DEFAULTS[LISTOPS, False][name]}, --fast "
-                       f"{DEFAULTS[LISTOPS, True][name]}]")  # fmt: skip
-    p.add_argument("--lr-factor", type=checked[float], default=0.5,
-                   help="recurrent parameters get lr × this [0.5: Table 9, ListOps]")  # fmt: skip
-    p.add_argument("--weight-decay", type=number(float, low=0), default=0.05)
-    p.add_argument("--warmup-fraction", type=number(float, low=0, high=1), default=0.1)
-    return p
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    return _parser().parse_args(argv)
-
-
 def settings_from_args(args: argparse.Namespace) -> Settings:
     defaults = DEFAULTS[args.task, args.fast]
     sizes: dict[str, Any] = {
@@ -151,12 +114,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.rungs is None:
         rungs = ("rnn_tanh", "lru") if args.fast else tuple(ABLATION_CORES)
     else:
-        rungs = tuple(r.strip() for r in args.rungs.split(",") if r.strip())
-    unknown = [r for r in rungs if r not in ABLATION_CORES]
-    if unknown or not rungs:
-        raise SystemExit(
-            f"--rungs: unknown rung(s) {unknown}; choose from {', '.join(ABLATION_CORES)}."
-        )
+        rungs = tuple(args.rungs)  # checked by the parser
     n_seeds = 1 if args.fast and args.seeds is None else (args.seeds or 3)
     positive = dict(seeds=n_seeds, **{k: v for k, v in sizes.items() if k != "lr"})
     if args.task == "recall":
@@ -174,9 +132,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    args = parse_args(argv)
+    args = parse_args(argv, _DESCRIPTION)
     settings = settings_from_args(args)
-    args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     arrays = task_arrays(settings)
     counts = np.bincount(arrays["test"]["y"], minlength=NUM_CLASSES)

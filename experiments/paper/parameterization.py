@@ -18,15 +18,22 @@ number of iterations to a loss $< 10^{-4}$.
     python -m experiments.paper.parameterization [--fast] [--out DIR]
 """
 
-import math
-from typing import Any
+from experiments.paper.command import parse_early
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
+# Under `python -m`: --help and a bad flag are answered now, before JAX loads.
+parse_early(__name__, __doc__, "parameterization")
 
-from .common import parse_args, plt, save_figure, save_json
+import math  # noqa: E402
+from typing import Any  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from experiments.paper.command import parse_args  # noqa: E402
+
+from .common import plt, save_figure, save_json  # noqa: E402
 
 K = 100
 NU_STAR = 0.005
@@ -221,7 +228,7 @@ def _sweep_panels(axes, results: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, "parameterization")
     results, runs = measure(args.seed, args.fast)
     fig, axes = plt.subplots(2, 3, figsize=(14, 8))
     _landscapes(fig, axes, results, runs)

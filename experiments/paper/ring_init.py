@@ -10,16 +10,22 @@ of a Glorot dense matrix, which it matches in the large-width limit (Thm. 3.1, F
     python -m experiments.paper.ring_init [--fast] [--out DIR]
 """
 
-import math
+from experiments.paper.command import parse_early
 
-import jax
-import numpy as np
-import scipy.stats
+# Under `python -m`: --help and a bad flag are answered now, before JAX loads.
+parse_early(__name__, __doc__, "ring_init")
 
-from eqx_lru import ring_init
-from eqx_lru.ablation import LinearDenseRNN
+import math  # noqa: E402
 
-from .common import parse_args, plt, save_figure, save_json
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy.stats  # noqa: E402
+
+from eqx_lru import ring_init  # noqa: E402
+from eqx_lru.ablation import LinearDenseRNN  # noqa: E402
+from experiments.paper.command import parse_args  # noqa: E402
+
+from .common import plt, save_figure, save_json  # noqa: E402
 
 SETTINGS = [
     # (label, r_min, r_max, max_phase)
@@ -121,7 +127,7 @@ def _ring_column(axes, column: int, setting, n_ks: int, n_plot: int, key) -> dic
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, "ring_init")
     n_ks, n_plot, n_glorot = (2_000, 300, 100) if args.fast else (50_000, 800, 800)
     keys = iter(jax.random.split(jax.random.PRNGKey(args.seed), len(SETTINGS) + 1))
     fig, axes = plt.subplots(2, len(SETTINGS) + 1, figsize=(15, 6.2))

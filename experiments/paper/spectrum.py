@@ -19,16 +19,22 @@ that is left for when the trainer lands: `spectrum_report(eqx.tree_deserialise_l
 skeleton))` is all it takes.
 """
 
-import math
+from experiments.paper.command import parse_early
 
-import equinox as eqx
-import jax
-import numpy as np
+# Under `python -m`: --help and a bad flag are answered now, before JAX loads.
+parse_early(__name__, __doc__, "spectrum")
 
-from eqx_lru import AbstractLRU, ComplexLRU, RealLRU
-from eqx_lru.ablation import AbstractAblationCore, AbstractDenseRNN, DiagonalRNN
+import math  # noqa: E402
 
-from .common import parse_args, plt, save_figure, save_json
+import equinox as eqx  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from eqx_lru import AbstractLRU, ComplexLRU, RealLRU  # noqa: E402
+from eqx_lru.ablation import AbstractAblationCore, AbstractDenseRNN, DiagonalRNN  # noqa: E402
+from experiments.paper.command import parse_args  # noqa: E402
+
+from .common import plt, save_figure, save_json  # noqa: E402
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 _LAYER_TYPES = (AbstractLRU, AbstractAblationCore)
@@ -187,7 +193,7 @@ def demo_model(d_model: int, d_state: int, key) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, "spectrum")
     d_model, d_state = (4, 16) if args.fast else (64, 256)
     model = demo_model(d_model, d_state, jax.random.PRNGKey(args.seed))
     report = spectrum_report(model)

@@ -21,8 +21,12 @@ __all__ = [
     "number",
     "POSITIVE_INT",
     "NATURAL",
+    "text",
     "output_file",
     "output_folder",
+    "input_folder",
+    "add_overwrite",
+    "refuse_existing",
     "report_os_errors",
 ]
 
@@ -76,14 +80,27 @@ def _shown(bound: float) -> str:
     return f"{bound:g}"
 
 
-POSITIVE_INT = number(int, low=1)
-NATURAL = number(int, low=0)
+INT32_MAX = 2**31 - 1
+#: Counts, sizes and steps; seeds and lower bounds: 32-bit integers (a value of 10**30 is
+#: a typing slip, and would overflow an array's index or a PRNG seed deep in the run).
+POSITIVE_INT = number(int, low=1, high=INT32_MAX, open_high=False, why="a 32-bit integer")
+NATURAL = number(int, low=0, high=INT32_MAX, open_high=False, why="a 32-bit integer")
+
+
+def text(value: str) -> str:
+    """An argparse `type` for text: refuses an argument that is not UTF-8 (Python keeps
+    such bytes of `sys.argv` as surrogate escapes, which no file or JSON can hold)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"expected UTF-8 text, got {value!r}") from None
+    return value
 
 
 def output_file(text: str) -> Path:
     """A file the command will write: its folder must exist and be writable, and it must
     not be a folder (checked now, not after a long run)."""
-    path = Path(text).expanduser()
+    path = Path(_utf8(text)).expanduser()
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
@@ -98,7 +115,7 @@ def output_file(text: str) -> Path:
 
 def output_folder(text: str) -> Path:
     """A folder the command will write into: created now if needed, and tried."""
-    path = Path(text).expanduser()
+    path = Path(_utf8(text)).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".write-test-{os.getpid()}"
@@ -109,6 +126,44 @@ def output_folder(text: str) -> Path:
             f"{text!r} is not a writable folder ({e.strerror or e})"
         ) from None
     return path
+
+
+def input_folder(text: str) -> Path:
+    """A folder the command will read: it must exist."""
+    path = Path(_utf8(text)).expanduser()
+    if not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{text!r} {what}")
+    return path
+
+
+_utf8 = text
+
+
+def add_overwrite(parser: argparse.ArgumentParser) -> None:
+    """The `--overwrite` flag, the same in every command that writes files."""
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the files this command writes where they exist already (without it, "
+        "an existing output is refused before any work) [off]",
+    )
+
+
+def refuse_existing(
+    parser: argparse.ArgumentParser, paths, *, flag: str = "--out", overwrite: bool
+) -> None:
+    """Unless `overwrite`: one `error: argument FLAG: ...` line (status 2) when one of
+    `paths` (files the command will write; None: none) exists already. `flag` may also
+    name a derived file in words ("the streaming table")."""
+    existing = [] if overwrite else [Path(p) for p in paths if p is not None]
+    existing = [p for p in existing if p.exists() or p.is_symlink()]
+    if existing:
+        where = f"argument {flag}" if flag.startswith("--") else flag
+        choose = f", or choose another {flag}" if flag.startswith("--") else ""
+        parser.error(
+            f"{where}: {str(existing[0])!r} exists already; pass --overwrite to replace it" + choose
+        )
 
 
 USER_ERRNOS = {
