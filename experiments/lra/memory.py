@@ -177,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     from experiments.runs.flags import POSITIVE_INT
 
     p = argparse.ArgumentParser(
-        prog="python -m experiments.lra.memory", description=__doc__.split("\n\n")[0]
+        prog="python -m experiments.lra.memory", description=str(__doc__).split("\n\n")[0]
     )
     p.add_argument(
         "--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="the tasks to measure [all]"
