@@ -207,9 +207,12 @@ def test_generate_reports_impossible_settings_and_unwritable_out(tmp_path, capsy
     assert err.startswith("error: No integer length lies strictly between") and err.count("\n") == 1
     (tmp_path / "file").write_text("")
     flags = ["--task", "pathfinder", "--size", "3", "--out", str(tmp_path / "file" / "x")]
-    assert gen.main(flags) == 2
+    with pytest.raises(SystemExit) as exit_info:  # the parser's check (runs.flags)
+        gen.main(flags)
+    assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --out: cannot write") and "file/x" in err
+    assert err.startswith("error: argument --out:") and err.count("\n") == 1
+    assert "file/x" in err and "is not a writable folder" in err
     gen.main(["--task", "pathfinder", "--size", "2", "--out", str(tmp_path / "pf")])
     capsys.readouterr()
     assert gen.main(["--task", "pathfinder", "--size", "2", "--out", str(tmp_path / "pf")]) == 2
