@@ -155,6 +155,8 @@ COMMANDS: tuple[Command, ...] = (
             "--rounds=int[1,] --out=out", writes="{out}/claims.md", owner="perf", slow=True,
             xfail="perf: bare type=int --rounds, unchecked --out (the benchmark runs), no "
             "[default]s, no --overwrite (NOTES.md 06:40)", xfail_run=False),
+    Command("experiments.bench.floor", "--lengths 16 --rounds 1",
+            "--lengths=int[1,] --rounds=int[1,]", owner="floor"),
     Command("experiments.gpu_check", "--dry-run --out {out}",
             "--budget=float[10,86400] --out=out --parts=text", writes="{out}/report.json"),
     Command("experiments.paper.ladder", "--fast --out {out}", _LADDER_FLAGS,
