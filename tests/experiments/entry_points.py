@@ -139,8 +139,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("experiments.lm.plot", "--run {run} --out {out}/curve.png",
             "--run=in --out=out --title=text", writes="{out}/curve.png", owner="lm"),
     Command("experiments.export", "--run {run} --format onnx", "--run=in --dest=out",
-            writes="?", owner="harness", slow=True, xfail="harness: --help imports JAX "
-            "(eqx_lru.export at module level); --step, --overwrite without [off] (NOTES.md 06:13)"),
+            writes="?", owner="harness", slow=True),
     Command("experiments.demo", "--out {out}",
             "--seed=int[0,] --out=out --steps=int[1,]", writes="{out}/complex/config.json"),
     Command("experiments.bench", "--grid quick --out {out}/results.md",
