@@ -18,7 +18,7 @@ $\operatorname{Re}(C x) = C_\text{re} \operatorname{Re} x - C_\text{im} \operato
 
 import abc
 import math
-from typing import ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
 import equinox as eqx
 import jax
@@ -495,6 +495,9 @@ class ComplexLRU(AbstractLRU):
     projections are real matmuls. See `AbstractLRU.__init__` for the arguments.
     """
 
+    if TYPE_CHECKING:  # Equinox keeps the inherited `__init__`; say so to type checkers
+        __init__ = AbstractLRU.__init__
+
     algebra: ClassVar[AbstractAlgebra] = Diagonal()
     form: ClassVar[str] = "complex"
     _state_layout: ClassVar[str] = "complex, one entry per mode"
@@ -552,6 +555,9 @@ class RealLRU(AbstractLRU):
     shape and a transposed state cannot be detected: build states with `init_state()`,
     `step` or `hidden_states`, or stack `[re, im]` on the *last* axis.
     """
+
+    if TYPE_CHECKING:  # Equinox keeps the inherited `__init__`; say so to type checkers
+        __init__ = AbstractLRU.__init__
 
     # Planar pairs `(2, d_state)`: two numbers per rotation-scaling block, on contiguous
     # halves; the public state stays (N, 2).

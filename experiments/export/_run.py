@@ -4,7 +4,7 @@ settings (a `RunConfig`). How the checkpoint is chosen:
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -31,10 +31,12 @@ class Run:
     pair: bool = False  # a Retrieval run: the two-tower `eqx_lru.LRURetrievalModel`
 
 
-def _sequence_model(model: eqx.Module) -> eqx.Module:
+def _sequence_model(model: eqx.Module) -> eqx_lru.LRUModel:
     """The `LRUModel` that reads one sequence: `model` itself, or the encoder a two-tower
     `LRURetrievalModel` shares between the documents of a pair."""
-    return model.encoder if isinstance(model, eqx_lru.LRURetrievalModel) else model
+    if isinstance(model, eqx_lru.LRURetrievalModel):
+        return model.encoder
+    return cast(eqx_lru.LRUModel, model)  # what `steps.build_model` builds for one sequence
 
 
 def _config(meta: dict[str, Any], path: Path):
@@ -106,7 +108,12 @@ def load_run(run: str | Path) -> Run:
         )
     model = jax.tree_util.tree_map(jnp.asarray, model)
     state = jax.tree_util.tree_map(jnp.asarray, state)
-    in_size = spec.vocab_size if tokens else int(spec.in_channels)
+    if tokens:
+        assert spec.vocab_size is not None  # set above from the stored embedding
+        in_size = spec.vocab_size
+    else:
+        assert spec.in_channels is not None  # a pixel task (`tasks.Task`'s check)
+        in_size = int(spec.in_channels)
     two_tower = isinstance(model, eqx_lru.LRURetrievalModel)
     return Run(model, state, config, meta, pair.eqx_path, in_size, tokens, two_tower)
 
@@ -159,6 +166,7 @@ def _trusted_best(run: Path):
         why = e.why(explain=True)
     if not want:
         raise ExportError(f"--run {str(run)!r}: {why}. Restore it from a backup, or re-train.")
+    assert last is not None and expected is not None  # a best is wanted: `last` records it
     raise ExportError(
         f"--run {str(run)!r}: the best weights that {last.json_path.name} records are not "
         f"there: {why}; it expects the weights of step {expected.get('step')} (val accuracy "

@@ -159,6 +159,7 @@ def train_until_stop(r: Run, s: TrainState, hook, clock) -> tuple[TrainState, st
         try:
             s, stopped = _steps(loop, s, stopper)
         except KeyboardInterrupt:
+            assert loop.complete is not None  # `_steps` sets it first
             s, stopped, status = loop.complete, None, "interrupted"
         if stopped is not None:
             status = "stopped"

@@ -10,13 +10,13 @@ from typing import Any
 from ..runs import checkpoint as ckpt
 from ..runs.errors import UsageError
 from ..runs.resume import load_checkpoint, newest_checkpoint
-from ._run import Run, TrainState
+from ._run import Session, TrainState
 from .config import TRAINING_KEYS
 
 __all__ = ["resume", "finished_results"]
 
 
-def resume(r: Run, s: TrainState) -> TrainState:
+def resume(r: Session, s: TrainState) -> TrainState:
     """`s` (a fresh state shaped like the saved one) replaced by the run's checkpoint."""
     fields = ("step", "pending", "config", "run_id")
     pair = newest_checkpoint(r.out, r.say, fields=fields)
@@ -31,7 +31,7 @@ def resume(r: Run, s: TrainState) -> TrainState:
     return TrainState(int(step), params, opt_state, carry, run_key, pending)
 
 
-def _check_run(r: Run, pair: ckpt.Pair) -> None:
+def _check_run(r: Session, pair: ckpt.Pair) -> None:
     """Refuse a checkpoint of another run: other settings or run id
     (`_checkpoint.check_bound`), or another corpus."""
     try:
@@ -57,7 +57,7 @@ def _check_run(r: Run, pair: ckpt.Pair) -> None:
         )
 
 
-def finished_results(r: Run) -> dict[str, Any] | None:
+def finished_results(r: Session) -> dict[str, Any] | None:
     """With `--resume`, the results of a run that finished (its `results.json` says so, for
     its last step, and its newest complete checkpoint is of that step), said in one line;
     None otherwise (a run to continue, or one that stopped between its last checkpoint and

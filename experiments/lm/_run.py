@@ -1,5 +1,6 @@
-"""What the stages of one language-model run share (`Run`), and the state of the run
-between two steps (`TrainState`)."""
+"""The stages of one language-model run, each a record that exists only once filled (the
+`Session`, the `Loaded` corpus, the built `Run`), and the state of the run between two
+steps (`TrainState`)."""
 
 import argparse
 import dataclasses
@@ -17,7 +18,7 @@ from .corpus import Corpus
 from .model import Programs
 from .streams import EvalLayout, TrainStreams
 
-__all__ = ["Run", "TrainState"]
+__all__ = ["Session", "Loaded", "Run", "TrainState"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,28 +44,19 @@ class TrainState:
         )
 
 
-@dataclasses.dataclass
-class Run:
-    """Settings, folder, corpus, model and programs of one run; `say` prints above the
-    progress bar."""
+@dataclasses.dataclass(kw_only=True)
+class Session:
+    """A run once set up: settings, folder (locked), the signal handler; `say` prints
+    above the progress bar (`bar`, while training shows one). `started` is the clock
+    reading `--time-limit` counts from."""
 
     args: argparse.Namespace
     cfg: LMConfig
     out: Path
-    corpus: Corpus | None = None
-    streams: TrainStreams | None = None
-    val: EvalLayout | None = None
-    test: EvalLayout | None = None
-    baselines: dict[str, dict[str, float]] | None = None
-    static: Any = None
-    state: Any = None
-    programs: Programs | None = None
-    log: MetricsLog | None = None
+    lock: ckpt.RunLock
+    started: float
+    stop: Stop | None
     bar: Any = None
-    started: float | None = None  # the clock reading `--time-limit` counts from
-    stop: Stop | None = None
-    lock: ckpt.RunLock | None = None
-    primary: bool = True
 
     def say(self, msg: str) -> None:
         try:
@@ -74,3 +66,48 @@ class Run:
                 print(msg, file=sys.stderr, flush=True)
         except OSError:  # a closed terminal (after SIGHUP): the run goes on
             pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """The corpus, its training streams and held-out layouts, and the baselines' bits
+    per byte on the held-out text (`{"val": {...}, "test": {...}}`)."""
+
+    corpus: Corpus
+    streams: TrainStreams
+    val: EvalLayout
+    test: EvalLayout
+    baselines: dict[str, dict[str, float]]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Run(Session):
+    """A run once built: its session, corpus, the model's static part and state, its
+    programs and the metrics log."""
+
+    corpus: Corpus
+    streams: TrainStreams
+    val: EvalLayout
+    test: EvalLayout
+    baselines: dict[str, dict[str, float]]
+    static: Any
+    state: Any
+    programs: Programs
+    log: MetricsLog
+
+    @classmethod
+    def built(
+        cls,
+        session: Session,
+        loaded: Loaded,
+        *,
+        static: Any,
+        state: Any,
+        programs: Programs,
+        log: MetricsLog,
+    ) -> "Run":
+        fields = {f.name: getattr(session, f.name) for f in dataclasses.fields(Session)}
+        loaded_fields = {f.name: getattr(loaded, f.name) for f in dataclasses.fields(Loaded)}
+        return cls(
+            **fields, **loaded_fields, static=static, state=state, programs=programs, log=log
+        )

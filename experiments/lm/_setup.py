@@ -16,10 +16,11 @@ from ..runs import env as _env
 from ..runs.atomic import write_atomic
 from ..runs.errors import UsageError
 from ..runs.metrics import MetricsLog
+from ..runs.signals import Stop
 from . import baselines, cli
 from . import config as _config
 from ._resume import resume
-from ._run import Run, TrainState
+from ._run import Loaded, Run, Session, TrainState
 from .corpus import CorpusError, read_corpus
 from .model import build_model, make_optimizer, make_programs, stream_carry
 from .streams import TrainStreams, eval_layout
@@ -51,9 +52,9 @@ def _settings(args) -> _config.LMConfig:
         raise UsageError(str(e)) from None
 
 
-def set_up(args) -> Run:
+def set_up(args, *, started: float, stop: Stop | None = None) -> Session:
     """Settings, backend environment (before JAX touches a device), the run folder and
-    its lock."""
+    its lock. `started`, `stop`: see `train.run`."""
     cfg = _settings(args)
     if cfg.corpus is not None and not Path(cfg.corpus).expanduser().is_dir():
         raise UsageError(
@@ -61,27 +62,27 @@ def set_up(args) -> Run:
             "--corpus out for the Python standard library)."
         )
     _env.configure_backend(deterministic=True, task="lm")
-    r = Run(args, cfg, Path(args.out))
+    out = Path(args.out)
     try:
-        r.out.mkdir(parents=True, exist_ok=True)
-        write_atomic(r.out / ".write-test", b"")
-        (r.out / ".write-test").unlink()
-        r.lock = ckpt.RunLock(r.out).acquire()
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / ".write-test", b"")
+        (out / ".write-test").unlink()
+        lock = ckpt.RunLock(out).acquire()
     except ckpt.FolderInUse as e:
         raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError(
-            f"--out {str(r.out)!r} is not a writable folder ({e.strerror or e})."
+            f"--out {str(out)!r} is not a writable folder ({e.strerror or e})."
         ) from None
-    if not args.resume and (ckpt.exists(r.out, "last") or (r.out / "config.json").exists()):
+    if not args.resume and (ckpt.exists(out, "last") or (out / "config.json").exists()):
         if not args.overwrite:
-            r.lock.release()
+            lock.release()
             raise UsageError(
-                f"{r.out} already holds a run. Pass --resume to continue it, --overwrite to "
+                f"{out} already holds a run. Pass --resume to continue it, --overwrite to "
                 "replace it with a new one, or choose another --out."
             )
-        _remove_run(r.out)
-    return r
+        _remove_run(out)
+    return Session(args=args, cfg=cfg, out=out, lock=lock, started=started, stop=stop)
 
 
 #: The files of a run in its folder (`--overwrite` removes them; others stay).
@@ -98,65 +99,69 @@ def _remove_run(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
 
 
-def load_corpus(r: Run) -> None:
+def load_corpus(s: Session) -> Loaded:
     """Read the corpus (refusing, on `--resume`, another than the run's), lay its splits
-    out, and score the baselines on the held-out text."""
-    cfg = r.cfg
+    out, and score the baselines on the held-out text. Records the corpus's digest in
+    `s.cfg`."""
+    cfg = s.cfg
     budgets = {"train": cfg.train_bytes, "val": cfg.val_bytes, "test": cfg.test_bytes}
     try:
-        r.corpus = read_corpus(cfg.corpus, budgets)
-        r.streams = TrainStreams(r.corpus.train, cfg.streams, cfg.chunk)
-        r.val = eval_layout(r.corpus.val, cfg.eval_streams, cfg.eval_chunk)
-        r.test = eval_layout(r.corpus.test, cfg.eval_streams, cfg.eval_chunk)
+        corpus = read_corpus(cfg.corpus, budgets)
+        streams = TrainStreams(corpus.train, cfg.streams, cfg.chunk)
+        val = eval_layout(corpus.val, cfg.eval_streams, cfg.eval_chunk)
+        test = eval_layout(corpus.test, cfg.eval_streams, cfg.eval_chunk)
     except (CorpusError, ValueError) as e:
         raise UsageError(str(e)) from None
     except OSError as e:
         if e.filename is None:
             raise
         raise UsageError(f"cannot read the corpus: {e.filename}: {e.strerror or e}.") from None
-    fingerprint = r.corpus.fingerprint()
+    fingerprint = corpus.fingerprint()
     if cfg.corpus_sha256 is not None and cfg.corpus_sha256 != fingerprint["sha256"]:
-        raise UsageError(_other_corpus(r, fingerprint))
-    r.cfg = dataclasses.replace(cfg, corpus_sha256=fingerprint["sha256"])
-    r.baselines = baselines.report(r.corpus.train, {"val": r.val.text, "test": r.test.text})
-    record = {"corpus": fingerprint, "baselines_bits_per_byte": r.baselines}
-    write_atomic(r.out / "corpus.json", json.dumps(record, indent=1).encode())
+        raise UsageError(_other_corpus(s.out, cfg.corpus_sha256, fingerprint))
+    s.cfg = dataclasses.replace(cfg, corpus_sha256=fingerprint["sha256"])
+    scores = baselines.report(corpus.train, {"val": val.text, "test": test.text})
+    record = {"corpus": fingerprint, "baselines_bits_per_byte": scores}
+    write_atomic(s.out / "corpus.json", json.dumps(record, indent=1).encode())
+    return Loaded(corpus, streams, val, test, scores)
 
 
-def _other_corpus(r: Run, now: dict[str, Any]) -> str:
+def _other_corpus(out: Path, recorded: str, now: dict[str, Any]) -> str:
     try:
-        then = json.loads((r.out / "corpus.json").read_text())["corpus"]
+        then = json.loads((out / "corpus.json").read_text())["corpus"]
         was = f"Python {then['python']}'s files in {then['folder']}"
     except (OSError, ValueError, KeyError, TypeError):
         was = "its recorded corpus"
     return (
-        f"--resume: the corpus differs from the one the run in {r.out} was trained on: SHA-256 "
+        f"--resume: the corpus differs from the one the run in {out} was trained on: SHA-256 "
         f"{now['sha256'][:12]}... (Python {now['python']}'s files in {now['folder']}) where the "
-        f"run recorded {r.cfg.corpus_sha256[:12]}... ({was}); the standard library differs "
+        f"run recorded {recorded[:12]}... ({was}); the standard library differs "
         "between Python versions. Resume with the Python (or --corpus folder) the run started "
         "with, or start a new run with another --out."
     )
 
 
-def build(r: Run) -> TrainState:
-    """Model, optimiser, programs and the initial (or resumed) state."""
-    cfg, began = r.cfg, time.perf_counter()
+def build(session: Session, loaded: Loaded) -> tuple[Run, TrainState]:
+    """Model, optimiser, programs and the initial (or resumed) state; returns the built
+    run and that state."""
+    cfg, began = session.cfg, time.perf_counter()
     init_key, run_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     try:
-        model, r.state = build_model(cfg, init_key)
+        model, state = build_model(cfg, init_key)
     except ValueError as e:  # the library's own check: too large for this host, ...
         raise UsageError(
             f"--depth {cfg.depth} --d-model {cfg.d_model} --d-state {cfg.d_state}: {e}"
         ) from None
-    params, r.static = eqx.partition(model, eqx.is_inexact_array)
-    r.programs = make_programs(cfg, r.static, r.state)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    programs = make_programs(cfg, static, state)
+    log = MetricsLog(session.out / "metrics.jsonl")
+    r = Run.built(session, loaded, static=static, state=state, programs=programs, log=log)
     optim, _ = make_optimizer(cfg)
     s = TrainState(0, params, optim.init(params), stream_carry(model, cfg.streams), run_key)
     if r.args.resume:
         s = resume(r, s)
     text = json.dumps(cfg.to_json(), indent=1, sort_keys=True)
     write_atomic(r.out / "config.json", text.encode())
-    r.log = MetricsLog(r.out / "metrics.jsonl")
     r.log.truncate(s.step)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
     sizes = r.corpus.fingerprint()["bytes"]
@@ -170,4 +175,4 @@ def build(r: Run) -> TrainState:
         f"{cfg.chunk} bytes per step, {cfg.steps} steps; built in "
         f"{time.perf_counter() - began:.1f}s."
     )
-    return s
+    return r, s

@@ -29,6 +29,7 @@ from ._resume import finished_results
 from ._run import Run, TrainState
 from ._setup import build, load_corpus, set_up
 from .cli import parse_args
+from .config import LMConfig
 from .model import score_layout
 from .plot import plot_run
 
@@ -60,30 +61,29 @@ def run(
         args = parse_args(["train", *args])
     started = clock() if started is None else started
     with Stop(hard_abort=hard_abort) as stop:
-        r = set_up(args)
-        r.started, r.stop = started, stop
-        stop.watch(r.cfg.save_signals)
+        session = set_up(args, started=started, stop=stop)
+        stop.watch(session.cfg.save_signals)
+        r = None
         try:
-            done = finished_results(r)
+            done = finished_results(session)
             if done is not None:
                 return done
-            load_corpus(r)
-            s = build(r)
+            loaded = load_corpus(session)
+            r, s = build(session, loaded)
             s, status, speed = train_until_stop(r, s, hook, clock)
             return _outputs(r, s, status, speed.rate)
         except Exception as e:
             if _env.is_out_of_memory(e):
-                raise RunError(_out_of_memory(r, e)) from e
+                raise RunError(_out_of_memory(session.cfg, e)) from e
             raise
         finally:
-            if r.log is not None:
+            if r is not None:
                 r.log.close()
-            r.lock.release()
+            session.lock.release()
 
 
-def _out_of_memory(r: Run, e: BaseException) -> str:
+def _out_of_memory(cfg: LMConfig, e: BaseException) -> str:
     """One line: what ran out, and the settings that size the memory."""
-    cfg = r.cfg
     first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
     return (
         f"out of memory ({first[:300]}) for a model of --depth {cfg.depth}, --d-model "

@@ -16,6 +16,7 @@ from ..runs import parallel as par
 from ..runs.atomic import write_atomic
 from ..runs.errors import RunError
 from ..runs.metrics import plot_curves, read_records
+from ..runs.timing import Speed
 from ._carry import Carry
 from ._run import Run
 from .data import batch_indices
@@ -27,6 +28,7 @@ __all__ = ["evaluate", "outputs"]
 def evaluate(r: Run, params, bn_state, split) -> dict[str, Any]:
     """Loss and accuracy over a whole split (the last batch padded with weight 0)."""
     t0, bs, sums = time.perf_counter(), r.cfg.eval_batch_size, None
+    assert bs is not None  # `config.new_run` defaults it to `batch_size`
     rows = par.process_rows(bs)
     for idx in batch_indices(len(split), bs, seed=0, epoch=0, shuffle=False, drop_last=False):
         weight = (np.arange(bs) < len(idx)).astype(np.float32)
@@ -93,9 +95,9 @@ def _test(r: Run, carry: Carry) -> dict[str, Any]:
     }
 
 
-def outputs(r: Run, carry: Carry, status: str) -> dict[str, Any]:
+def outputs(r: Run, carry: Carry, status: str, speed: Speed) -> dict[str, Any]:
     """Test score (when finished), results.json, curves.png and the closing line."""
-    cfg, best, rate = r.cfg, carry.best or {}, r.speed.rate
+    cfg, best, rate = r.cfg, carry.best or {}, speed.rate
     results = {
         "status": status,
         "task": cfg.task,

@@ -1,5 +1,7 @@
-"""What the stages of one training run share (`Run`): settings, folder, devices, data,
-model, programs, the log and the signal handler."""
+"""The stages of one training run, each a record that exists only once filled: the
+`Session` (settings, folder, devices, signal handler), the `Loaded` data with their
+fingerprint, and the built `Run` (the session, the data, the model's static part, the
+jitted steps and the metrics log)."""
 
 import argparse
 import dataclasses
@@ -8,37 +10,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jax.sharding import Mesh
+
 from ..runs import checkpoint as ckpt
 from ..runs.metrics import MetricsLog
 from ..runs.signals import Stop
-from ..runs.timing import Speed
 from .config import RunConfig
 from .data import TaskData
+from .steps import Steps
 
-__all__ = ["Run"]
+__all__ = ["Session", "Loaded", "Run"]
 
 
-@dataclasses.dataclass
-class Run:
-    """What the steps of `run` share: settings, folder, devices, data, model, programs."""
+@dataclasses.dataclass(kw_only=True)
+class Session:
+    """A run once set up: settings, folder, devices, the signal handler.
+
+    `lock` is held by process 0 only; `bar` is the progress bar while training shows one;
+    `started` is the `clock` reading `--time-limit` counts from; `on_record` is
+    `MetricsLog`'s hook."""
 
     args: argparse.Namespace
     cfg: RunConfig
     out: Path
     began: float
-    primary: bool = True
-    mesh: Any = None
-    data: TaskData | None = None
-    fingerprint: dict | None = None
-    static: Any = None
-    steps: Any = None
-    log: MetricsLog | None = None
+    primary: bool
+    mesh: Mesh
+    lock: ckpt.RunLock | None
+    started: float
+    stop: Stop | None
+    on_record: Callable[[dict[str, Any]], Any] | None
     bar: Any = None
-    speed: Speed | None = None
-    started: float | None = None  # the `clock` reading `--time-limit` counts from
-    stop: Stop | None = None
-    lock: ckpt.RunLock | None = None
-    on_record: Callable[[dict[str, Any]], Any] | None = None  # `MetricsLog`'s hook
 
     def say(self, msg: str) -> None:
         try:
@@ -48,3 +50,37 @@ class Run:
                 print(msg, file=sys.stderr, flush=True)
         except OSError:  # a closed terminal (after SIGHUP): the run goes on, files are written
             pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """The task's data, checked, and their fingerprint (sizes and SHA-256 by split)."""
+
+    data: TaskData
+    fingerprint: dict[str, Any]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Run(Session):
+    """A run once built: its session, its data, the model's static part, the jitted steps
+    and the metrics log."""
+
+    data: TaskData
+    fingerprint: dict[str, Any]
+    static: Any
+    steps: Steps
+    log: MetricsLog
+
+    @classmethod
+    def built(
+        cls, session: Session, loaded: Loaded, *, static: Any, steps: Steps, log: MetricsLog
+    ) -> "Run":
+        fields = {f.name: getattr(session, f.name) for f in dataclasses.fields(Session)}
+        return cls(
+            **fields,
+            data=loaded.data,
+            fingerprint=loaded.fingerprint,
+            static=static,
+            steps=steps,
+            log=log,
+        )

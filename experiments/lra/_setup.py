@@ -7,11 +7,13 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import equinox as eqx
 import jax
+from jax.sharding import Mesh
 
 from ..runs import checkpoint as ckpt
 from ..runs import env as _env
@@ -20,11 +22,12 @@ from ..runs import parallel as par
 from ..runs.atomic import write_atomic
 from ..runs.errors import UsageError
 from ..runs.metrics import MetricsLog
+from ..runs.signals import Stop
 from . import cli, cores, tasks
 from . import config as _config
 from ._carry import Carry, data_fingerprint
 from ._resume import resume
-from ._run import Run
+from ._run import Loaded, Run, Session
 from .cli import parse_args
 from .config import RunConfig, flag
 from .data import DataError
@@ -79,9 +82,15 @@ def _saved_config(out: Path) -> dict[str, Any]:
         raise UsageError(str(e)) from None
 
 
-def set_up(args) -> Run:
+def set_up(
+    args,
+    *,
+    started: float,
+    stop: Stop | None = None,
+    on_record: Callable[[dict[str, Any]], Any] | None = None,
+) -> Session:
     """Settings, environment and backend (before JAX touches a device), the processes'
-    agreement, devices, run folder."""
+    agreement, devices, run folder. `started`, `stop`, `on_record`: see `train.run`."""
     if not isinstance(args, argparse.Namespace):
         args = parse_args(args)
     cfg = resolve_config(args)
@@ -91,30 +100,43 @@ def set_up(args) -> Run:
             deterministic=cfg.deterministic, task=cfg.task, on_demand=tasks.on_demand
         )
     )
-    r = Run(args, cfg, Path(args.out), time.perf_counter())
+    out, began = Path(args.out), time.perf_counter()
     par.initialize_distributed(args.distributed)
     _env.start_backend()
-    r.primary = jax.process_index() == 0
-    r.cfg = _agree(r)
+    primary = jax.process_index() == 0
+    cfg = _agree(cfg, args)
+    prepared: list[tuple[Mesh, ckpt.RunLock | None]] = []
     try:
-        mp.settle(lambda: _prepare(r))
+        mp.settle(lambda: prepared.append(_prepare(cfg, args, out, primary)))
     except BaseException:
-        if r.lock is not None:
-            r.lock.release()
+        if prepared and prepared[0][1] is not None:
+            prepared[0][1].release()
         raise
-    return r
+    mesh, lock = prepared[0]
+    return Session(
+        args=args,
+        cfg=cfg,
+        out=out,
+        began=began,
+        primary=primary,
+        mesh=mesh,
+        lock=lock,
+        started=started,
+        stop=stop,
+        on_record=on_record,
+    )
 
 
-def _agree(r: Run) -> RunConfig:
+def _agree(cfg: RunConfig, args: argparse.Namespace) -> RunConfig:
     """Refuse a run whose processes differ in settings, invocation or code; a new run's id
     is process 0's. Returns the config (with that id)."""
-    cfg, args = r.cfg, r.args
     if jax.process_count() == 1:
         return cfg
     fix = "Start every process with the same flags."
     invocation = [(f"--{k.replace('_', '-')}", getattr(args, k)) for k in _INVOCATION]
     mp.agree(invocation, what="their flags", fix=fix)  # first: what follows depends on them
     if not args.resume:  # each process drew its own id: process 0's binds the run
+        assert cfg.run_id is not None  # `config.new_run` draws it
         cfg = cfg.replace(run_id=mp.share(cfg.run_id.encode()).decode())
     # Paths may differ between hosts (the same data elsewhere): the data are compared
     # by digest once loaded (`agree_on_data`).
@@ -129,38 +151,42 @@ def _agree(r: Run) -> RunConfig:
 _INVOCATION = ("resume", "allow_data_change", "stop_at", "time_limit", "distributed")
 
 
-def _prepare(r: Run) -> None:
+def _prepare(
+    cfg: RunConfig, args: argparse.Namespace, out: Path, primary: bool
+) -> tuple[Mesh, ckpt.RunLock | None]:
     """The mesh, the run folder (process 0: writable, locked, no other run there) and
-    the cache folder; raises `UsageError`."""
-    cfg, args = r.cfg, r.args
+    the cache folder; returns the mesh and the lock (process 0's); raises `UsageError`."""
+    lock = None
+    assert cfg.eval_batch_size is not None  # `config.new_run` defaults it to `batch_size`
     try:
-        r.mesh = par.make_mesh(sequence=int(cfg.sequence_parallel or 1))
-        par.check_batch_size(cfg.batch_size, r.mesh)
-        par.check_batch_size(cfg.eval_batch_size, r.mesh, what="--eval-batch-size")
+        mesh = par.make_mesh(sequence=int(cfg.sequence_parallel or 1))
+        par.check_batch_size(cfg.batch_size, mesh)
+        par.check_batch_size(cfg.eval_batch_size, mesh, what="--eval-batch-size")
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if r.primary:
-        _writable_folder(r.out, "--out")
+    if primary:
+        _writable_folder(out, "--out")
         try:  # before anything in the folder is read for the run or written
-            r.lock = ckpt.RunLock(r.out).acquire()
+            lock = ckpt.RunLock(out).acquire()
         except ckpt.FolderInUse as e:
             raise UsageError(str(e)) from None
         except OSError as e:
             raise UsageError(
-                f"--out {str(r.out)!r}: cannot create its lock file ({e.strerror or e})."
+                f"--out {str(out)!r}: cannot create its lock file ({e.strerror or e})."
             ) from None
     try:
-        if not args.resume and ckpt.exists(r.out, "last"):
+        if not args.resume and ckpt.exists(out, "last"):
             raise UsageError(
-                f"{r.out} already holds a run (last.eqx). Pass --resume to continue it, or choose "
+                f"{out} already holds a run (last.eqx). Pass --resume to continue it, or choose "
                 "another --out."
             )
         if cfg.cache_dir is not None:
             _writable_folder(Path(cfg.cache_dir).expanduser(), "--cache-dir")
     except BaseException:
-        if r.lock is not None:
-            r.lock.release()
+        if lock is not None:
+            lock.release()
         raise
+    return mesh, lock
 
 
 def _writable_folder(folder: Path, flag: str) -> None:
@@ -175,9 +201,10 @@ def _writable_folder(folder: Path, flag: str) -> None:
         ) from None
 
 
-def load_data(r: Run) -> None:
+def load_data(s: Session) -> Loaded:
     """Load the task, check that every split can serve its purpose, fingerprint it."""
-    cfg = r.cfg
+    cfg = s.cfg
+    assert cfg.data_root  # `resolve_config` refuses a run without it
     root = Path(cfg.data_root).expanduser()
     if not root.is_dir():
         raise UsageError(
@@ -187,7 +214,7 @@ def load_data(r: Run) -> None:
         )
     user_errors = (FileNotFoundError, DataError)
     try:
-        r.data = load_task(cfg.task, root, cache_dir=cfg.cache_dir, max_examples=cfg.max_examples)
+        data = load_task(cfg.task, root, cache_dir=cfg.cache_dir, max_examples=cfg.max_examples)
     except user_errors as e:
         raise UsageError(str(e)) from None
     except OSError as e:  # permissions, a symlink loop, a full cache disk...
@@ -198,7 +225,7 @@ def load_data(r: Run) -> None:
             f"--data-root {str(root)!r} (and --cache-dir, if given) can be read and written by "
             "this user."
         ) from None
-    sizes = {name: len(getattr(r.data, name)) for name in ("train", "val", "test")}
+    sizes = {name: len(getattr(data, name)) for name in ("train", "val", "test")}
     if sizes["train"] < cfg.batch_size:
         raise UsageError(
             f"The {cfg.task} train split has {sizes['train']} examples, fewer than --batch-size "
@@ -212,28 +239,31 @@ def load_data(r: Run) -> None:
                 f"Provide a non-empty {name} split (e.g. generate --split-sizes with a {name} "
                 "size > 0)."
             )
-    r.fingerprint = data_fingerprint({n: getattr(r.data, n) for n in ("train", "val", "test")})
+    return Loaded(data, data_fingerprint({n: getattr(data, n) for n in ("train", "val", "test")}))
 
 
-def agree_on_data(r: Run) -> None:
+def agree_on_data(loaded: Loaded) -> None:
     """Refuse data that differ between the processes (by split: size and SHA-256)."""
     mp.agree(
-        [(f"the {name} split", value) for name, value in r.fingerprint.items()],
+        [(f"the {name} split", value) for name, value in loaded.fingerprint.items()],
         what="their data",
         fix="Give every process the same files (--data-root), or rebuild its --cache-dir.",
     )
 
 
-def build(r: Run) -> Carry:
-    """Model, optimiser, jitted steps and the initial (or resumed) state, on the devices."""
-    cfg = r.cfg
+def build(s: Session, loaded: Loaded) -> tuple[Run, Carry]:
+    """Model, optimiser, jitted steps and the initial (or resumed) state, on the devices;
+    returns the built run and that state."""
+    cfg, data = s.cfg, loaded.data
     init_key, run_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     try:
-        model, bn_state = build_model(cfg, r.data, init_key)
+        model, bn_state = build_model(cfg, data, init_key)
     except ValueError as e:  # e.g. a core this eqx_lru does not have
         raise UsageError(str(e)) from None
-    params, r.static = eqx.partition(model, eqx.is_inexact_array)
-    r.steps = make_steps(cfg, r.static, r.mesh, task_spec(r.data))
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    steps = make_steps(cfg, static, s.mesh, task_spec(data))
+    log = MetricsLog(s.out / "metrics.jsonl", enabled=s.primary, on_record=s.on_record)
+    r = Run.built(s, loaded, static=static, steps=steps, log=log)
     optim, _ = make_optimizer(cfg)
     carry = Carry(0, params, bn_state, optim.init(params), run_key)
     if r.args.resume:
@@ -242,7 +272,6 @@ def build(r: Run) -> Carry:
         write_atomic(
             r.out / "config.json", json.dumps(cfg.to_json(), indent=1, sort_keys=True).encode()
         )
-    r.log = MetricsLog(r.out / "metrics.jsonl", enabled=r.primary, on_record=r.on_record)
     r.log.truncate(carry.step)
     on_devices = {
         f: par.replicate(getattr(carry, f), r.mesh)
@@ -251,10 +280,10 @@ def build(r: Run) -> Carry:
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
     core = cores.get_core(cfg.core).describe(cfg.form)
     r.say(
-        f"{cfg.task}: {len(r.data.train)}/{len(r.data.val)}/{len(r.data.test)} train/val/test "
-        f"examples, length {r.data.seq_len}; {core}, depth {cfg.depth}, H={cfg.d_model}, "
+        f"{cfg.task}: {len(data.train)}/{len(data.val)}/{len(data.test)} train/val/test "
+        f"examples, length {data.seq_len}; {core}, depth {cfg.depth}, H={cfg.d_model}, "
         f"N={cfg.d_state} ({n_params:,} parameters){', remat' if cfg.remat else ''}; "
         f"{r.mesh.size} {r.mesh.devices.flat[0].platform} device(s), batch {cfg.batch_size}; "
         f"set up in {time.perf_counter() - r.began:.1f}s."
     )
-    return dataclasses.replace(carry, **on_devices)
+    return r, dataclasses.replace(carry, **on_devices)

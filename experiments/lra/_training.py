@@ -118,12 +118,13 @@ class Loop:
             best = {"val_accuracy": val["accuracy"], "val_loss": val["loss"], "step": c.step}
             c = dataclasses.replace(c, best=best, best_tree=tree, best_sha256=None)
         self.postfix.update(val=f"{val['accuracy']:.3f}")
-        rate = self.speed.rate
+        rate, best = self.speed.rate, c.best
+        assert best is not None  # set above on the first validation
         self.r.say(
             f"step {c.step}/{self.cfg.steps}: train loss {self.postfix.get('loss', '-')} acc "
             f"{self.postfix.get('acc', '-')}; val loss {val['loss']:.4f} acc "
             f"{val['accuracy']:.4f} (best "
-            f"{c.best['val_accuracy']:.4f} at step {c.best['step']}); "
+            f"{best['val_accuracy']:.4f} at step {best['step']}); "
             f"{'-' if rate is None else f'{rate:.2f}'} steps/s"
         )
         return c
@@ -164,6 +165,7 @@ class Loop:
         def write():
             digest = c.best_sha256
             if c.best_tree is not None:
+                assert c.best is not None  # `validate` sets both
                 digest = ckpt.save(
                     self.r.out,
                     "best",
@@ -203,9 +205,9 @@ def _too_short(loop: Loop, step: int) -> None:
     )
 
 
-def train_until_stop(r: Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
+def train_until_stop(r: Run, carry: Carry, hook, clock) -> tuple[Carry, str, Speed]:
     """Run steps until the end, `--stop-at`, `--time-limit` or a signal; returns the last
-    complete carry and the status."""
+    complete carry, the status and the speed of the steps."""
     total, args = r.cfg.steps, r.args
     stop_at = total if args.stop_at is None else min(max(args.stop_at, carry.step), total)
     loop = Loop(r, stop_at, hook, Deadline(args.time_limit, clock, started=r.started))
@@ -230,6 +232,7 @@ def train_until_stop(r: Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
         try:
             carry, stopped = _steps(loop, carry, pool, stopper)
         except KeyboardInterrupt:
+            assert loop.complete is not None  # `_steps` sets it first
             carry, stopped = loop.complete, None
             status = "interrupted"
         if stopped is not None:
@@ -242,8 +245,7 @@ def train_until_stop(r: Run, carry: Carry, hook, clock) -> tuple[Carry, str]:
         if r.bar is not None:
             r.bar.close()
     loop.speed.pause(carry.step)
-    r.speed = loop.speed
-    return carry, status
+    return carry, status, loop.speed
 
 
 def _steps(loop: Loop, carry: Carry, pool, stopper) -> tuple[Carry, str | None]:
@@ -272,6 +274,7 @@ def _steps(loop: Loop, carry: Carry, pool, stopper) -> tuple[Carry, str | None]:
                 f"--time-limit {loop.r.args.time_limit:g} min: stopping before the deadline.",
             )
         loop.deadline.start_iteration()
+        assert future is not None  # submitted while a step is left
         batch = future.result()
         future = pool.submit(loop.batch, carry.step + 1) if carry.step + 1 < loop.stop_at else None
         carry = loop.complete = loop.after_step(loop.step(carry, batch))

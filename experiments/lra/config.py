@@ -155,11 +155,13 @@ class RunConfig:
                                  _MODULUS)
     max_phase: float | None = _binds("LRU: eigenvalue phases at init in [0, this]", "core",
                                      _FLOAT32)
-    glu: str = _binds("the GLU after each core: 'half' has no extra linear map (§D.1)", "model",
-                      choices=("full", "half"))
-    norm: str = _binds("normalisation in each block", "model", choices=("batch", "layer"))
-    pooling: str = _binds("pooling over positions before the head", "model",
-                          choices=("mean", "last"))
+    glu: Literal["full", "half"] = _binds(
+        "the GLU after each core: 'half' has no extra linear map (§D.1)", "model",
+        choices=("full", "half"))
+    norm: Literal["batch", "layer"] = _binds("normalisation in each block", "model",
+                                             choices=("batch", "layer"))
+    pooling: Literal["mean", "last"] = _binds("pooling over positions before the head", "model",
+                                              choices=("mean", "last"))
     seed: int = _binds("model init, data order and dropout", "optimisation", _SEED, default=0,
                        program=False)
     max_examples: int | None = _binds("use at most N examples of each split (quick runs)", "run",

@@ -100,6 +100,7 @@ def make_core(config: RunConfig) -> Callable:
                 f"--sequence-parallel needs a core that runs on the scan; --core {config.core} "
                 f"{record.unused_reason}."
             )
+        assert config.method is not None  # set for every scan core (`RunConfig.defaults`)
         method = eqx_lru.SequenceParallel(par.SEQ_AXIS, config.method)
     return record.factory(config, method)
 
@@ -119,7 +120,11 @@ def build_model(
 
 def _build(config: RunConfig, spec: TaskSpec, key):
     tokens = spec.vocab_size is not None
-    in_size = spec.vocab_size if tokens else int(spec.in_channels)
+    if spec.vocab_size is not None:
+        in_size = spec.vocab_size
+    else:
+        assert spec.in_channels is not None  # a pixel task (`tasks.Task`'s check)
+        in_size = int(spec.in_channels)
     sizes = (config.d_model, config.d_state, config.depth)
     block = functools.partial(
         eqx_lru.LRUBlock,
@@ -130,16 +135,17 @@ def _build(config: RunConfig, spec: TaskSpec, key):
         glu=config.glu,
         axis_name=AXIS_NAME,
     )
-    model = dict(
+    model = functools.partial(
+        eqx_lru.LRUModel,
         encoder="embedding" if tokens else "linear",
         pooling=config.pooling,
         block=block,
         remat=bool(config.remat),
     )
     if get_task(spec.task).model != "retrieval":
-        return eqx_lru.LRUModel(in_size, spec.num_classes, *sizes, key=key, **model)
+        return model(in_size, spec.num_classes, *sizes, key=key)
     enc_key, head_key = jax.random.split(key)
-    encoder = eqx_lru.LRUModel(in_size, None, *sizes, key=enc_key, **model)
+    encoder = model(in_size, None, *sizes, key=enc_key)
     return eqx_lru.LRURetrievalModel(encoder, spec.num_classes, key=head_key)
 
 
@@ -157,8 +163,8 @@ class Steps(NamedTuple):
     opt_state, [loss, accuracy, lr])` and `eval(params, bn_state, batch) -> [sum of nll,
     number correct, count]` (weighted by `batch["weight"]`), both jitted over `mesh`."""
 
-    train: Callable
-    eval: Callable
+    train: jax.stages.Wrapped
+    eval: jax.stages.Wrapped
 
 
 #: Jitted steps per configuration, so that several runs in one process (the demo, the
@@ -305,7 +311,9 @@ def example_batch(spec: TaskSpec, batch_size: int) -> dict[str, np.ndarray]:
     """A training batch of the shapes and dtypes of `host_batch` for `spec` (full-length
     documents, label 0)."""
     b, length = batch_size, spec.seq_len
+    out: dict[str, np.ndarray]
     if spec.vocab_size is None:
+        assert spec.in_channels is not None  # a pixel task (`tasks.Task`'s check)
         out = {"x": np.zeros((b, length, spec.in_channels), np.float32)}
     elif get_task(spec.task).model == "retrieval":
         out = {

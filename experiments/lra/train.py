@@ -113,32 +113,32 @@ def run(
     from ._training import train_until_stop
 
     with Stop(hard_abort=hard_abort) as stop:  # signals: flags; before training they end the run
-        r = set_up(args)
-        r.started, r.stop, r.on_record = started, stop, on_record
-        stop.watch(r.cfg.save_signals)
+        s = set_up(args, started=started, stop=stop, on_record=on_record)
+        stop.watch(s.cfg.save_signals)
+        r = None
         try:
-            mp.settle(lambda: load_data(r))
-            agree_on_data(r)
-            carry = mp.settle(lambda: build(r))
-            carry, status = train_until_stop(r, carry, hook, clock)
-            return outputs(r, carry, status)
+            loaded = mp.settle(lambda: load_data(s))
+            agree_on_data(loaded)
+            r, carry = mp.settle(lambda: build(s, loaded))
+            carry, status, speed = train_until_stop(r, carry, hook, clock)
+            return outputs(r, carry, status, speed)
         except Exception as e:
             if _env.is_out_of_memory(e):
                 raise RunError(
                     _env.out_of_memory_message(
                         e,
-                        task=r.cfg.task,
-                        batch=r.cfg.batch_size,
-                        remat=r.cfg.remat,
-                        devices=r.mesh.size if r.mesh else None,
+                        task=s.cfg.task,
+                        batch=s.cfg.batch_size,
+                        remat=s.cfg.remat,
+                        devices=s.mesh.size,
                     )
                 ) from e
             raise
         finally:
-            if r.log is not None:
+            if r is not None:
                 r.log.close()
-            if r.lock is not None:
-                r.lock.release()
+            if s.lock is not None:
+                s.lock.release()
 
 
 #: File-system errors that are the environment's, not the program's: one line, status 2.

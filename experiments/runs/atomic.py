@@ -45,6 +45,7 @@ def write_temp(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
     mode = _existing_mode(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    tmp = path  # the last name tried, once the loop has run
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:

@@ -40,6 +40,7 @@ __all__ = [
     "never",
     "is_out_of_memory",
     "out_of_memory_message",
+    "jax_option",
 ]
 
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
@@ -48,6 +49,14 @@ _ALLOCATOR_VARS = (
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
     "XLA_PYTHON_CLIENT_ALLOCATOR",
 )
+
+
+def jax_option(name: str) -> Any:
+    """The value of JAX's configuration option `name` (`jax.config.<name>`, which JAX's
+    type stubs do not list)."""
+    import jax
+
+    return getattr(jax.config, name)
 
 
 def never(task: str) -> bool:
@@ -125,10 +134,10 @@ def out_of_memory_message(
     if len(first) > 300:
         first = first[:300] + "..."
     half = f"--batch-size {batch // 2}" if batch > 1 else "a smaller --batch-size"
-    remat = "" if remat else "--remat (recompute each block in the backward pass), "
+    use_remat = "" if remat else "--remat (recompute each block in the backward pass), "
     return (
         f"out of memory while training {task} (batch {batch}, "
-        f"{'?' if devices is None else devices} device(s)): {first}. To fit, use {remat}"
+        f"{'?' if devices is None else devices} device(s)): {first}. To fit, use {use_remat}"
         f"{half} (changes the recipe), or more devices (the global batch is split over them); "
         "with JAX's default preallocation also try XLA_PYTHON_CLIENT_PREALLOCATE=false. "
         "experiments/lra/MEMORY.md lists each task's memory."
@@ -215,7 +224,7 @@ def start_backend() -> list:
     try:
         return jax.devices()
     except (AssertionError, RuntimeError) as e:
-        asked = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or ""
+        asked = os.environ.get("JAX_PLATFORMS") or jax_option("jax_platforms") or ""
         first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
         if asked:
             raise UsageError(

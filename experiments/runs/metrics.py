@@ -27,7 +27,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,9 @@ def _series(records: Iterable[Mapping[str, Any]], split: str, field: str):
     return xs, ys
 
 
-def plot_curves(records: list[Mapping[str, Any]], path: str | os.PathLike, *, title: str) -> None:
+def plot_curves(
+    records: Sequence[Mapping[str, Any]], path: str | os.PathLike, *, title: str
+) -> None:
     """Loss and accuracy against step (train and validation; test as a marker) to a PNG.
 
     Uses matplotlib's object API with the Agg canvas, so it works headless and does not

@@ -36,7 +36,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import jax
 import numpy as np
@@ -67,7 +67,7 @@ def gather(blob: bytes) -> list[bytes]:
 
 def share(blob: bytes | None) -> bytes:
     """Process 0's `blob` on every process (the others pass None)."""
-    blobs = gather(blob if jax.process_index() == 0 else b"")
+    blobs = gather(blob if jax.process_index() == 0 and blob is not None else b"")
     return blobs[0]
 
 
@@ -117,7 +117,7 @@ def settle(stage: Callable[[], T]) -> T:
             error = _KINDS[kind](f"process {index} of {len(failures)}: {message}")
             error.shared = True  # every process raises it: no need to tell the others
             raise error
-    return result
+    return cast(T, result)  # `stage` returned it: no process failed
 
 
 _LIBRARIES = ("eqx_lru", "jax", "jaxlib", "equinox", "optax", "numpy")

@@ -42,6 +42,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from .env import jax_option
 from .errors import UsageError
 
 __all__ = [
@@ -135,7 +136,7 @@ def initialize_distributed(mode: str = "auto") -> bool:
         _check_port_free(os.environ.get("JAX_COORDINATOR_ADDRESS"))
     # The CPU backend's collectives across processes: gloo (JAX 0.10.2's default; without
     # any, a multi-process CPU run fails at its first cross-process all-reduce).
-    if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
+    if jax_option("jax_cpu_collectives_implementation") in (None, "", "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     # Its SIGTERM handler would replace the trainer's; `multiprocess.StopVote` agrees on
     # stopping instead, for every signal.

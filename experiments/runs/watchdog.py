@@ -94,6 +94,12 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _store(self):
+        """JAX's key-value store (the coordination service's client): the watchdog runs
+        only with one (`start`)."""
+        assert self.client is not None
+        return self.client
+
     def start(self) -> "Watchdog":
         global _CURRENT
         if self.client is not None and self.count > 1:
@@ -108,7 +114,7 @@ class Watchdog:
         global _CURRENT
         self._stop.set()
         with contextlib.suppress(Exception):
-            self.client.key_value_set(f"{_PREFIX}/done/{self.index}", "1", allow_overwrite=True)
+            self._store().key_value_set(f"{_PREFIX}/done/{self.index}", "1", allow_overwrite=True)
         if _CURRENT is self:
             _CURRENT = None
 
@@ -119,22 +125,22 @@ class Watchdog:
         _say(message)
         with contextlib.suppress(Exception):
             text = json.dumps({"message": message, "code": code})
-            self.client.key_value_set(f"{_PREFIX}/failed/{self.index}", text)
+            self._store().key_value_set(f"{_PREFIX}/failed/{self.index}", text)
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:  # until every peer has read it (or gone)
-                seen = self.client.key_value_dir_get(f"{_PREFIX}/seen/{self.index}/")
+                seen = self._store().key_value_dir_get(f"{_PREFIX}/seen/{self.index}/")
                 if len(seen) >= self.count - 1:
                     break
                 time.sleep(0.1)
         _exit(None, code)
 
     def _run(self) -> None:
-        last: dict[int, tuple[str, float]] = {}
+        last: dict[int, tuple[str | None, float]] = {}
         tick = 0
         while not self._stop.wait(self.poll):
             tick += 1
             try:
-                self.client.key_value_set(
+                self._store().key_value_set(
                     f"{_PREFIX}/alive/{self.index}", str(tick), allow_overwrite=True
                 )
                 self._read_failures()
@@ -155,7 +161,7 @@ class Watchdog:
                 )
 
     def _dir(self, kind: str) -> list[tuple[str, str]]:
-        return self.client.key_value_dir_get(f"{_PREFIX}/{kind}/")
+        return self._store().key_value_dir_get(f"{_PREFIX}/{kind}/")
 
     def _read_failures(self) -> None:
         for key, value in self._dir("failed"):
@@ -163,7 +169,7 @@ class Watchdog:
             if peer == self.index:
                 continue
             with contextlib.suppress(Exception):
-                self.client.key_value_set(f"{_PREFIX}/seen/{peer}/{self.index}", "1")
+                self._store().key_value_set(f"{_PREFIX}/seen/{peer}/{self.index}", "1")
             failure = json.loads(value)
             self._stop.set()
             _say(f"process {peer} of {self.count}: {failure['message']}")
@@ -171,13 +177,13 @@ class Watchdog:
                 time.sleep(2)
             _exit(None, failure["code"])
 
-    def _stale(self, last: dict[int, tuple[str, float]], done: set[str]) -> int | None:
+    def _stale(self, last: dict[int, tuple[str | None, float]], done: set[str]) -> int | None:
         now = time.monotonic()
         for peer in range(self.count):
             if peer == self.index or str(peer) in done:
                 continue
             try:
-                beat = self.client.key_value_try_get(f"{_PREFIX}/alive/{peer}")
+                beat = self._store().key_value_try_get(f"{_PREFIX}/alive/{peer}")
             except Exception:  # not published yet
                 beat = None
             if peer not in last or (beat is not None and beat != last[peer][0]):

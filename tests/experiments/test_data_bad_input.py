@@ -164,13 +164,15 @@ def test_split_sizes_are_reported(tmp_path):
     [
         (
             ["--task", "listops", "--size", "0"],
-            "argument --size: must be a positive integer, got 0",
+            "argument --size: expected an integer >= 1 and <= 2147483647 (a 32-bit integer), "
+            "got '0'",
         ),
-        (["--task", "pathfinder", "--size", "0"], "argument --size: must be a positive integer"),
-        (["--task", "listops", "--size", "-5"], "argument --size: must be a positive integer"),
+        (["--task", "pathfinder", "--size", "0"], "argument --size: expected an integer >= 1"),
+        (["--task", "listops", "--size", "-5"], "argument --size: expected an integer >= 1"),
         (
             ["--task", "listops", "--split-sizes", "40", "0", "2"],
-            "argument --split-sizes: must be a positive integer, got 0",
+            "argument --split-sizes: expected an integer >= 1 and <= 2147483647 (a 32-bit "
+            "integer), got '0'",
         ),
         (["--task", "listops", "--split-sizes", "40", "-1", "2"], "argument --split-sizes"),
         (["--task", "listops", "--size", "2"], "argument --size: ListOps needs at least 3"),
@@ -178,12 +180,15 @@ def test_split_sizes_are_reported(tmp_path):
             ["--task", "listops", "--size", "9", "--split-sizes", "3", "3", "3"],
             "either --size or --split-sizes",
         ),
-        (["--task", "pathfinder", "--workers", "0"], "argument --workers: must be a positive"),
+        (
+            ["--task", "pathfinder", "--workers", "0"],
+            "argument --workers: expected an integer >= 1",
+        ),
         (
             ["--task", "pathfinder", "--resolution", "8"],
-            "argument --resolution: must be an integer >= 16",
+            "argument --resolution: expected an integer >= 16",
         ),
-        (["--task", "listops", "--seed", "-1"], "argument --seed: must be an integer >= 0"),
+        (["--task", "listops", "--seed", "-1"], "argument --seed: expected an integer >= 0"),
     ],
 )
 def test_generate_refuses_bad_flags_in_one_line(tmp_path, capsys, flags, message):
@@ -202,9 +207,12 @@ def test_generate_reports_impossible_settings_and_unwritable_out(tmp_path, capsy
     assert err.startswith("error: No integer length lies strictly between") and err.count("\n") == 1
     (tmp_path / "file").write_text("")
     flags = ["--task", "pathfinder", "--size", "3", "--out", str(tmp_path / "file" / "x")]
-    assert gen.main(flags) == 2
+    with pytest.raises(SystemExit) as exit_info:  # the parser's check (runs.flags)
+        gen.main(flags)
+    assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --out: cannot write") and "file/x" in err
+    assert err.startswith("error: argument --out:") and err.count("\n") == 1
+    assert "file/x" in err and "is not a writable folder" in err
     gen.main(["--task", "pathfinder", "--size", "2", "--out", str(tmp_path / "pf")])
     capsys.readouterr()
     assert gen.main(["--task", "pathfinder", "--size", "2", "--out", str(tmp_path / "pf")]) == 2

@@ -12,10 +12,13 @@ import os
 import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from ._common import DataError, write_atomic
+
+T = TypeVar("T")
 
 CACHE_VERSION = 1
 
@@ -33,7 +36,7 @@ def cache_folder(cache_dir: Path, name: str) -> Path:
     return cache
 
 
-def cache_io(cache: Path, action: Callable[[], object]) -> object:
+def cache_io(cache: Path, action: Callable[[], T]) -> T:
     """Run a file operation on the cache, turning an `OSError` into a `DataError`."""
     try:
         return action()

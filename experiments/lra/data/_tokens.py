@@ -29,7 +29,8 @@ _MAX_CODE_POINT = 0x110000
 
 #: An example is (label, documents); a document is a list of word tokens (ListOps) or an
 #: array of Unicode code points (Text, Retrieval), already truncated to l_max - 1.
-Example = tuple[int, tuple[Sequence, ...]]
+Document = Sequence | np.ndarray
+Example = tuple[int, tuple[Document, ...]]
 #: A split's examples, afresh on every call (the train split is read twice).
 Source = Callable[[], Iterator[Example]]
 
@@ -58,7 +59,7 @@ def _count_words(source: Source) -> Counter:
 
 def _count_chars(source: Source) -> dict[str, int]:
     total = np.zeros(_MAX_CODE_POINT, np.int64)
-    buffer: list[np.ndarray] = []
+    buffer: list[Document] = []
     size = 0
     for _, docs in source():
         buffer.extend(docs)
@@ -71,12 +72,12 @@ def _count_chars(source: Source) -> dict[str, int]:
     return {chr(cp): int(total[cp]) for cp in np.flatnonzero(total)}
 
 
-def _word_encoder(vocab: tuple[str, ...]) -> Callable[[Sequence], np.ndarray]:
+def _word_encoder(vocab: tuple[str, ...]) -> Callable[[Document], np.ndarray]:
     index = {t: i for i, t in enumerate(vocab)}
     return lambda doc: np.fromiter((index.get(t, UNK_ID) for t in doc), np.int64, len(doc))
 
 
-def _char_encoder(vocab: tuple[str, ...]) -> Callable[[Sequence], np.ndarray]:
+def _char_encoder(vocab: tuple[str, ...]) -> Callable[[Document], np.ndarray]:
     lut = np.full(_MAX_CODE_POINT, UNK_ID, np.int64)
     for i, token in enumerate(vocab):
         if token not in SPECIALS:

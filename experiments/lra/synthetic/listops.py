@@ -216,9 +216,10 @@ def listops_split_sizes(total: int) -> tuple[int, int, int]:
 
 
 def write_listops(
-    out: str | os.PathLike, sizes: tuple[int, int, int], *, seed: int = 0, **kwargs
+    out: str | os.PathLike, sizes: tuple[int, ...], *, seed: int = 0, **kwargs
 ) -> Path:
-    """Generate `sum(sizes)` examples and write `out/listops-1000/basic_{train,val,test}.tsv`.
+    """Generate `sum(sizes)` examples (`sizes`: train, val, test) and write
+    `out/listops-1000/basic_{train,val,test}.tsv`.
 
     `kwargs` go to `generate_listops`. Returns the `listops-1000` folder.
     """

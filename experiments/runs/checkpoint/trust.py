@@ -43,6 +43,7 @@ class NotBound(CheckpointError):
                 f"{k}: {a!r} in {self.path.name}, {b!r} in config.json"
                 for k, (a, b) in self.diff.items()
             )
+        assert self.run_ids is not None  # `NotBound` holds a diff or both run ids
         theirs, own = self.run_ids
         return f"run id {theirs} in {self.path.name}, {own} in {run}"
 
@@ -68,7 +69,8 @@ def check_bound(
     `config` and `settings` hold differs, or else if the checkpoint records a run id other
     than `run_id`.
     """
-    theirs = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    config = meta.get("config")
+    theirs = config if isinstance(config, dict) else {}
     settings = settings or {}
     diff = {
         k: (theirs[k], settings[k])
