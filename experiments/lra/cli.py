@@ -103,6 +103,12 @@ def _parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="continue from OUT/last.eqx, exactly [off]"
     )
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run in OUT even if it holds one (its checkpoints, metrics and "
+        "results are removed first; without it such a folder is refused) [off]",
+    )
+    p.add_argument(
         "--allow-data-change",
         action="store_true",
         help="with --resume: continue although the data differ from the checkpoint's [off]",
@@ -144,7 +150,16 @@ def _invocation(g) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return _parser().parse_args(argv)
+    """The command line `argv` (default `sys.argv[1:]`) parsed; a bad flag, or `--resume`
+    with `--overwrite`, is argparse's one `error:` line and `SystemExit(2)`."""
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.resume and args.overwrite:
+        p.error(
+            "argument --overwrite: --resume continues the run in --out and --overwrite "
+            "replaces it; pass one of them"
+        )
+    return args
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:

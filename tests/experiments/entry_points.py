@@ -118,9 +118,7 @@ def _figure(module: str) -> Command:
 COMMANDS: tuple[Command, ...] = (
     Command("experiments.lra.train", "--task listops --data-root {run} --out {out}",
             _LRA_TRAIN_FLAGS, writes="{out}/config.json", run_folder=True, owner="harness",
-            slow=True, xfail="harness: --help imports JAX; switches without [off], --task's "
-            "'[per task: listops listops, ...]'; --out/--data-root/--cache-dir take non-UTF-8, "
-            "--stop-at takes 10**30; no --overwrite (NOTES.md 05:58)"),
+            slow=True),
     Command("experiments.lra.generate", "--task listops --out {out}",
             "--out=out --size=int[1,] --seed=int[0,] --min-length=int[0,] --max-length=int[1,] "
             "--max-depth=int[1,] --max-args=int[2,] --split-sizes=int[1,]*3 "
