@@ -149,9 +149,7 @@ COMMANDS: tuple[Command, ...] = (
             xfail="perf: --out/--json unchecked (the benchmark runs), no [default]s, no "
             "--overwrite (NOTES.md 05:58)", xfail_run=False),
     Command("experiments.bench.streams_claims", "--quick --out {out}/claims.md",
-            "--rounds=int[1,] --out=out", writes="{out}/claims.md", owner="perf", slow=True,
-            xfail="perf: bare type=int --rounds, unchecked --out (the benchmark runs), no "
-            "[default]s, no --overwrite (NOTES.md 06:40)", xfail_run=False),
+            "--rounds=int[1,] --out=out", writes="{out}/claims.md", owner="perf", slow=True),
     Command("experiments.gpu_check", "--dry-run --out {out}",
             "--budget=float[10,86400] --out=out --parts=text", writes="{out}/report.json"),
     Command("experiments.paper.ladder", "--fast --out {out}", _LADDER_FLAGS,
