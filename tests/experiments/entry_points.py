@@ -145,9 +145,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("experiments.bench.streaming", "--quick --out {out}/streaming.md",
             "--out=out --json=out", writes="{out}/streaming.md", owner="perf", slow=True),
     Command("experiments.bench.streams", "--quick --out {out}/streams.md",
-            "--out=out --json=out --onnx=in", writes="{out}/streams.md", owner="perf", slow=True,
-            xfail="perf: --out/--json unchecked (the benchmark runs), no [default]s, no "
-            "--overwrite (NOTES.md 05:58)", xfail_run=False),
+            "--out=out --json=out --onnx=in", writes="{out}/streams.md", owner="perf", slow=True),
     Command("experiments.bench.streams_claims", "--quick --out {out}/claims.md",
             "--rounds=int[1,] --out=out", writes="{out}/claims.md", owner="perf", slow=True),
     Command("experiments.gpu_check", "--dry-run --out {out}",
