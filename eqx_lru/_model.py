@@ -187,7 +187,7 @@ class LRUModel(eqx.Module):
         return int(self.encoder.out_features)  # an int here, never Linear's "scalar"
 
     def _check_known_values(self, x, **values) -> None:
-        """`_model_io.check_known_values` (what `eqx_lru.Retrieval` checks per document)."""
+        """`_model_io.check_known_values` (what `eqx_lru.LRURetrievalModel` checks per document)."""
         check_known_values(self, x, **values)
 
     def _features(
