@@ -287,45 +287,68 @@ def render(grid, results, info) -> str:
     return "\n".join(lines)
 
 
+def _onnx_file(value: str) -> str:
+    """`--onnx`: an existing file (UTF-8 path), checked when the flag is parsed."""
+    from ..runs.flags import text
+
+    if not os.path.isfile(text(value)):
+        what = "is not a file" if os.path.exists(value) else "does not exist"
+        raise argparse.ArgumentTypeError(f"{value!r} {what}")
+    return value
+
+
 def main(argv=None) -> int:
+    """The command line; a bad flag or an existing output (without --overwrite) is one
+    `error:` line, status 2, before anything is measured."""
+    from ..runs.atomic import write_atomic
+    from ..runs.flags import add_overwrite, output_file, refuse_existing
+
     parser = argparse.ArgumentParser(
         prog="python -m experiments.bench.streams", description=__doc__
     )
-    parser.add_argument("--quick", action="store_true", help="a tiny model, few rounds (seconds)")
     parser.add_argument(
-        "--out", help="Markdown to write (default: STREAMS-<backend>.md here; quick: stdout)"
+        "--quick", action="store_true", help="a tiny model, few rounds (seconds) [off]"
     )
-    parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument(
+        "--out",
+        type=output_file,
+        help="Markdown to write [STREAMS-<backend>.md here; quick: stdout]",
+    )
+    parser.add_argument("--json", type=output_file, help="also write the raw results here [none]")
     parser.add_argument(
         "--sessions",
         action="store_true",
-        help="also onnxruntime with other session options (SESSION_VARIANTS), at the most streams",
+        help="also onnxruntime with other session options (SESSION_VARIANTS), at the most "
+        "streams [off]",
     )
     parser.add_argument(
         "--onnx",
         action="append",
+        type=_onnx_file,
         default=[],
         metavar="FILE",
         help="also this exported ONNX step (e.g. from another commit), at the most streams; "
-        "repeatable",
+        "repeatable [none]",
     )
+    add_overwrite(parser)
     args = parser.parse_args(argv)
+    refuse_existing(parser, [args.out, args.json], overwrite=args.overwrite)
     import jax
 
+    default = os.path.join(HERE, f"STREAMS-{jax.default_backend()}.md")
+    out = args.out or (None if args.quick else default)
+    if out == default:
+        refuse_existing(parser, [out], flag="the default --out", overwrite=args.overwrite)
     from . import report
 
     grid = QUICK if args.quick else FULL
     info = report.machine_info()
     results = measure(grid, sessions=args.sessions, files=args.onnx)
     text = render(grid, results, info)
-    default = os.path.join(HERE, f"STREAMS-{jax.default_backend()}.md")
-    out = args.out or (None if args.quick else default)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        write_atomic(args.json, json.dumps(results, indent=1).encode())
     if out:
-        with open(out, "w") as f:
-            f.write(text)
+        write_atomic(out, text.encode())
         _log(f"wrote {out}")
     else:
         print(text)

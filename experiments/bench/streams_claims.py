@@ -175,13 +175,20 @@ def _log(msg):
 
 
 def main(argv=None) -> int:
+    """The command line; a bad flag or an existing --out (without --overwrite) is one
+    `error:` line, status 2, before anything is measured."""
+    from ..runs.atomic import write_atomic
+    from ..runs.flags import POSITIVE_INT, add_overwrite, output_file, refuse_existing
+
     parser = argparse.ArgumentParser(
         prog="python -m experiments.bench.streams_claims", description=__doc__
     )
-    parser.add_argument("--quick", action="store_true", help="a tiny model, two rounds")
-    parser.add_argument("--rounds", type=int, help="rounds (default: 15; quick: 2)")
-    parser.add_argument("--out", help="Markdown to write (default: stdout)")
+    parser.add_argument("--quick", action="store_true", help="a tiny model, two rounds [off]")
+    parser.add_argument("--rounds", type=POSITIVE_INT, help="rounds [15; quick: 2]")
+    parser.add_argument("--out", type=output_file, help="Markdown to write [stdout]")
+    add_overwrite(parser)
     args = parser.parse_args(argv)
+    refuse_existing(parser, [args.out], overwrite=args.overwrite)
     from . import report
 
     grid = dict(QUICK if args.quick else FULL)
@@ -189,8 +196,7 @@ def main(argv=None) -> int:
         grid["rounds"] = args.rounds
     text = render(grid, measure(grid), report.machine_info())
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+        write_atomic(args.out, text.encode())
     else:
         print(text)
     return 0

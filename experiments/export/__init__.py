@@ -7,16 +7,23 @@ reads the best weights of a `python -m experiments.lra.train` run that the train
 artifact and its JSON manifest, into `DIR` (default `OUT/export/`); `_cli.py` is the
 command line. Which weights, the programs, the formats and what an exported program
 checks: [exporting a model](../../docs/guides/export.md).
+
+The names below are imported when first used, so that the command line answers `--help`
+and a bad flag before JAX is imported.
 """
 
-from eqx_lru.export import ExportError as ExportError
-from eqx_lru.export import prepare as prepare
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from ._cli import main as main
-from ._command import FORMATS as FORMATS
-from ._command import export_run as export_run
-from ._run import Run as Run
-from ._run import load_run as load_run
+if TYPE_CHECKING:
+    from eqx_lru.export import ExportError as ExportError
+    from eqx_lru.export import prepare as prepare
+
+    from ._cli import main as main
+    from ._command import FORMATS as FORMATS
+    from ._command import export_run as export_run
+    from ._run import Run as Run
+    from ._run import load_run as load_run
 
 __all__ = [
     "ExportError",
@@ -27,3 +34,24 @@ __all__ = [
     "export_run",
     "main",
 ]
+
+#: Where each public name lives (relative to this package, or absolute).
+_HOMES = {
+    "ExportError": "eqx_lru.export",
+    "prepare": "eqx_lru.export",
+    "main": "._cli",
+    "FORMATS": "._command",
+    "export_run": "._command",
+    "Run": "._run",
+    "load_run": "._run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

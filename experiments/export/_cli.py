@@ -1,15 +1,17 @@
-"""The command line of `python -m experiments.export` (see the export guide)."""
+"""The command line of `python -m experiments.export` (see the export guide). It is parsed
+before JAX is imported: `--help` and a bad flag answer at once."""
 
 import argparse
 import sys
 from collections.abc import Sequence
 
-from eqx_lru.export import ExportError
-
 from ..runs.flags import output_folder, report_os_errors
-from ._command import FORMATS, export_run
 
 __all__ = ["main"]
+
+#: The choices of `--format`: `eqx_lru.export.FORMATS` (a test checks they agree), named
+#: here so that the parser does not import the library.
+FORMATS = ("stablehlo", "onnx")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,16 +24,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--step",
         action="store_true",
-        help="export one streaming step (state in, state out) instead of the whole sequence",
+        help="export one streaming step (state in, state out) instead of the whole sequence [off]",
     )
     parser.add_argument(
-        "--dest", type=output_folder, default=None, help="output folder (default RUN/export)"
+        "--dest", type=output_folder, default=None, help="output folder [RUN/export]"
     )
     parser.add_argument(
         "--overwrite",
         action="store_true",
         help="replace files at the artifact's or manifest's name that export did not write "
-        "(by default they are kept and the export refused)",
+        "(without it they are kept and the export refused) [off]",
     )
     return parser
 
@@ -46,6 +48,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
+    from eqx_lru.export import ExportError
+
+    from ._command import export_run
+
     try:
         artifact = export_run(
             args.run, args.format, step=args.step, dest=args.dest, overwrite=args.overwrite

@@ -148,7 +148,7 @@ def _agree(cfg: RunConfig, args: argparse.Namespace) -> RunConfig:
 
 
 #: The flags of the invocation that every process must share.
-_INVOCATION = ("resume", "allow_data_change", "stop_at", "time_limit", "distributed")
+_INVOCATION = ("resume", "overwrite", "allow_data_change", "stop_at", "time_limit", "distributed")
 
 
 def _prepare(
@@ -175,11 +175,14 @@ def _prepare(
                 f"--out {str(out)!r}: cannot create its lock file ({e.strerror or e})."
             ) from None
     try:
-        if not args.resume and ckpt.exists(out, "last"):
-            raise UsageError(
-                f"{out} already holds a run (last.eqx). Pass --resume to continue it, or choose "
-                "another --out."
-            )
+        if not args.resume and (ckpt.exists(out, "last") or (out / "config.json").exists()):
+            if not args.overwrite:
+                raise UsageError(
+                    f"{out} already holds a run. Pass --resume to continue it, --overwrite to "
+                    "replace it with a new one, or choose another --out."
+                )
+            if primary:  # it holds the lock: no other trainer writes there
+                _remove_run(out)
         if cfg.cache_dir is not None:
             _writable_folder(Path(cfg.cache_dir).expanduser(), "--cache-dir")
     except BaseException:
@@ -187,6 +190,21 @@ def _prepare(
             lock.release()
         raise
     return mesh, lock
+
+
+#: The files of a run in its folder that `--overwrite` removes (others stay): checkpoints
+#: first, so that a folder left half-cleaned by a crash holds none to resume.
+_RUN_FILES = tuple(
+    f"{name}{ext}"
+    for name in ("last", "last.prev", "best", "best.prev")
+    for ext in (".json", ".eqx")
+) + ("config.json", "metrics.jsonl", "results.json", "curves.png")
+
+
+def _remove_run(out: Path) -> None:
+    """Remove the run in `out` (`--overwrite`)."""
+    for name in _RUN_FILES:
+        (out / name).unlink(missing_ok=True)
 
 
 def _writable_folder(folder: Path, flag: str) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..runs.flags import number
+from ..runs.flags import POSITIVE_INT, number, text
 from . import cores, tasks
 from .config import RunConfig, flag
 
@@ -96,12 +96,22 @@ def _parser() -> argparse.ArgumentParser:
         "--core s4d/s5: their authors' per-task settings, experiments/lra/cores.py) or, "
         "with --resume, the values saved in OUT/config.json.",
     )
-    p.add_argument("--out", required=True, help="output folder: metrics, curves, checkpoints")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.eqx, exactly")
+    p.add_argument(
+        "--out", required=True, type=text, help="output folder: metrics, curves, checkpoints"
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue from OUT/last.eqx, exactly [off]"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run in OUT even if it holds one (its checkpoints, metrics and "
+        "results are removed first; without it such a folder is refused) [off]",
+    )
     p.add_argument(
         "--allow-data-change",
         action="store_true",
-        help="with --resume: continue although the data differ from the checkpoint's",
+        help="with --resume: continue although the data differ from the checkpoint's [off]",
     )
     defaults = {c: [RunConfig.defaults(t, c) for t in tasks.names()] for c in cores.names()}
     groups = {name: p.add_argument_group(title) for name, title in _GROUPS.items()}
@@ -116,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
 def _invocation(g) -> None:
     """The flags of this invocation, not settings of the run."""
     g.add_argument(
-        "--stop-at", type=number(int, low=1), help="checkpoint and exit after this step [never]"
+        "--stop-at", type=POSITIVE_INT, help="checkpoint and exit after this step [never]"
     )
     g.add_argument(
         "--time-limit",
@@ -135,12 +145,21 @@ def _invocation(g) -> None:
     g.add_argument(
         "--no-progress",
         action="store_true",
-        help="no progress bar (it is shown on a terminal only anyway)",
+        help="no progress bar (it is shown on a terminal only anyway) [off]",
     )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return _parser().parse_args(argv)
+    """The command line `argv` (default `sys.argv[1:]`) parsed; a bad flag, or `--resume`
+    with `--overwrite`, is argparse's one `error:` line and `SystemExit(2)`."""
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.resume and args.overwrite:
+        p.error(
+            "argument --overwrite: --resume continues the run in --out and --overwrite "
+            "replaces it; pass one of them"
+        )
+    return args
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:

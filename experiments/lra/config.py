@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from ..runs import signals as _signals
 from ..runs.errors import ConfigError
-from ..runs.flags import flag, number
+from ..runs.flags import flag, input_folder, number, text
 from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
 from . import cores, tasks
 
@@ -110,10 +110,15 @@ _NONNEGATIVE = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a fl
 _MODULUS = number(float, low=0, high=1)  # [0, 1)
 
 
-def _c_inits() -> tuple[str, ...]:
-    from eqx_lru.baselines import C_INITS
+def _folder_read(value: str) -> str:
+    """`--data-root`: an existing folder (checked when the flag is parsed), kept as typed."""
+    input_folder(value)
+    return value
 
-    return C_INITS
+
+#: `--c-init`'s choices: `eqx_lru.baselines.C_INITS`, named here so that the command line
+#: imports no JAX (a test checks they agree).
+C_INITS = ("trunc_standard_normal", "lecun_normal", "complex_normal")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +129,8 @@ class RunConfig:
     # fmt: off
     # What is trained, and how: binds a resumed run (in this order, the order of --resume's
     # report of what differs).
-    task: str = _binds("the LRA task (required unless --resume)", "run", choices=tasks.names)
+    task: str = _binds("the LRA task", "run", choices=tasks.names,
+                       default_text="none: required unless --resume")
     core: str = _binds("the recurrent core (experiments/lra/cores.py)", "model",
                        choices=cores.names, default=cores.DEFAULT)
     form: str = _binds("the core's form: complex states, or real 2x2 blocks", "model",
@@ -166,16 +172,16 @@ class RunConfig:
     blocks: int | None = _binds("S5: J, HiPPO-N blocks of the initial state matrix", "core",
                                 _POSITIVE_INT)
     c_init: str | None = _binds("S5: initialisation of C (its --C_init)", "core",
-                                choices=_c_inits)
+                                choices=C_INITS)
     s4d_init: str | None = _binds("S4D: initial A and B (S4D-Lin, S4D-Inv, S4D-LegS)", "core",
                                   choices=("lin", "inv", "legs"))
     dt_min: float | None = _binds("S4D, S5: smallest initial step Delta", "core", _STEP_SIZE)
     dt_max: float | None = _binds("S4D, S5: largest initial step Delta", "core", _STEP_SIZE)
     # How the run goes: may change on --resume.
     data_root: str | None = _run("folder containing the task's data (searched up to 4 levels "
-                                 "deep)", default_text="required")
+                                 "deep)", default_text="required", cli=dict(type=_folder_read))
     cache_dir: str | None = _run("cache the built arrays here (recommended; needed for PathX)",
-                                 default_text="none")
+                                 default_text="none", cli=dict(type=text))
     eval_every: int = _run("validate every N steps", _POSITIVE_INT, default_text="one epoch")
     checkpoint_every: int = _run("write last.eqx every N steps", _POSITIVE_INT, default=1000)
     log_every: int = _run("a train record every N steps", _POSITIVE_INT, default=50)

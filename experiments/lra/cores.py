@@ -32,9 +32,6 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import eqx_lru
-import eqx_lru.baselines
-
 from . import official as _official
 
 __all__ = [
@@ -166,9 +163,13 @@ def optimizer_kwargs(config) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the four cores
+# (Each factory imports the library when a model is built: the command line, which reads
+# this registry, answers `--help` and a bad flag before JAX is imported.)
 
 
 def _lru(config, method) -> Callable:
+    import eqx_lru
+
     layer = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}[config.form]
     return functools.partial(
         layer, r_min=config.r_min, r_max=config.r_max, max_phase=config.max_phase, method=method
@@ -176,6 +177,8 @@ def _lru(config, method) -> Callable:
 
 
 def _s4d(config, method) -> Callable:
+    import eqx_lru.baselines
+
     # S4D trains as a convolution, as in its own code: its recurrence keeps L x H x N/2
     # complex states per example (199 GB of XLA temp for the ListOps step at Table 9
     # sizes, experiments/bench/RESULTS-cpu.md), the FFT convolution the same outputs.
@@ -191,6 +194,8 @@ def _s4d(config, method) -> Callable:
 
 
 def _s5(config, method) -> Callable:
+    import eqx_lru.baselines
+
     return functools.partial(
         eqx_lru.baselines.S5,
         blocks=config.blocks,
@@ -216,6 +221,8 @@ def _check_s5(config) -> str | None:
 
 
 def _rglru(config, method) -> Callable:
+    import eqx_lru
+
     return functools.partial(
         eqx_lru.RGLRU,
         phase=True,

@@ -13,26 +13,28 @@ metrics log, devices and processes) is in `experiments/runs/`.
 
 import argparse
 import errno
+import importlib
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..runs import checkpoint as ckpt
 from ..runs import env as _env
 from ..runs import flags as _flags
-from ..runs import multiprocess as mp
 from ..runs import watchdog as _watchdog
 from ..runs.errors import RunError, UsageError
 from ..runs.signals import Abort, Stop
 from ..runs.timing import process_age
-from ._evaluation import outputs
-from ._setup import agree_on_data, build, load_data, resolve_config, set_up, task_defaults
-from ._training import train_until_stop
 from .cli import parse_args
 from .config import TRAINING_KEYS
-from .steps import build_model, compile_train_step, make_steps
+
+if TYPE_CHECKING:
+    from ._setup import resolve_config as resolve_config
+    from ._setup import task_defaults as task_defaults
+    from .steps import build_model as build_model
+    from .steps import compile_train_step as compile_train_step
+    from .steps import make_steps as make_steps
 
 __all__ = [
     "UsageError",
@@ -48,6 +50,26 @@ __all__ = [
     "main",
     "TRAINING_KEYS",
 ]
+
+#: The names above that import JAX, imported when first used (`--help` and a bad flag
+#: answer before JAX is imported): name -> its module, relative to this package.
+_LAZY = {
+    "task_defaults": "._setup",
+    "resolve_config": "._setup",
+    "build_model": ".steps",
+    "make_steps": ".steps",
+    "compile_train_step": ".steps",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def run(
@@ -83,6 +105,13 @@ def run(
     `RunError` for a non-finite loss or an out-of-memory error.
     """
     started = clock() if started is None else started
+    if not isinstance(args, argparse.Namespace):
+        args = parse_args(args)  # before JAX is imported: --help, a bad flag answer at once
+    from ..runs import multiprocess as mp
+    from ._evaluation import outputs
+    from ._setup import agree_on_data, build, load_data, set_up
+    from ._training import train_until_stop
+
     with Stop(hard_abort=hard_abort) as stop:  # signals: flags; before training they end the run
         s = set_up(args, started=started, stop=stop, on_record=on_record)
         stop.watch(s.cfg.save_signals)
@@ -95,21 +124,23 @@ def run(
             return outputs(r, carry, status, speed)
         except Exception as e:
             if _env.is_out_of_memory(e):
-                raise RunError(
-                    _env.out_of_memory_message(
-                        e,
-                        task=s.cfg.task,
-                        batch=s.cfg.batch_size,
-                        remat=s.cfg.remat,
-                        devices=s.mesh.size,
-                    )
-                ) from e
+                raise _out_of_memory(s, e) from e
             raise
         finally:
             if r is not None:
                 r.log.close()
             if s.lock is not None:
                 s.lock.release()
+
+
+def _out_of_memory(s: Any, e: BaseException) -> RunError:
+    """The one-line error of the run of session `s` that ran out of device memory."""
+    c = s.cfg
+    return RunError(
+        _env.out_of_memory_message(
+            e, task=c.task, batch=c.batch_size, remat=c.remat, devices=s.mesh.size
+        )
+    )
 
 
 #: File-system errors that are the environment's, not the program's: one line, status 2.
@@ -164,6 +195,8 @@ def _known(e: BaseException) -> tuple[str, int] | None:
         )
     if isinstance(e, SystemExit):  # argparse: it printed "error: argument --flag: ..."
         return "", e.code if isinstance(e.code, int) else 2
+    from ..runs import checkpoint as ckpt  # (not before: `--help` imports no JAX)
+
     if isinstance(e, UsageError | ckpt.CheckpointError):
         return f"error: {e}", 2
     if isinstance(e, RunError):

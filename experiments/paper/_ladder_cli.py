@@ -5,6 +5,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from experiments.lra.tasks import LISTOPS  # the LRA registry's name (no JAX import)
 from experiments.runs.flags import (
     NATURAL,
     POSITIVE_INT,
@@ -19,7 +20,6 @@ from .command import PAPER_FIGURES
 
 __all__ = ["DEFAULTS", "LISTOPS", "RUNG_NAMES", "TASKS", "parse_args", "parse_early"]
 
-LISTOPS = "listops"  # the LRA registry's name (`experiments.lra.tasks.LISTOPS`)
 TASKS = ("recall", LISTOPS)  # the ladder's own recall, and the LRA registry's ListOps
 #: `eqx_lru.ablation.ABLATION_CORES`, in its (the paper's) order; `ladder.py` checks it.
 RUNG_NAMES = (

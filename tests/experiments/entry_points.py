@@ -118,9 +118,7 @@ def _figure(module: str) -> Command:
 COMMANDS: tuple[Command, ...] = (
     Command("experiments.lra.train", "--task listops --data-root {run} --out {out}",
             _LRA_TRAIN_FLAGS, writes="{out}/config.json", run_folder=True, owner="harness",
-            slow=True, xfail="harness: --help imports JAX; switches without [off], --task's "
-            "'[per task: listops listops, ...]'; --out/--data-root/--cache-dir take non-UTF-8, "
-            "--stop-at takes 10**30; no --overwrite (NOTES.md 05:58)"),
+            slow=True),
     Command("experiments.lra.generate", "--task listops --out {out}",
             "--out=out --size=int[1,] --seed=int[0,] --min-length=int[0,] --max-length=int[1,] "
             "--max-depth=int[1,] --max-args=int[2,] --split-sizes=int[1,]*3 "
@@ -139,8 +137,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("experiments.lm.plot", "--run {run} --out {out}/curve.png",
             "--run=in --out=out --title=text", writes="{out}/curve.png", owner="lm"),
     Command("experiments.export", "--run {run} --format onnx", "--run=in --dest=out",
-            writes="?", owner="harness", slow=True, xfail="harness: --help imports JAX "
-            "(eqx_lru.export at module level); --step, --overwrite without [off] (NOTES.md 06:13)"),
+            writes="?", owner="harness", slow=True),
     Command("experiments.demo", "--out {out}",
             "--seed=int[0,] --out=out --steps=int[1,]", writes="{out}/complex/config.json"),
     Command("experiments.bench", "--grid quick --out {out}/results.md",
@@ -148,13 +145,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("experiments.bench.streaming", "--quick --out {out}/streaming.md",
             "--out=out --json=out", writes="{out}/streaming.md", owner="perf", slow=True),
     Command("experiments.bench.streams", "--quick --out {out}/streams.md",
-            "--out=out --json=out --onnx=in", writes="{out}/streams.md", owner="perf", slow=True,
-            xfail="perf: --out/--json unchecked (the benchmark runs), no [default]s, no "
-            "--overwrite (NOTES.md 05:58)", xfail_run=False),
+            "--out=out --json=out --onnx=in", writes="{out}/streams.md", owner="perf", slow=True),
     Command("experiments.bench.streams_claims", "--quick --out {out}/claims.md",
-            "--rounds=int[1,] --out=out", writes="{out}/claims.md", owner="perf", slow=True,
-            xfail="perf: bare type=int --rounds, unchecked --out (the benchmark runs), no "
-            "[default]s, no --overwrite (NOTES.md 06:40)", xfail_run=False),
+            "--rounds=int[1,] --out=out", writes="{out}/claims.md", owner="perf", slow=True),
     Command("experiments.bench.floor", "--lengths 16 --rounds 1",
             "--lengths=int[1,] --rounds=int[1,]", owner="floor"),
     Command("experiments.gpu_check", "--dry-run --out {out}",

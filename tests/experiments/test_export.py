@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import eqx_lru.export
 from experiments import export
 from experiments.lra import steps, train
 from experiments.runs import checkpoint as ckpt
@@ -293,6 +294,12 @@ def test_bad_inputs_fail_with_one_line(case, message, run, tmp_path, capsys):
     assert message in err[-1], err
     if case != "format":
         assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_the_cli_formats_are_the_librarys():
+    from experiments.export import _cli
+
+    assert _cli.FORMATS == tuple(eqx_lru.export.FORMATS) == export.FORMATS
 
 
 def test_unknown_format_in_the_api(run):

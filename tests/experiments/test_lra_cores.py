@@ -15,6 +15,7 @@ from listops_argv import listops_argv
 
 import eqx_lru
 import eqx_lru.ablation
+import eqx_lru.baselines
 from experiments.lra import cores, steps, synthetic, tasks, train
 from experiments.lra.config import ConfigError, RunConfig
 from experiments.runs.metrics import read_records
@@ -293,6 +294,21 @@ def test_every_official_record_cites_its_file_and_says_what_is_not_followed():
     for name in cores.names():
         for task, record in cores.get_core(name).official.items():
             assert task in tasks.names() and "@" in record.source and record.not_honoured
+
+
+def test_official_group_names_are_the_optimisers():
+    from eqx_lru import _optim
+    from experiments.lra import official
+
+    names = (official.DECAY, official.NO_DECAY, official.RECURRENT_DECAY)
+    assert names == (_optim.DECAY, _optim.NO_DECAY, _optim.RECURRENT_DECAY)
+    assert set(names) <= set(_optim.GROUPS)
+
+
+def test_the_c_init_choices_are_s5s():
+    from experiments.lra import config
+
+    assert config.C_INITS == eqx_lru.baselines.C_INITS
 
 
 def test_flags_override_the_official_settings_and_mismatches_are_explained():

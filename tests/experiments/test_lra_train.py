@@ -10,6 +10,7 @@ of what must resume exactly and match across device counts.
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -269,10 +270,12 @@ def test_retrieval_two_tower_trains(tmp_path):
 
 
 def test_clear_errors(data, tmp_path, capsys):
-    with pytest.raises(train.UsageError, match="is not a folder"):
+    with pytest.raises(SystemExit):  # at parse time
         train.run(_args(tmp_path / "missing", tmp_path / "a"))
+    capsys.readouterr()
     assert train.main(_args(tmp_path / "missing", tmp_path / "a")) == 2
-    assert "error: --data-root" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error: argument --data-root: " in err and "does not exist" in err
     (tmp_path / "empty").mkdir()
     with pytest.raises(train.UsageError, match="listops-1000"):
         train.run(_args(tmp_path / "empty", tmp_path / "b"))
@@ -296,6 +299,24 @@ def test_resume_refuses_changed_settings_and_existing_runs(data, reference, tmp_
     # Without the flags, --resume takes the run's settings from OUT/config.json.
     cfg = train.resolve_config(train.parse_args(["--out", str(out), "--resume"]))
     assert cfg.d_model == 8 and cfg.steps == STEPS and cfg.data_root == str(data)
+
+
+def test_overwrite_replaces_a_run_and_excludes_resume(data, reference, tmp_path, capsys):
+    """A folder holding a run is refused without --overwrite (naming it); with it the old
+    run's files go before the new run reads its data (here it then stops: too few
+    examples); --resume with --overwrite is refused when parsed."""
+    out = tmp_path / "run"
+    shutil.copytree(reference[1], out)
+    assert train.main(_args(data, out)) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert "already holds a run" in line and "--overwrite" in line and "--resume" in line
+    assert train.main(_args(data, out, "--resume", "--overwrite")) == 2
+    assert "argument --overwrite: --resume continues" in capsys.readouterr().err
+    assert (out / "last.eqx").exists() and (out / "best.eqx").exists()
+    with pytest.raises(train.UsageError, match="fewer than --batch-size"):
+        train.run(_args(data, out, "--overwrite", "--batch-size", "200"))
+    old = ("config.json", "metrics.jsonl", "results.json", "last.eqx", "last.json", "best.eqx")
+    assert not [name for name in old if (out / name).exists()]
 
 
 def test_checkpoint_detects_a_torn_pair(tmp_path):

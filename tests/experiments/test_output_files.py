@@ -118,7 +118,11 @@ def test_a_run_in_a_folder_with_planted_links_writes_only_inside(tmp_path, victi
     synthetic.write_listops(data, (32, 8, 8), seed=0, min_length=5, max_length=20)
     run = tmp_path / "run"
     run.mkdir()
-    for name in ("metrics.jsonl", "config.json", "results.json", "curves.png"):
+    (run / "config.json").symlink_to(victim)  # a folder holding config.json holds a run
+    assert train.main(listops_argv(data, run, steps=4)) == 2
+    assert "--overwrite" in capsys.readouterr().err and victim.read_text() == "keep me"
+    (run / "config.json").unlink()
+    for name in ("metrics.jsonl", "results.json", "curves.png"):
         (run / name).symlink_to(victim)
     assert train.main(listops_argv(data, run, steps=4)) == 0
     assert victim.read_text() == "keep me"

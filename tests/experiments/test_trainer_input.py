@@ -66,7 +66,7 @@ def test_numbers_beyond_what_they_meet_are_one_line_at_the_flag(
     extra = [flag, value] + (["--lr-factor", "1e-10"] if value == "1e-30" else [])
     if flag == "--r-max":
         extra += ["--r-min", "0"]
-    argv = listops_argv(tmp_path / "no-data", tmp_path / "run", *extra)
+    argv = listops_argv(tmp_path, tmp_path / "run", *extra)
     assert train.main(argv) == 2
     assert words in _one_error(capsys.readouterr().err)
     assert not (tmp_path / "run").exists()
@@ -122,7 +122,7 @@ def test_malformed_variables_are_one_line(env, words, tmp_path, capsys, monkeypa
     """JAX_NUM_PROCESSES=two was a ValueError traceback from int()."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    argv = listops_argv(tmp_path / "no-data", tmp_path / "run", "--distributed", "on")
+    argv = listops_argv(tmp_path, tmp_path / "run", "--distributed", "on")
     assert train.main(argv) == 2
     line = _one_error(capsys.readouterr().err)
     assert line.startswith("error: the environment variable") or "JAX_PROCESS_ID" in line
