@@ -11,8 +11,8 @@ from jaxtyping import Array, Complex, Float, PRNGKeyArray
 from .._algebra import AbstractAlgebra, Diagonal
 from .._checks import Size, check_choice, complex_dtype, complex_float_dtype
 from .._init import lru_init
-from .._lru import AbstractModalCore
 from .._methods import AbstractScanMethod, scan_method
+from .._modal_core import AbstractModalCore
 from .._projection import Precision, check_precision
 from .._scan import ScanMethod
 from .._storage import AbstractStorage, ComplexPairs
@@ -38,7 +38,7 @@ class DiagonalRNN(AbstractModalCore, AbstractAblationCore):
     and initialised as the LRU's (App. A); `method`, `precision` (static).
 
     The state is complex, `(d_state,)`, as `eqx_lru.ComplexLRU`'s; `run`, `step` and the
-    call are the LRU's (`eqx_lru._lru.AbstractModalCore`) with $\gamma = 1$.
+    call are the LRU's (`eqx_lru._modal_core.AbstractModalCore`) with $\gamma = 1$.
     """
 
     lambda_: AbstractParameterisation
