@@ -154,9 +154,9 @@ class AbstractLRU(AbstractModalCore):
             every choice is the same layer at $\Delta t \equiv 1$ and without `dt`):
             `"impulse"` (default) $x_k = \lambda^{\Delta t_k} x_{k-1} + \gamma B u_k$, each
             input an event whose weight does not depend on the gap; `"zoh"` the input held
-            over its step, $x_k = \lambda^{\Delta t_k} x_{k-1} + \frac{\lambda^{\Delta t_k}
-            - 1}{\lambda - 1} \gamma B u_k$ (a sampled signal: resampling it keeps the
-            function). See the concepts page on time steps.
+            over its step, $x_k = \lambda^{\Delta t_k} x_{k-1} + w_k \gamma B u_k$ with
+            $w_k = (\lambda^{\Delta t_k} - 1)/(\lambda - 1)$ (a sampled signal: resampling
+            it keeps the function). See the concepts page on time steps.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters in both forms.
         """
         d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
