@@ -13,9 +13,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..runs.flags import flag, number, output_folder
-from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY
-from .config import _POSITIVE_INT, _SEED, PRESETS, LMConfig, utf8_text
+from ..runs.flags import NONNEGATIVE_FLOAT32, POSITIVE_INT, SEED, flag, number, output_folder
+from ..runs.numbers import FLOAT32_TINY
+from .config import PRESETS, LMConfig, utf8_text
 
 __all__ = ["parser", "parse_args", "given", "text_flag", "utf8_path"]
 
@@ -48,12 +48,9 @@ def utf8_path(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-_FLOAT_OR_ZERO = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
-
-
 def _temperature(value: str) -> float:
     """0 (the likeliest byte), or a normal float32 (the logits are divided by it)."""
-    t = _FLOAT_OR_ZERO(value)
+    t = NONNEGATIVE_FLOAT32(value)
     if 0 < t < FLOAT32_TINY:
         raise argparse.ArgumentTypeError(
             f"expected 0 or a number >= {FLOAT32_TINY:g} (a normal float32: the logits are "
@@ -105,7 +102,7 @@ def _train(p: argparse.ArgumentParser) -> None:
         "results are removed; by default such a folder is refused) [off]",
     )
     p.add_argument(
-        "--stop-at", type=_POSITIVE_INT, help="checkpoint and exit after this step [never]"
+        "--stop-at", type=POSITIVE_INT, help="checkpoint and exit after this step [never]"
     )
     p.add_argument(
         "--time-limit",
@@ -127,7 +124,7 @@ def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prompt", default="", type=text_flag, help="the text to continue ['': a file's start]"
     )
-    p.add_argument("--length", type=_POSITIVE_INT, default=400, help="bytes to write [400]")
+    p.add_argument("--length", type=POSITIVE_INT, default=400, help="bytes to write [400]")
     p.add_argument(
         "--temperature",
         type=_temperature,
@@ -140,13 +137,13 @@ def _sample(p: argparse.ArgumentParser) -> None:
         default=40,
         help="sample among the K likeliest bytes (256: all) [40]",
     )
-    p.add_argument("--seed", type=_SEED, default=0, help="the sampling key [0]")
+    p.add_argument("--seed", type=SEED, default=0, help="the sampling key [0]")
     p.add_argument(
         "--form",
         choices=("complex", "real"),
         help="run the trained weights in this form (eqx_lru.to_real/to_complex) [the run's]",
     )
-    p.add_argument("--samples", type=_POSITIVE_INT, default=1, help="how many samples [1]")
+    p.add_argument("--samples", type=POSITIVE_INT, default=1, help="how many samples [1]")
     p.add_argument(
         "--raw",
         action="store_true",

@@ -21,8 +21,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..runs.errors import ConfigError
-from ..runs.flags import flag, number
-from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
+from ..runs.flags import (
+    FRACTION,
+    NONNEGATIVE_FLOAT32,
+    POSITIVE_FLOAT32,
+    POSITIVE_INT,
+    SEED,
+    STEPS,
+    flag,
+)
+from ..runs.numbers import rates_problem, ring_problem
 from ..runs.signals import parse_signals
 
 __all__ = [
@@ -34,37 +42,6 @@ __all__ = [
     "resumed_run",
     "utf8_text",
 ]
-
-
-# The ranges are those of the values in the computation (`experiments/runs/numbers.py`): a
-# count or size is an int32, a seed keeps 32 bits, a rate is a normal float32.
-_POSITIVE_INT = number(int, low=1, high=INT32_MAX, open_high=False, why="a 32-bit integer")
-_STEPS = number(
-    int,
-    low=1,
-    high=INT32_MAX,
-    open_high=False,
-    why="the step counter and the optimiser's are int32",
-)
-_SEED = number(
-    int, low=0, high=2**32 - 1, open_high=False, why="jax.random.PRNGKey keeps 32 bits of it"
-)
-_POSITIVE = number(float, low=0, open_low=True)
-_NORMAL_FLOAT32 = number(
-    float, low=FLOAT32_TINY, high=FLOAT32_MAX, open_high=False, why="a normal float32"
-)
-
-
-def _FLOAT32(value: str) -> float:
-    """A positive number (refused as such at 0 or below) that is a normal float32."""
-    _POSITIVE(value)
-    return _NORMAL_FLOAT32(value)
-
-
-_FLOAT32.__name__ = _NORMAL_FLOAT32.__name__
-_FRACTION = number(float, low=0, high=1)
-_NONNEGATIVE = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
-_MODULUS = number(float, low=0, high=1)
 
 
 def _setting(help: str, role: str, check=None, choices=None, default=None) -> Any:
@@ -130,47 +107,47 @@ class LMConfig:
                            choices=("cpu", "gpu"), default="cpu")
     form: str = _setting("the LRU's form: complex states, or real 2x2 blocks", "binds",
                          choices=("complex", "real"), default="complex")
-    depth: int = _setting("number of blocks", "binds", _POSITIVE_INT, default=2)
-    d_model: int = _setting("H, features per position", "binds", _POSITIVE_INT, default=128)
-    d_state: int = _setting("N, complex modes of each LRU", "binds", _POSITIVE_INT, default=128)
-    r_min: float = _setting("smallest eigenvalue modulus at init", "binds", _MODULUS,
+    depth: int = _setting("number of blocks", "binds", POSITIVE_INT, default=2)
+    d_model: int = _setting("H, features per position", "binds", POSITIVE_INT, default=128)
+    d_state: int = _setting("N, complex modes of each LRU", "binds", POSITIVE_INT, default=128)
+    r_min: float = _setting("smallest eigenvalue modulus at init", "binds", FRACTION,
                             default=0.9)
-    r_max: float = _setting("largest eigenvalue modulus at init", "binds", _MODULUS,
+    r_max: float = _setting("largest eigenvalue modulus at init", "binds", FRACTION,
                             default=0.999)
-    max_phase: float = _setting("eigenvalue phases at init in [0, this]", "binds", _FLOAT32,
+    max_phase: float = _setting("eigenvalue phases at init in [0, this]", "binds", POSITIVE_FLOAT32,
                                 default=2 * math.pi)
-    dropout: float = _setting("dropout rate in each block", "binds", _FRACTION, default=0.0)
+    dropout: float = _setting("dropout rate in each block", "binds", FRACTION, default=0.0)
     streams: int = _setting("B, streams trained side by side (the batch)", "binds",
-                            _POSITIVE_INT, default=16)
+                            POSITIVE_INT, default=16)
     chunk: int = _setting("L, bytes per stream per step (the truncated-BPTT window)", "binds",
-                          _POSITIVE_INT, default=128)
-    steps: int = _setting("optimiser steps (the schedule's length)", "binds", _STEPS,
+                          POSITIVE_INT, default=128)
+    steps: int = _setting("optimiser steps (the schedule's length)", "binds", STEPS,
                           default=1000)
-    lr: float = _setting("peak learning rate", "binds", _FLOAT32, default=3e-3)
-    lr_factor: float = _setting("the recurrent parameters get lr x this", "binds", _FLOAT32,
+    lr: float = _setting("peak learning rate", "binds", POSITIVE_FLOAT32, default=3e-3)
+    lr_factor: float = _setting("the recurrent parameters get lr x this", "binds", POSITIVE_FLOAT32,
                                 default=0.5)
     weight_decay: float = _setting("AdamW's weight decay (not on the recurrent parameters)",
-                                   "binds", _NONNEGATIVE, default=0.01)
+                                   "binds", NONNEGATIVE_FLOAT32, default=0.01)
     warmup_fraction: float = _setting("fraction of the steps with a linear warmup", "binds",
-                                      _FRACTION, default=0.05)
-    seed: int = _setting("model init and dropout", "binds", _SEED, default=0)
-    train_bytes: int = _setting("bytes of the training split", "binds", _POSITIVE_INT,
+                                      FRACTION, default=0.05)
+    seed: int = _setting("model init and dropout", "binds", SEED, default=0)
+    train_bytes: int = _setting("bytes of the training split", "binds", POSITIVE_INT,
                                 default=8 << 20)
-    val_bytes: int = _setting("bytes of the validation split", "binds", _POSITIVE_INT,
+    val_bytes: int = _setting("bytes of the validation split", "binds", POSITIVE_INT,
                               default=64 << 10)
-    test_bytes: int = _setting("bytes of the test split", "binds", _POSITIVE_INT,
+    test_bytes: int = _setting("bytes of the test split", "binds", POSITIVE_INT,
                                default=256 << 10)
-    eval_streams: int = _setting("streams when scoring held-out text", "binds", _POSITIVE_INT,
+    eval_streams: int = _setting("streams when scoring held-out text", "binds", POSITIVE_INT,
                                  default=16)
     eval_chunk: int = _setting("bytes per chunk when scoring held-out text", "binds",
-                               _POSITIVE_INT, default=512)
+                               POSITIVE_INT, default=512)
     corpus: str | None = _setting("folder of *.py files to learn (default: the Python "
                                   "standard library)", "run", utf8_text)
     eval_every: int = _setting("score the validation split every N steps", "run",
-                               _POSITIVE_INT, default=100)
-    log_every: int = _setting("a train record every N steps", "run", _POSITIVE_INT,
+                               POSITIVE_INT, default=100)
+    log_every: int = _setting("a train record every N steps", "run", POSITIVE_INT,
                               default=20)
-    checkpoint_every: int = _setting("write last.eqx every N steps", "run", _POSITIVE_INT,
+    checkpoint_every: int = _setting("write last.eqx every N steps", "run", POSITIVE_INT,
                                      default=100)
     save_signals: str = _setting("on these signals (a batch scheduler's warning before a "
                                  "kill: USR1, USR2, XCPU, ALRM, PWR, comma-separated, or "

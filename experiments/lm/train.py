@@ -10,20 +10,17 @@ streams in `streams.py`, the model and its programs in `model.py`.
 """
 
 import argparse
-import errno
 import json
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..runs import checkpoint as ckpt
 from ..runs import env as _env
 from ..runs.atomic import write_atomic
-from ..runs.errors import RunError, UsageError
-from ..runs.flags import USER_ERRNOS
+from ..runs.errors import RunError, one_line
 from ..runs.metrics import read_records
-from ..runs.signals import Abort, Stop
+from ..runs.signals import Stop
 from ._loop import train_until_stop
 from ._resume import finished_results
 from ._run import Run, TrainState
@@ -128,10 +125,6 @@ def _outputs(r: Run, s: TrainState, status: str, rate: float | None) -> dict[str
     return results
 
 
-#: File-system errors that are the environment's, not the program's: one line, status 2.
-_USER_ERRNOS = USER_ERRNOS | {errno.ENOTEMPTY}
-
-
 def main(
     argv: Sequence[str] | argparse.Namespace | None = None,
     *,
@@ -154,7 +147,7 @@ def main(
             return export_main(args)
         results = run(args, started=started, hard_abort=hard_abort)
     except BaseException as e:
-        known = _known(e)
+        known = one_line(e)
         if known is None:
             raise
         line, code = known
@@ -162,25 +155,3 @@ def main(
             print(line, file=sys.stderr)
         return code
     return 130 if results["status"] == "interrupted" else 0
-
-
-def _known(e: BaseException) -> tuple[str, int] | None:
-    """The line and status of a failure reported without a traceback (None: a bug)."""
-
-    if isinstance(e, SystemExit):  # argparse printed "error: argument --flag: ..."
-        return "", e.code if isinstance(e.code, int) else 2
-    if isinstance(e, OSError):  # a file or folder the user can fix; anything else is a bug
-        if e.errno not in _USER_ERRNOS or e.filename is None:
-            return None
-        return (
-            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "
-            "free space, then run again (with --resume if a run had started).",
-            2,
-        )
-    if isinstance(e, UsageError | ckpt.CheckpointError):
-        return f"error: {e}", 2
-    if isinstance(e, RunError):
-        return f"error: {e}", 1
-    if isinstance(e, Abort):
-        return f"Aborted ({e}).", 130
-    return None

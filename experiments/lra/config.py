@@ -27,8 +27,19 @@ from typing import Any, Literal
 
 from ..runs import signals as _signals
 from ..runs.errors import ConfigError
-from ..runs.flags import flag, input_folder, number, text
-from ..runs.numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX, rates_problem, ring_problem
+from ..runs.flags import (
+    FRACTION,
+    NONNEGATIVE_FLOAT32,
+    POSITIVE_FLOAT32,
+    POSITIVE_INT,
+    SEED,
+    STEPS,
+    flag,
+    input_folder,
+    number,
+    text,
+)
+from ..runs.numbers import FLOAT32_TINY, rates_problem, ring_problem
 from . import cores, tasks
 
 __all__ = [
@@ -83,22 +94,7 @@ def _run(help: str, check=None, **options) -> Any:
     return _setting(help, role="run", group="run", check=check, **options)
 
 
-_POSITIVE_INT = number(int, low=1, high=INT32_MAX, open_high=False, why="a 32-bit integer")
-_STEPS = number(
-    int,
-    low=1,
-    high=INT32_MAX,
-    open_high=False,
-    why="the step counter and the optimiser's are int32",
-)
-_SEED = number(
-    int, low=0, high=2**32 - 1, open_high=False, why="jax.random.PRNGKey keeps 32 bits of it"
-)
 _EXAMPLES = number(int, low=1, high=2**63 - 1, open_high=False, why="an int64 index")
-_FLOAT32 = number(
-    float, low=FLOAT32_TINY, high=FLOAT32_MAX, open_high=False, why="a normal float32"
-)
-_FRACTION = number(float, low=0, high=1)
 # An initial step Delta = 1e30 overflows the optimiser's float32 second moment of
 # log Delta's gradient (about Delta |A|) at the first update, which no learning rate
 # avoids; the published ranges end at 0.1 and 1e6 still trains.
@@ -106,8 +102,6 @@ _STEP_SIZE = number(
     float, low=FLOAT32_TINY, high=1e6, open_high=False,
     why="larger initial steps overflow the float32 gradient of log Delta",
 )  # fmt: skip
-_NONNEGATIVE = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
-_MODULUS = number(float, low=0, high=1)  # [0, 1)
 
 
 def _folder_read(value: str) -> str:
@@ -135,26 +129,27 @@ class RunConfig:
                        choices=cores.names, default=cores.DEFAULT)
     form: str = _binds("the core's form: complex states, or real 2x2 blocks", "model",
                        choices=("complex", "real"), default="complex")
-    depth: int = _binds("number of blocks", "model", _POSITIVE_INT)
-    d_model: int = _binds("H, features per position", "model", _POSITIVE_INT)
-    d_state: int = _binds("N (S5: P), the state size of each layer", "model", _POSITIVE_INT)
-    steps: int = _binds("optimiser steps (the schedule's length)", "optimisation", _STEPS)
+    depth: int = _binds("number of blocks", "model", POSITIVE_INT)
+    d_model: int = _binds("H, features per position", "model", POSITIVE_INT)
+    d_state: int = _binds("N (S5: P), the state size of each layer", "model", POSITIVE_INT)
+    steps: int = _binds("optimiser steps (the schedule's length)", "optimisation", STEPS)
     batch_size: int = _binds("global batch size (all devices together)", "optimisation",
-                             _POSITIVE_INT)
-    lr: float = _binds("peak (base) learning rate", "optimisation", _FLOAT32)
-    lr_factor: float = _binds("the recurrent parameters get lr x this", "optimisation", _FLOAT32)
+                             POSITIVE_INT)
+    lr: float = _binds("peak (base) learning rate", "optimisation", POSITIVE_FLOAT32)
+    lr_factor: float = _binds("the recurrent parameters get lr x this", "optimisation",
+                              POSITIVE_FLOAT32)
     weight_decay: float = _binds("AdamW's decoupled weight decay (not on the recurrent "
-                                 "parameters)", "optimisation", _NONNEGATIVE)
-    dropout: float = _binds("dropout rate in each block", "model", _FRACTION)
+                                 "parameters)", "optimisation", NONNEGATIVE_FLOAT32)
+    dropout: float = _binds("dropout rate in each block", "model", FRACTION)
     warmup_fraction: float = _binds("fraction of the steps with a linear warmup", "optimisation",
-                                    _FRACTION)
+                                    FRACTION)
     bidirectional: bool = _binds("a second core over the reversed sequence in each block", "model")
     r_min: float | None = _binds("LRU: smallest eigenvalue modulus at init (Table 8)", "core",
-                                 _MODULUS)
+                                 FRACTION)
     r_max: float | None = _binds("LRU: largest eigenvalue modulus at init (Table 8)", "core",
-                                 _MODULUS)
+                                 FRACTION)
     max_phase: float | None = _binds("LRU: eigenvalue phases at init in [0, this]", "core",
-                                     _FLOAT32)
+                                     POSITIVE_FLOAT32)
     glu: Literal["full", "half"] = _binds(
         "the GLU after each core: 'half' has no extra linear map (§D.1)", "model",
         choices=("full", "half"))
@@ -162,7 +157,7 @@ class RunConfig:
                                              choices=("batch", "layer"))
     pooling: Literal["mean", "last"] = _binds("pooling over positions before the head", "model",
                                               choices=("mean", "last"))
-    seed: int = _binds("model init, data order and dropout", "optimisation", _SEED, default=0,
+    seed: int = _binds("model init, data order and dropout", "optimisation", SEED, default=0,
                        program=False)
     max_examples: int | None = _binds("use at most N examples of each split (quick runs)", "run",
                                       _EXAMPLES, program=False, default_text="all")
@@ -170,7 +165,7 @@ class RunConfig:
                                 "backend)", "model", default="auto",
                                 choices=("auto", "sequential", "associative"))
     blocks: int | None = _binds("S5: J, HiPPO-N blocks of the initial state matrix", "core",
-                                _POSITIVE_INT)
+                                POSITIVE_INT)
     c_init: str | None = _binds("S5: initialisation of C (its --C_init)", "core",
                                 choices=C_INITS)
     s4d_init: str | None = _binds("S4D: initial A and B (S4D-Lin, S4D-Inv, S4D-LegS)", "core",
@@ -182,10 +177,10 @@ class RunConfig:
                                  "deep)", default_text="required", cli=dict(type=_folder_read))
     cache_dir: str | None = _run("cache the built arrays here (recommended; needed for PathX)",
                                  default_text="none", cli=dict(type=text))
-    eval_every: int = _run("validate every N steps", _POSITIVE_INT, default_text="one epoch")
-    checkpoint_every: int = _run("write last.eqx every N steps", _POSITIVE_INT, default=1000)
-    log_every: int = _run("a train record every N steps", _POSITIVE_INT, default=50)
-    eval_batch_size: int | None = _run("batch size of evaluation", _POSITIVE_INT,
+    eval_every: int = _run("validate every N steps", POSITIVE_INT, default_text="one epoch")
+    checkpoint_every: int = _run("write last.eqx every N steps", POSITIVE_INT, default=1000)
+    log_every: int = _run("a train record every N steps", POSITIVE_INT, default=50)
+    eval_batch_size: int | None = _run("batch size of evaluation", POSITIVE_INT,
                                        default_text="--batch-size")
     remat: bool = _setting("recompute each block in the backward pass: a quarter of the memory "
                            "(experiments/lra/MEMORY.md)", role="program", group="model")
@@ -197,7 +192,7 @@ class RunConfig:
     sequence_parallel: int | None = _setting(
         "split every sequence over N devices (a data x sequence mesh of the visible devices, "
         "eqx_lru.SequenceParallel); the global batch is unchanged", role="program",
-        group="run", check=_POSITIVE_INT, cli=dict(metavar="N"), default_text="1",
+        group="run", check=POSITIVE_INT, cli=dict(metavar="N"), default_text="1",
     )
     save_signals: str = _run(
         "on these signals (a batch scheduler's warning before a kill: USR1, USR2, XCPU, "

@@ -12,7 +12,6 @@ metrics log, devices and processes) is in `experiments/runs/`.
 """
 
 import argparse
-import errno
 import importlib
 import sys
 import time
@@ -21,9 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..runs import env as _env
-from ..runs import flags as _flags
 from ..runs import watchdog as _watchdog
-from ..runs.errors import RunError, UsageError
+from ..runs.errors import RunError, UsageError, one_line
 from ..runs.signals import Abort, Stop
 from ..runs.timing import process_age
 from .cli import parse_args
@@ -143,10 +141,6 @@ def _out_of_memory(s: Any, e: BaseException) -> RunError:
     )
 
 
-#: File-system errors that are the environment's, not the program's: one line, status 2.
-_USER_ERRNOS = _flags.USER_ERRNOS | {errno.ENOTEMPTY}
-
-
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -163,7 +157,7 @@ def main(
     try:
         results = run(argv, clock=clock, started=started, hard_abort=hard_abort)
     except BaseException as e:
-        known = _known(e)
+        known = one_line(e)
         dog = _watchdog.current()
         if dog is not None and not getattr(e, "shared", False):
             if known is None:
@@ -181,29 +175,6 @@ def main(
     if dog is not None:
         dog.close()
     return 130 if results["status"] == "interrupted" else 0
-
-
-def _known(e: BaseException) -> tuple[str, int] | None:
-    """The line and status of a failure the trainer reports without a traceback."""
-    if isinstance(e, OSError):  # a file or folder the user can fix; anything else is a bug
-        if e.errno not in _USER_ERRNOS or e.filename is None:
-            return None
-        return (
-            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "
-            "free space, then run again (with --resume if the run had started).",
-            2,
-        )
-    if isinstance(e, SystemExit):  # argparse: it printed "error: argument --flag: ..."
-        return "", e.code if isinstance(e.code, int) else 2
-    from ..runs import checkpoint as ckpt  # (not before: `--help` imports no JAX)
-
-    if isinstance(e, UsageError | ckpt.CheckpointError):
-        return f"error: {e}", 2
-    if isinstance(e, RunError):
-        return f"error: {e}", 1
-    if isinstance(e, Abort):
-        return f"Aborted ({e}).", 130
-    return None
 
 
 def _unexpected(e: BaseException) -> tuple[str, int]:

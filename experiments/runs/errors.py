@@ -1,8 +1,12 @@
 """The kinds of error a command reports as one line: the user's (`UsageError`, status 2),
 the run's (`RunError`, status 1), and a setting's (`ConfigError`, which the command line
-turns into a `UsageError`)."""
+turns into a `UsageError`); `one_line`: the line and status a trainer's `main` reports
+for any of them, or for a file-system error the user can fix."""
 
-__all__ = ["UsageError", "RunError", "ConfigError"]
+import errno
+import sys
+
+__all__ = ["UsageError", "RunError", "ConfigError", "one_line"]
 
 
 class UsageError(Exception):
@@ -19,3 +23,34 @@ class RunError(Exception):
 class ConfigError(ValueError):
     """A setting that is missing, out of range or contradicts another; the message names
     the flag, the value and what was expected."""
+
+
+def one_line(e: BaseException) -> tuple[str, int] | None:
+    """The line and exit status of a failure that a command reports without a traceback
+    (an empty line: argparse printed it already), or None for a bug: a file-system error
+    the user can fix (the path, its permissions, the free space; status 2), a
+    `UsageError` or corrupt checkpoint (2), a `RunError` (1), an `Abort` (130)."""
+    if isinstance(e, SystemExit):  # argparse printed "error: argument --flag: ..."
+        return "", e.code if isinstance(e.code, int) else 2
+    if isinstance(e, OSError):  # a file or folder the user can fix; anything else is a bug
+        from .flags import USER_ERRNOS
+
+        if e.errno not in USER_ERRNOS | {errno.ENOTEMPTY} or e.filename is None:
+            return None
+        return (
+            f"error: {e.filename}: {e.strerror or e}. Fix the path, its permissions or the "
+            "free space, then run again (with --resume if the run had started).",
+            2,
+        )
+    from .signals import Abort
+
+    if isinstance(e, Abort):
+        return f"Aborted ({e}).", 130
+    if isinstance(e, UsageError | RunError):
+        return f"error: {e}", 2 if isinstance(e, UsageError) else 1
+    if "experiments.runs.checkpoint.store" in sys.modules:  # else none was raised
+        from .checkpoint.store import CheckpointError
+
+        if isinstance(e, CheckpointError):
+            return f"error: {e}", 2
+    return None

@@ -16,11 +16,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX
+
 __all__ = [
     "flag",
     "number",
     "POSITIVE_INT",
     "NATURAL",
+    "STEPS",
+    "SEED",
+    "FRACTION",
+    "NONNEGATIVE_FLOAT32",
+    "POSITIVE_FLOAT32",
     "text",
     "output_file",
     "output_folder",
@@ -80,11 +87,47 @@ def _shown(bound: float) -> str:
     return f"{bound:g}"
 
 
-INT32_MAX = 2**31 - 1
 #: Counts, sizes and steps; seeds and lower bounds: 32-bit integers (a value of 10**30 is
 #: a typing slip, and would overflow an array's index or a PRNG seed deep in the run).
 POSITIVE_INT = number(int, low=1, high=INT32_MAX, open_high=False, why="a 32-bit integer")
 NATURAL = number(int, low=0, high=INT32_MAX, open_high=False, why="a 32-bit integer")
+
+# The trainers' settings: each range is that of the value inside the computation.
+#: A step count: the step counter and the optimiser's are int32.
+STEPS = number(
+    int, low=1, high=INT32_MAX, open_high=False,
+    why="the step counter and the optimiser's are int32",
+)  # fmt: skip
+#: A seed: `jax.random.PRNGKey` keeps 32 bits.
+SEED = number(
+    int, low=0, high=2**32 - 1, open_high=False, why="jax.random.PRNGKey keeps 32 bits of it"
+)
+#: A fraction in [0, 1) (a dropout rate, a ring's modulus bound).
+FRACTION = number(float, low=0, high=1)
+#: A float32 that may be zero (a weight decay, a clipping norm of 0 = off).
+NONNEGATIVE_FLOAT32 = number(float, low=0, high=FLOAT32_MAX, open_high=False, why="a float32")
+_POSITIVE = number(float, low=0, open_low=True)
+_NORMAL_FLOAT32 = number(
+    float, low=FLOAT32_TINY, high=FLOAT32_MAX, open_high=False, why="a normal float32"
+)
+
+
+def POSITIVE_FLOAT32(value: str) -> float:
+    """A positive number (refused as such at 0 or below) that is a normal float32 (a
+    learning rate, a time step)."""
+    try:
+        return _NORMAL_FLOAT32(value)
+    except argparse.ArgumentTypeError:
+        try:
+            below = float(value) <= 0
+        except ValueError:
+            below = False
+        if below:
+            _POSITIVE(value)  # 0 or below: said as such
+        raise
+
+
+POSITIVE_FLOAT32.__name__ = _NORMAL_FLOAT32.__name__
 
 
 def text(value: str) -> str:

@@ -84,7 +84,7 @@ def test_empty_validation_split_is_refused_before_training(data, tmp_path, capsy
         ("--lr", "nan", "a finite number >= 1.17549e-38 and <= 3.40282e+38"),
         ("--lr", "inf", "a finite number >= 1.17549e-38 and <= 3.40282e+38"),
         ("--lr-factor", "nan", "a finite number >= 1.17549e-38 and <= 3.40282e+38"),
-        ("--lr", "0", "a finite number >= 1.17549e-38 and <= 3.40282e+38"),
+        ("--lr", "0", "a finite number > 0"),
         ("--weight-decay", "-0.1", "a finite number >= 0 and <= 3.40282e+38"),
         ("--warmup-fraction", "1.5", "a finite number >= 0 and < 1"),
         ("--dropout", "1", "a finite number >= 0 and < 1"),

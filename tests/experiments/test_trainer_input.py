@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from listops_argv import listops_argv
 
 from experiments.lra import _setup, cli, config, train
-from experiments.lra.config import FLOAT32_TINY, INT32_MAX, ConfigError, RunConfig
+from experiments.lra.config import ConfigError, RunConfig
 from experiments.lra.steps import make_optimizer
+from experiments.runs.numbers import FLOAT32_TINY, INT32_MAX
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("restore_backend_env")

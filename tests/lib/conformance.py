@@ -24,6 +24,7 @@ it selects, so an entry cannot be left out by a hand-written list.
 
 import dataclasses
 import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -403,11 +404,16 @@ FORMATS = {
 
 def export_formats(*, slow: bool = False) -> list:
     """The names of `FORMATS` for `pytest.mark.parametrize`; with `slow`, the slow ones
-    marked `slow`."""
-    return [
-        pytest.param(name, marks=pytest.mark.slow) if slow and f.slow else name
-        for name, f in FORMATS.items()
-    ]
+    marked `slow`; a format whose `needs` are not installed is marked skipped (a test may
+    export before it runs the artifact, and the export itself needs them)."""
+    params = []
+    for name, f in FORMATS.items():
+        marks = [pytest.mark.slow] if slow and f.slow else []
+        missing = [m for m in f.needs if importlib.util.find_spec(m) is None]
+        if missing:
+            marks.append(pytest.mark.skip(reason=f"{name} needs {', '.join(missing)}"))
+        params.append(pytest.param(name, marks=marks))
+    return params
 
 
 def export_session(fmt: str, data: bytes) -> Callable[..., list[np.ndarray]]:
