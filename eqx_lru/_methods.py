@@ -10,6 +10,7 @@ end), so a method never writes a backward pass of its own. Strings are shortcuts
 
 import abc
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -164,6 +165,24 @@ class Sequential(AbstractScanMethod):
         )
         return hs
 
+    def adjoint_scan_shared(self, algebra, storage, algebra_t, a_t, g, hs, *, reverse):
+        """The adjoint scan with the shared transition's cotangent summed in the same loop
+        (see `AbstractScanMethod.adjoint_scan_shared`): each step adds `λ ⊗ hᵀ` of the
+        adjoint state it starts from and the forward state it reads, so neither `λ` nor
+        `hs` is read again after the loop (and neither stays live for a separate sum)."""
+        cotangents = storage.cotangent()
+
+        def step(a_k, lam, x):
+            return algebra_t.apply(a_k, lam) + x
+
+        lam_init = jnp.zeros_like(cotangents.load(g[:1])[0])
+        partner = (hs, storage.load, algebra.transition_cotangent)
+        lam, _, total = _sequential(
+            step, cotangents.load, cotangents.store, a_t, g, lam_init, True, reverse,
+            self.unroll, partner,
+        )  # fmt: skip
+        return lam, total
+
 
 class Associative(AbstractScanMethod):
     r"""The parallel scan `jax.lax.associative_scan` over the pairs $(a, b)$ under
@@ -201,6 +220,11 @@ class Auto(AbstractScanMethod):
 
     def scan(self, algebra, storage, a, b, h_init, *, shared, reverse):
         return self.resolve().scan(algebra, storage, a, b, h_init, shared=shared, reverse=reverse)
+
+    def adjoint_scan_shared(self, algebra, storage, algebra_t, a_t, g, hs, *, reverse):
+        return self.resolve().adjoint_scan_shared(
+            algebra, storage, algebra_t, a_t, g, hs, reverse=reverse
+        )
 
 
 _SHORTCUTS: dict[str, Callable[[], AbstractScanMethod]] = {
@@ -250,11 +274,19 @@ def _sequential(
     shared: bool,
     reverse: bool,
     unroll: int,
-) -> tuple[Array, Array]:
+    partner: tuple[Array, Callable[[Array], Array], Callable[[Array, Array], Array]] | None = None,
+) -> Any:
     """`h ← step(a_k, h, load(xs[k]))` for every k (from the end if `reverse`), writing
-    `store(h)` over `xs[k]` in place. Returns (all stored states, the last carry)."""
-    if xs.dtype.itemsize == 2 and jnp.issubdtype(xs.dtype, jnp.floating):
-        return _sequential_bits(step, load, store, a, xs, h, shared, reverse, unroll)
+    `store(h)` over `xs[k]` in place. Returns (all stored states, the last carry).
+
+    With `partner = (ys, load_y, product)`: also `Σ_k product(h before step k, load_y(ys[k]))`
+    over the steps, returned third (the first step's term is the product with the initial
+    `h`)."""
+    if partner is not None and _is_16_bit_float(partner[0]):
+        ys, load_y, product = partner
+        partner = (_bits(ys), lambda y: load_y(_from_bits(y, ys.dtype)), product)
+    if _is_16_bit_float(xs):
+        return _sequential_bits(step, load, store, a, xs, h, shared, reverse, unroll, partner)
     length = xs.shape[0]
     block = max(1, min(unroll, length))
     n_blocks, tail = divmod(length, block)
@@ -262,42 +294,66 @@ def _sequential(
     # so that the full blocks are processed first.
     offset = tail if reverse else 0
 
-    def run(h, buffer, start, size, a_block):
+    def run(carry, start, size, a_block):
+        h, buffer, total = carry
         x = load(jax.lax.dynamic_slice_in_dim(buffer, start, size, axis=0))
+        if partner is not None:
+            y = partner[1](jax.lax.dynamic_slice_in_dim(partner[0], start, size, axis=0))
         out = [None] * size
         for t in reversed(range(size)) if reverse else range(size):
+            if partner is not None:
+                total = total + partner[2](h, y[t])
             h = step(a if shared else a_block[t], h, x[t])
             out[t] = h
         # The carry is the last state written, so the write depends on every read of
         # `buffer` in this block and XLA updates it in place.
-        return h, jax.lax.dynamic_update_slice_in_dim(buffer, store(jnp.stack(out)), start, 0)
+        buffer = jax.lax.dynamic_update_slice_in_dim(buffer, store(jnp.stack(out)), start, 0)
+        return h, buffer, total
 
     def body(i, carry):
-        h, buffer = carry
         start = offset + ((n_blocks - 1 - i) if reverse else i) * block
         a_block = None if shared else jax.lax.dynamic_slice_in_dim(a, start, block, axis=0)
-        return run(h, buffer, start, block, a_block)
+        return run(carry, start, block, a_block)
 
+    total = None
+    if partner is not None:
+        # Zeros of the arrays' per-device type (inside `shard_map` a loop carry keeps it).
+        shape = jax.eval_shape(lambda: partner[2](h, partner[1](partner[0][:1])[0]))
+        total = jnp.zeros_like(partner[0], shape=shape.shape, dtype=shape.dtype)
+    carry = (h, xs, total)
     if n_blocks:
-        h, xs = jax.lax.fori_loop(0, n_blocks, body, (h, xs))
+        carry = jax.lax.fori_loop(0, n_blocks, body, carry)
     if tail:
         start = 0 if reverse else n_blocks * block
-        h, xs = run(h, xs, start, tail, None if shared else a[start : start + tail])
-    return xs, h
+        carry = run(carry, start, tail, None if shared else a[start : start + tail])
+    h, xs, total = carry
+    return (xs, h) if partner is None else (xs, h, total)
 
 
-def _sequential_bits(step, load, store, a, xs, h, shared, reverse, unroll):
+def _is_16_bit_float(x: Array) -> bool:
+    return x.dtype.itemsize == 2 and jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def _bits(x: Array) -> Array:
+    return jax.lax.bitcast_convert_type(x, jnp.uint16)
+
+
+def _from_bits(x: Array, dtype) -> Array:
+    return jax.lax.bitcast_convert_type(x, dtype)
+
+
+def _sequential_bits(step, load, store, a, xs, h, shared, reverse, unroll, partner):
     """`_sequential` on 16-bit floats `xs`, looping over their bit patterns: XLA on CPU
     upcasts a bfloat16 dynamic-update-slice to float32 over the whole buffer (a full copy
-    per iteration)."""
+    per iteration). (A 16-bit `partner` is read as bits too, by `_sequential`.)"""
     dtype = xs.dtype
 
     def load_bits(x):
-        return load(jax.lax.bitcast_convert_type(x, dtype))
+        return load(_from_bits(x, dtype))
 
     def store_bits(h):
-        return jax.lax.bitcast_convert_type(store(h), jnp.uint16)
+        return _bits(store(h))
 
-    bits = jax.lax.bitcast_convert_type(xs, jnp.uint16)
-    hs, h = _sequential(step, load_bits, store_bits, a, bits, h, shared, reverse, unroll)
-    return jax.lax.bitcast_convert_type(hs, dtype), h
+    bits = _bits(xs)
+    out = _sequential(step, load_bits, store_bits, a, bits, h, shared, reverse, unroll, partner)
+    return (_from_bits(out[0], dtype), *out[1:])
