@@ -34,6 +34,7 @@ PUBLISHED = (
     "experiments/bench/STREAMING-*.md",
     "experiments/bench/STREAMS-*.md",
     "experiments/bench/HOPPER.md",
+    "experiments/bench/FLOOR-*.md",
     "experiments/lra/MEMORY.md",
     "experiments/paper/README.md",
     "experiments/paper/figures/*",
