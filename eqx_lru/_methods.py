@@ -297,11 +297,12 @@ def _sequential(
     def run(carry, start, size, a_block):
         h, buffer, total = carry
         x = load(jax.lax.dynamic_slice_in_dim(buffer, start, size, axis=0))
+        y = None
         if partner is not None:
             y = partner[1](jax.lax.dynamic_slice_in_dim(partner[0], start, size, axis=0))
         out = [None] * size
         for t in reversed(range(size)) if reverse else range(size):
-            if partner is not None:
+            if partner is not None and y is not None:
                 total = total + partner[2](h, y[t])
             h = step(a if shared else a_block[t], h, x[t])
             out[t] = h
