@@ -6,6 +6,9 @@ for any of them, or for a file-system error the user can fix."""
 import errno
 import sys
 
+from .flags import USER_ERRNOS
+from .signals import Abort
+
 __all__ = ["UsageError", "RunError", "ConfigError", "one_line"]
 
 
@@ -33,8 +36,6 @@ def one_line(e: BaseException) -> tuple[str, int] | None:
     if isinstance(e, SystemExit):  # argparse printed "error: argument --flag: ..."
         return "", e.code if isinstance(e.code, int) else 2
     if isinstance(e, OSError):  # a file or folder the user can fix; anything else is a bug
-        from .flags import USER_ERRNOS
-
         if e.errno not in USER_ERRNOS | {errno.ENOTEMPTY} or e.filename is None:
             return None
         return (
@@ -42,13 +43,11 @@ def one_line(e: BaseException) -> tuple[str, int] | None:
             "free space, then run again (with --resume if the run had started).",
             2,
         )
-    from .signals import Abort
-
     if isinstance(e, Abort):
         return f"Aborted ({e}).", 130
     if isinstance(e, UsageError | RunError):
         return f"error: {e}", 2 if isinstance(e, UsageError) else 1
-    if "experiments.runs.checkpoint.store" in sys.modules:  # else none was raised
+    if "experiments.runs.checkpoint.store" in sys.modules:  # (else none was raised; no JAX)
         from .checkpoint.store import CheckpointError
 
         if isinstance(e, CheckpointError):

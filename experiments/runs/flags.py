@@ -116,15 +116,10 @@ def POSITIVE_FLOAT32(value: str) -> float:
     """A positive number (refused as such at 0 or below) that is a normal float32 (a
     learning rate, a time step)."""
     try:
-        return _NORMAL_FLOAT32(value)
-    except argparse.ArgumentTypeError:
-        try:
-            below = float(value) <= 0
-        except ValueError:
-            below = False
-        if below:
-            _POSITIVE(value)  # 0 or below: said as such
-        raise
+        below = float(value) <= 0
+    except ValueError:
+        below = False
+    return (_POSITIVE if below else _NORMAL_FLOAT32)(value)
 
 
 POSITIVE_FLOAT32.__name__ = _NORMAL_FLOAT32.__name__
