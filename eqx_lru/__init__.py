@@ -4,60 +4,60 @@ from ._version import package_version as _package_version
 
 # isort: split
 # The layers, their initialisation and conversion between forms
-from ._convert import to_complex as to_complex
-from ._convert import to_real as to_real
-from ._core import AbstractRecurrentCore as AbstractRecurrentCore
-from ._init import gamma_log_init as gamma_log_init
-from ._init import lru_init as lru_init
-from ._init import projection_init as projection_init
-from ._init import ring_init as ring_init
-from ._lru import AbstractLRU as AbstractLRU
-from ._lru import ComplexLRU as ComplexLRU
-from ._lru import RealLRU as RealLRU
-from ._rglru import RGLRU as RGLRU
+from ._cores._convert import to_complex as to_complex
+from ._cores._convert import to_real as to_real
+from ._cores._core import AbstractRecurrentCore as AbstractRecurrentCore
+from ._cores._init import gamma_log_init as gamma_log_init
+from ._cores._init import lru_init as lru_init
+from ._cores._init import projection_init as projection_init
+from ._cores._init import ring_init as ring_init
+from ._cores._lru import AbstractLRU as AbstractLRU
+from ._cores._lru import ComplexLRU as ComplexLRU
+from ._cores._lru import RealLRU as RealLRU
+from ._cores._rglru import RGLRU as RGLRU
 
 # isort: split
 # Blocks, models and their pieces
-from ._abstract_block import AbstractBlock as AbstractBlock
-from ._abstract_block import AbstractStreamingBlock as AbstractStreamingBlock
-from ._block import LRUBlock as LRUBlock
-from ._glu import GLU as GLU
-from ._hawk import HawkBlock as HawkBlock
-from ._model import LRUModel as LRUModel
-from ._norm import MaskedBatchNorm as MaskedBatchNorm
+from ._blocks._abstract_block import AbstractBlock as AbstractBlock
+from ._blocks._abstract_block import AbstractStreamingBlock as AbstractStreamingBlock
+from ._blocks._block import LRUBlock as LRUBlock
+from ._blocks._glu import GLU as GLU
+from ._blocks._hawk import HawkBlock as HawkBlock
+from ._blocks._norm import MaskedBatchNorm as MaskedBatchNorm
+from ._models._model import LRUModel as LRUModel
+from ._models._pool import StreamPool as StreamPool
+from ._models._retrieval import LRURetrievalModel as LRURetrievalModel
 from ._padding import valid_mask as valid_mask
 from ._padding import where_valid as where_valid
-from ._pool import StreamPool as StreamPool
 from ._recurrentgemma import hawk_block_from_recurrentgemma as hawk_block_from_recurrentgemma
 from ._recurrentgemma import hawk_block_to_recurrentgemma as hawk_block_to_recurrentgemma
 from ._recurrentgemma import rglru_from_recurrentgemma as rglru_from_recurrentgemma
 from ._recurrentgemma import rglru_to_recurrentgemma as rglru_to_recurrentgemma
-from ._retrieval import LRURetrievalModel as LRURetrievalModel
 
 # isort: split
 # Training
-from ._optim import lru_optimizer as lru_optimizer
-from ._optim import lru_param_labels as lru_param_labels
-from ._optim import lru_schedule as lru_schedule
-from ._train import predict as predict
-from ._train import train_step as train_step
+from ._training._optim import lru_optimizer as lru_optimizer
+from ._training._optim import lru_param_labels as lru_param_labels
+from ._training._optim import lru_schedule as lru_schedule
+from ._training._train import predict as predict
+from ._training._train import train_step as train_step
 
 # isort: split
 # The linear-recurrence scan: algebras and methods
-from ._algebra import AbstractAlgebra as AbstractAlgebra
-from ._algebra import Block2x2 as Block2x2
-from ._algebra import DenseAlgebra as DenseAlgebra
-from ._algebra import Diagonal as Diagonal
-from ._algebra import RotationScaling as RotationScaling
-from ._methods import AbstractScanMethod as AbstractScanMethod
-from ._methods import Associative as Associative
-from ._methods import Auto as Auto
-from ._methods import Sequential as Sequential
-from ._methods import scan_method as scan_method
-from ._pallas import PallasScan as PallasScan
-from ._scan import default_method as default_method
-from ._scan import linear_recurrence as linear_recurrence
-from ._sequence_parallel import SequenceParallel as SequenceParallel
+from ._scan._algebra import AbstractAlgebra as AbstractAlgebra
+from ._scan._algebra import Block2x2 as Block2x2
+from ._scan._algebra import DenseAlgebra as DenseAlgebra
+from ._scan._algebra import Diagonal as Diagonal
+from ._scan._algebra import RotationScaling as RotationScaling
+from ._scan._methods import AbstractScanMethod as AbstractScanMethod
+from ._scan._methods import Associative as Associative
+from ._scan._methods import Auto as Auto
+from ._scan._methods import Sequential as Sequential
+from ._scan._methods import scan_method as scan_method
+from ._scan._pallas import PallasScan as PallasScan
+from ._scan._recurrence import default_method as default_method
+from ._scan._recurrence import linear_recurrence as linear_recurrence
+from ._scan._sequence_parallel import SequenceParallel as SequenceParallel
 
 # isort: split
 # Subpackages: the paper's ablation ladder, the baseline cores (S4D, S5, LDS), export

@@ -33,9 +33,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from ._hawk import HawkBlock
-from ._rglru import RGLRU, DocumentStart
-from ._scan import ScanMethod
+from ._blocks._hawk import HawkBlock
+from ._cores._rglru import RGLRU, DocumentStart
+from ._scan._recurrence import ScanMethod
 
 Params = Mapping[str, Any]
 

@@ -5,7 +5,7 @@ import abc
 import equinox as eqx
 from jaxtyping import Array, Complex, Float
 
-from .._core import AbstractStatesCore
+from .._cores._core import AbstractStatesCore
 
 
 class AbstractAblationCore(AbstractStatesCore):

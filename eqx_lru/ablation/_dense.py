@@ -12,7 +12,6 @@ import numpy as np
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Complex, Float, PRNGKeyArray, jaxtyped
 
-from .._algebra import DenseAlgebra
 from .._checks import (
     Size,
     check_choice,
@@ -24,8 +23,9 @@ from .._checks import (
     check_token,
     float_dtype,
 )
-from .._methods import AbstractScanMethod, scan_method
-from .._scan import ScanMethod, recurrence, segment_starts
+from .._scan._algebra import DenseAlgebra
+from .._scan._methods import AbstractScanMethod, scan_method
+from .._scan._recurrence import ScanMethod, recurrence, segment_starts
 from ._core import AbstractAblationCore
 
 

@@ -8,14 +8,14 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
-from .._algebra import AbstractAlgebra, Diagonal
 from .._checks import Size, check_choice, complex_dtype, complex_float_dtype
-from .._init import lru_init
-from .._methods import AbstractScanMethod, scan_method
-from .._modal_core import AbstractModalCore
-from .._projection import Precision, check_precision
-from .._scan import ScanMethod
-from .._storage import AbstractStorage, ComplexPairs
+from .._cores._init import lru_init
+from .._cores._modal_core import AbstractModalCore
+from .._cores._projection import Precision, check_precision
+from .._scan._algebra import AbstractAlgebra, Diagonal
+from .._scan._methods import AbstractScanMethod, scan_method
+from .._scan._recurrence import ScanMethod
+from .._scan._storage import AbstractStorage, ComplexPairs
 from ._core import AbstractAblationCore
 from ._parameterisation import (
     PARAMETERISATIONS,
@@ -38,7 +38,7 @@ class DiagonalRNN(AbstractModalCore, AbstractAblationCore):
     and initialised as the LRU's (App. A); `method`, `precision` (static).
 
     The state is complex, `(d_state,)`, as `eqx_lru.ComplexLRU`'s; `run`, `step` and the
-    call are the LRU's (`eqx_lru._modal_core.AbstractModalCore`) with $\gamma = 1$.
+    call are the LRU's (`eqx_lru._cores._modal_core.AbstractModalCore`) with $\gamma = 1$.
     """
 
     lambda_: AbstractParameterisation

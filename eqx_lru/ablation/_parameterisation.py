@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Complex, Float
 
-from .._lru import AbstractLRU, polar
+from .._cores._lru import AbstractLRU, polar
 
 ParameterisationName = Literal["real_imag", "exp", "stable_exp"]
 

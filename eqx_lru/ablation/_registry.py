@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from jaxtyping import PRNGKeyArray
 
-from .._init import Size
-from .._lru import ComplexLRU
+from .._cores._init import Size
+from .._cores._lru import ComplexLRU
 from ._core import AbstractAblationCore
 from ._dense import DenseRNN, LinearDenseRNN
 from ._diagonal import DiagonalRNN

@@ -31,16 +31,16 @@ import numpy as np
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Complex, Float, PRNGKeyArray, jaxtyped
 
-from .._algebra import Diagonal
 from .._checks import (
     check_size,
     check_state,
     complex_dtype,
     complex_float_dtype,
 )
-from .._core import AbstractStatesCore
-from .._methods import scan_method
-from .._scan import recurrence, segment_starts
+from .._cores._core import AbstractStatesCore
+from .._scan._algebra import Diagonal
+from .._scan._methods import scan_method
+from .._scan._recurrence import recurrence, segment_starts
 
 
 def companion_form(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,9 +20,9 @@ from .._checks import (
     check_steps,
     float_dtype,
 )
-from .._methods import scan_method
-from .._optim import check_param_groups
-from .._sequence_parallel import SequenceParallel
+from .._scan._methods import scan_method
+from .._scan._sequence_parallel import SequenceParallel
+from .._training._optim import check_param_groups
 from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._s5 import hippo_n_modes
 from ._ssm import AbstractDiagonalSSM

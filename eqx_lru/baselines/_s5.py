@@ -20,8 +20,8 @@ from .._checks import (
     complex_dtype,
     float_dtype,
 )
-from .._methods import scan_method
-from .._optim import check_param_groups
+from .._scan._methods import scan_method
+from .._training._optim import check_param_groups
 from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._ssm import AbstractDiagonalSSM
 

@@ -11,7 +11,6 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, jaxtyped
 
-from .._algebra import Diagonal, RotationScaling
 from .._checks import (
     check_form,
     check_sequence,
@@ -19,9 +18,10 @@ from .._checks import (
     check_token,
     complex_dtype,
 )
-from .._core import AbstractStatesCore, dt_options, rebuild
-from .._dt import check_dt
-from .._scan import recurrence
+from .._cores._core import AbstractStatesCore, dt_options, rebuild
+from .._cores._dt import check_dt
+from .._scan._algebra import Diagonal, RotationScaling
+from .._scan._recurrence import recurrence
 from ._common import Pair
 
 

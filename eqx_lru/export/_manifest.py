@@ -15,8 +15,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._model import LRUModel
-from .._retrieval import LRURetrievalModel
+from .._models._model import LRUModel
+from .._models._retrieval import LRURetrievalModel
 from .._runtime_check import skipped_checks
 from .._version import package_version
 from ._format import Format

@@ -12,7 +12,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .._retrieval import LRURetrievalModel
+from .._models._retrieval import LRURetrievalModel
 from ._program import ExportError, Program, Reads, loop_program, sequence_program
 
 

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._core import AbstractRecurrentCore
-from .._methods import AbstractScanMethod, Sequential
-from .._norm import MaskedBatchNorm
+from .._blocks._norm import MaskedBatchNorm
+from .._cores._core import AbstractRecurrentCore
+from .._scan._methods import AbstractScanMethod, Sequential
 from ._program import ExportError
 
 

@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._block import LRUBlock
-from .._core import AbstractRecurrentCore
-from .._model import LRUModel
-from .._retrieval import LRURetrievalModel
+from .._blocks._block import LRUBlock
+from .._cores._core import AbstractRecurrentCore
+from .._models._model import LRUModel
+from .._models._retrieval import LRURetrievalModel
 
 
 class ExportError(ValueError):

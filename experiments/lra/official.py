@@ -59,7 +59,7 @@ from . import tasks
 
 #: The groups of `eqx_lru.lru_optimizer` the recipes move core fields into (named here, not
 #: imported, so that the command line imports no JAX; a test checks they are the library's
-#: `eqx_lru._optim.GROUPS`).
+#: `eqx_lru._training._optim.GROUPS`).
 DECAY, NO_DECAY, RECURRENT_DECAY = "decay", "no_decay", "recurrent_decay"
 
 __all__ = ["Official", "S5", "S4D"]

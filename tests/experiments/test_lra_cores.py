@@ -297,7 +297,7 @@ def test_every_official_record_cites_its_file_and_says_what_is_not_followed():
 
 
 def test_official_group_names_are_the_optimisers():
-    from eqx_lru import _optim
+    from eqx_lru._training import _optim
     from experiments.lra import official
 
     names = (official.DECAY, official.NO_DECAY, official.RECURRENT_DECAY)

@@ -304,7 +304,7 @@ def test_weight_is_stable_near_one_and_for_tiny_steps():
     float64 from float32 inputs) for λ → 1 and tiny steps, in float32: relative error
     below 1e-5 where the plain formula loses every digit; the limit Δt where μ = 0, with
     finite gradients."""
-    from eqx_lru._discretization import hold_weight, hold_weight_real
+    from eqx_lru._cores._discretization import hold_weight, hold_weight_real
 
     mu_re = np.array([-1e-7, -1e-5, -1e-3, -0.5, -2e-6, 0.0], np.float32)
     mu_im = np.array([1e-7, 0.0, 3e-3, 2.0, 1e-6, 0.0], np.float32)

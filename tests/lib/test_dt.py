@@ -13,7 +13,7 @@ from core_runs import packed_chunked_streamed
 from reference import lru_dt_loop, lru_kernel_sum, lru_params_np, s5_dt_loop
 
 import eqx_lru
-from eqx_lru._dt import reverse_steps
+from eqx_lru._cores._dt import reverse_steps
 
 H, N, L = 3, 5, 9  # d_model ≠ d_state ≠ length
 FORMS = (eqx_lru.ComplexLRU, eqx_lru.RealLRU)

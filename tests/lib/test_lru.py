@@ -259,7 +259,7 @@ def test_bad_hyperparameters_raise(kwargs, match):
 def test_internal_annotations_are_checked_in_tests():
     """The jaxtyping pytest hook instruments eqx_lru's internals (pyproject addopts), so a
     shape bug inside the package fails loudly here rather than broadcasting."""
-    from eqx_lru import _init
+    from eqx_lru._cores import _init
 
     with pytest.raises(TypeError, match="d_state"):
         _init.gamma_log_init(jnp.ones((N, 2)))  # annotated Float[Array, " d_state"]

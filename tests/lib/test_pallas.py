@@ -1,4 +1,4 @@
-"""The Pallas kernel method (`eqx_lru._pallas`) against a float64 NumPy loop.
+"""The Pallas kernel method (`eqx_lru._scan._pallas`) against a float64 NumPy loop.
 
 Off GPUs the kernel runs in Pallas interpret mode, so these tests check the kernel's
 arithmetic, chunking (with the next chunk prefetched), tail handling, the two-level scan
@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 
 import eqx_lru
-from eqx_lru import _pallas
-from eqx_lru._algebra import Block2x2, Diagonal, RotationScaling
-from eqx_lru._pallas import PallasScan, cuda_target, kernel_scan
-from eqx_lru._scan import recurrence
-from eqx_lru._storage import Cast, ComplexPairs, Identity
+from eqx_lru._scan import _pallas
+from eqx_lru._scan._algebra import Block2x2, Diagonal, RotationScaling
+from eqx_lru._scan._pallas import PallasScan, cuda_target, kernel_scan
+from eqx_lru._scan._recurrence import recurrence
+from eqx_lru._scan._storage import Cast, ComplexPairs, Identity
 
 # length 11 = 2 chunks of 4 + a tail of 3; channel tiles of 4 over 5 (or 3) channels, the
 # last one partial (masked on GPUs).
@@ -128,7 +128,7 @@ def test_argument_errors():
 
 def test_lowers_for_cuda():
     # The Triton lowering runs without a GPU, with no warning (filterwarnings=error: JAX
-    # >= 0.11 deprecates Pallas' Triton backend, handled in eqx_lru._pallas): masked
+    # >= 0.11 deprecates Pallas' Triton backend, handled in eqx_lru._scan._pallas): masked
     # partial tiles, per-step transitions, bfloat16 storage, the two-level scan's two
     # kernels and the batch grid axis of vmap all lower. (Timing it needs a GPU.)
     for pairs, state in [(False, (20,)), (True, (2, 48))]:

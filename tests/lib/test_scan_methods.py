@@ -17,8 +17,8 @@ import pytest
 from conformance import ALGEBRAS, grid_methods, recurrence_oracle, recurrence_problem
 
 import eqx_lru
-from eqx_lru import _scan
-from eqx_lru._storage import ComplexPairs
+from eqx_lru._scan import _recurrence
+from eqx_lru._scan._storage import ComplexPairs
 
 # The default sequential loop (one step per iteration); `test_sequential_blocks_and_tails`
 # covers blocks of several steps.
@@ -205,7 +205,7 @@ def test_complex_pairs_storage_matches_complex_states():
         w = _weights(pairs)
 
         def via_pairs(a, pairs, h0, method):
-            return _scan.recurrence(
+            return _recurrence.recurrence(
                 a,
                 pairs,
                 algebra=algebra,
@@ -371,7 +371,7 @@ def test_cast_storage_rounds_explicitly():
     """The rounding to the stored dtype is a `reduce_precision` in the program (which XLA
     keeps), on loading and on storing, not only a pair of casts (which XLA on GPUs may
     remove). Loading a stored value is exact."""
-    from eqx_lru._storage import Cast
+    from eqx_lru._scan._storage import Cast
 
     cast = Cast(compute="float32", stored="bfloat16")
     x = jnp.asarray([[1.0 + 2**-12, -3.0, 1e-3]], jnp.float32)
@@ -402,7 +402,7 @@ def test_low_precision_projection_gradient_rounds_like_the_forward():
     output cotangent and both operands rounded to bfloat16, products accumulated in float32
     (a float64 NumPy oracle on the rounded values), not JAX's mixed float32 × bfloat16
     transpose (which makes XLA on the CPU convert whole sequences to float32)."""
-    from eqx_lru._projection import _matmul
+    from eqx_lru._cores._projection import _matmul
 
     keys = jax.random.split(jax.random.PRNGKey(3), 3)
     x = jax.random.normal(keys[0], (7, 5))
