@@ -12,10 +12,13 @@
 - `@pytest.mark.gpu` tests are skipped, with the reason shown by `-rs`, unless JAX runs
   on a CUDA GPU.
 - JAX's persistent compilation cache is on for the session, the xdist workers and every
-  child process the tests start (through the environment): `.jax_cache/` in the
-  repository, or `EQX_LRU_TEST_CACHE` (`off` turns it off). A fresh clone starts cold; the
-  children that compile the same trainer step (multi-process and command-line tests) then
-  read it instead of compiling again. Programs that compile in under
+  child process the tests start (through the environment), in the user's cache folder
+  (`$XDG_CACHE_HOME/eqx_lru/jax-tests`, by default `~/.cache/eqx_lru/jax-tests`), or in
+  `EQX_LRU_TEST_CACHE` (`off` turns it off). On a new machine the first run is cold, and
+  the children that compile the same trainer step (multi-process and command-line tests)
+  read what the first compiled; a later run of the same code on the same machine reads
+  every program compiled before (a key is the program's hash with JAX's version and
+  options: an entry is never wrong, only unused). Programs that compile in under
   `JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` (0.3 s here) are not written.
 - Memory stays bounded: JAX's in-memory caches (compiled programs, traces) are cleared
   after each test module, and the run ends with each worker's peak resident memory.
@@ -30,8 +33,8 @@ import resource
 import tempfile
 
 os.environ["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # before JAX reads it; subprocesses
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
-_CACHE = os.environ.get("EQX_LRU_TEST_CACHE", str(_ROOT / ".jax_cache"))
+_USER_CACHE = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+_CACHE = os.environ.get("EQX_LRU_TEST_CACHE", os.path.join(_USER_CACHE, "eqx_lru", "jax-tests"))
 if _CACHE != "off":
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.abspath(_CACHE))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
