@@ -209,7 +209,7 @@ class AbstractSelectiveLRU(AbstractStatesCore):
         r"""(transitions $\lambda_t^{\Delta t_t}$ in the algebra's layout, drives
         $\sqrt{1 - r_t^2} B u_t$ as planar pairs), for a sequence or one token."""
         log_modulus, phase = self.selection(u)
-        gain = bounded_sqrt(-jnp.expm1(2 * log_modulus), SQRT_MAX_GRADIENT)
+        gain: Array = bounded_sqrt(-jnp.expm1(2 * log_modulus), SQRT_MAX_GRADIENT)
         if dt is not None:
             step = dt[..., None]
             log_modulus, phase = log_modulus * step, phase * step

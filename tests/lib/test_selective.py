@@ -118,7 +118,9 @@ def test_conversions_are_exact_and_share_the_parameters():
         np.testing.assert_array_equal(getattr(built, n), getattr(complex_core, n))
     np.testing.assert_allclose(real(u), complex_core(u), rtol=1e-5, atol=1e-6)
     # In a block, through `to_real`/`to_complex`.
-    block = eqx_lru.LRUBlock(H, N, core=eqx_lru.ComplexSelectiveLRU, norm=None, key=jax.random.PRNGKey(0))
+    block = eqx_lru.LRUBlock(
+        H, N, core=eqx_lru.ComplexSelectiveLRU, norm=None, key=jax.random.PRNGKey(0)
+    )
     assert type(eqx_lru.to_real(block).core) is eqx_lru.RealSelectiveLRU
     assert eqx_lru.to_complex(eqx_lru.to_real(block)).core.nu_log is block.core.nu_log
     with pytest.raises(TypeError, match="ComplexSelectiveLRU"):
