@@ -12,8 +12,9 @@ A new scan method, algebra or core is one entry here, and every conformance test
 - `test_core.py`: every core's contract (`run`, `step`, chunks, segments, `length`) and its
   float64 `reference`; `to_real`/`to_complex` convert the cores with two forms and refuse
   the others;
-- `test_streaming.py`: a model of every core that `in_models` streamed four ways, the LRU
-  forms with every method;
+- `test_streaming.py`: a model of every core that `in_models` streamed four ways, each LRU
+  form with one scan method (streaming is the model's property; the methods' equality is
+  the scan's, proven by `test_scan.py`, `test_scan_methods.py` and `test_packing.py`);
 - `test_packing.py`: packed sequences through a block of either LRU form with every method;
 - `test_export_*.py`: every export format (`FORMATS`), its artifacts read back as a user of
   the format reads them.
