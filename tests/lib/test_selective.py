@@ -15,24 +15,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from builders import D_MODEL as H
+from builders import D_STATE as N
+from builders import LENGTH as L
+from builders import RING, normal, uniform
 from conformance import selective_reference
 
 import eqx_lru
 
-H, N, L = 3, 4, 7
 FORMS = (eqx_lru.ComplexSelectiveLRU, eqx_lru.RealSelectiveLRU)
 PARAMS = ("nu_log", "W_r", "b_r", "W_theta", "b_theta", "B_re", "B_im", "C_re", "C_im", "D")
 
 
 def _core(form, dtype):
-    return form(H, N, r_min=0.5, r_max=0.95, method="sequential", dtype=dtype,
-                key=jax.random.PRNGKey(3))  # fmt: skip
+    return form(H, N, **RING, method="sequential", dtype=dtype, key=jax.random.PRNGKey(3))
 
 
 def _data(dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    u = rng.normal(size=(L, H)) * 1.5  # gates well away from their zero-input values
-    return u.astype(dtype), rng.uniform(0.2, 2.5, size=L).astype(dtype)
+    # Scaled: the gates well away from their zero-input values.
+    u = normal(L, H, seed=seed, dtype=dtype, scale=1.5)
+    return u, uniform(L, low=0.2, high=2.5, seed=seed + 100, dtype=dtype)
 
 
 @eqx.filter_jit
@@ -82,7 +84,7 @@ def _plain_loop(p, u, dt, max_phase):
 def test_gradients_match_autodiff_of_a_plain_loop_float64():
     with jax.enable_x64(True):
         u, dt = _data(np.float64, seed=1)
-        weight = np.random.default_rng(2).normal(size=(L, H))
+        weight = normal(L, H, seed=2, dtype=np.float64)
 
         def loss(core, u, dt):
             return jnp.sum(core(u, dt=dt) * weight)
