@@ -12,6 +12,8 @@ from ._cores._lru import AbstractLRU as AbstractLRU
 from ._cores._lru import ComplexLRU as ComplexLRU
 from ._cores._lru import RealLRU as RealLRU
 from ._cores._rglru import RGLRU as RGLRU
+from ._cores._selective import ComplexSelectiveLRU as ComplexSelectiveLRU
+from ._cores._selective import RealSelectiveLRU as RealSelectiveLRU
 
 # isort: split
 # Blocks, models and their pieces
@@ -71,6 +73,7 @@ __all__ = [
     "Auto",
     "Block2x2",
     "ComplexLRU",
+    "ComplexSelectiveLRU",
     "DenseAlgebra",
     "Diagonal",
     "GLU",
@@ -82,6 +85,7 @@ __all__ = [
     "PallasScan",
     "RGLRU",
     "RealLRU",
+    "RealSelectiveLRU",
     "RotationScaling",
     "SequenceParallel",
     "Sequential",
