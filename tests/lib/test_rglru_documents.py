@@ -200,6 +200,27 @@ def test_packing_chunks_and_step(variant):
     assert diff[0].min() > 0 and diff[-1].max() > 1e-4 * np.abs(np.asarray(y[-1])).max()
 
 
+def test_leading_exact_zeros_do_not_restart_the_document():
+    """A stream whose first three inputs are exactly zero keeps h exactly 0 there; the
+    document began at position 0 all the same (the state's `started`, not its values), so
+    `step` and two chunks split at the first non-zero input equal the call and the float64
+    loop (one document from position 0)."""
+    with jax.enable_x64(True):
+        core = _core("real")
+        x = _data()[0].at[:3].set(0.0)
+
+        @eqx.filter_jit
+        def runs(core, x):
+            _, streamed = jax.lax.scan(lambda h, x_t: core.step(h, x_t), core.init_state(), x)
+            y1, carry = core.run(x[:3])
+            return core(x), streamed, jnp.concatenate([y1, core(x[3:], initial_state=carry)])
+
+        y, streamed, chunked = runs(core, x)
+        expected, _ = documents_loop(_params(core), x)
+        for got in (y, streamed, chunked):
+            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
 def test_sequence_split_across_devices():
     """Four chunks of a named vmap axis scanning by `SequenceParallel`: the one-device call,
     forward and reverse, with documents that start inside chunks and at a chunk's first
