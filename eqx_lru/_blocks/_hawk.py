@@ -98,7 +98,7 @@ class HawkBlock(AbstractStreamingBlock):
     **Document starts.** recurrentgemma's RG-LRU takes a document's first input
     unnormalised: build the core as
     `functools.partial(eqx_lru.RGLRU, document_start="unnormalised")` (what
-    `eqx_lru.hawk_block_from_recurrentgemma` builds).
+    `eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma` builds).
     """
 
     norm: eqx.nn.RMSNorm

@@ -258,7 +258,7 @@ def test_matches_recurrentgemma(variant):
         return lambda *args: jnp.sum(jnp.sin(run(*args)[0]))
 
     def run_converted(params, x):
-        return eqx_lru.rglru_from_recurrentgemma(params)(x, segment_ids=ids), None
+        return eqx_lru.recurrentgemma.rglru_from_recurrentgemma(params)(x, segment_ids=ids), None
 
     @eqx.filter_jit  # one compilation: theirs (plain, documents), ours, and the gradients
     def all_runs(core, params, x):
