@@ -218,7 +218,7 @@ class RGLRU(AbstractStatesCore):
                 "the input to that width first (as Hawk's block does)."
             )
         check_key(key)
-        check_rglru_ring(r_min, r_max, max_phase, c)
+        check_rglru_ring(r_min, r_max, max_phase, c, float_dtype(dtype))
         if document_start not in ("normalised", "unnormalised"):
             raise ValueError(
                 "`document_start` must be 'normalised' (eq. (4) at every position) or "
