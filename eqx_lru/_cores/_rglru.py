@@ -63,7 +63,16 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Float, Inexact, PRNGKeyArray, PyTree, jaxtyped
+from jaxtyping import (
+    Array,
+    ArrayLike,
+    Float,
+    Inexact,
+    Integer,
+    PRNGKeyArray,
+    PyTree,
+    jaxtyped,
+)
 
 from .._checks import (
     Size,
@@ -71,7 +80,6 @@ from .._checks import (
     check_key,
     check_sequence,
     check_size,
-    check_state,
     check_token,
     complex_dtype,
     complex_float_dtype,
@@ -85,7 +93,7 @@ from ._discretization import RGLRUDiscretization, check_discretization
 from ._dt import check_dt
 from ._projection import Precision, check_precision
 from ._rglru_init import block_diagonal_init, check_rglru_ring, rglru_lambda_init
-from ._rglru_terms import rglru_terms
+from ._rglru_terms import rglru_terms, split_state
 
 DocumentStart = Literal["normalised", "unnormalised"]
 Eigenvalues = Literal["positive", "signed"]
@@ -330,25 +338,7 @@ class RGLRU(AbstractStatesCore):
     def _check_state(self, state) -> tuple[Array, Array | None]:
         """`(h, started)` of a state (`started` `None` for the normalised core), checked
         against `init_state()`'s layout."""
-        name = f"RGLRU(phase={self.phase}, form={self.form!r})"
-        if self.document_start == "normalised":
-            state = jnp.asarray(state)
-            check_state(state, self.init_state(), name)
-            return state, None
-        if not isinstance(state, (tuple, list)) or len(state) != 2:
-            raise ValueError(
-                "`initial_state`/`state` of RGLRU(document_start='unnormalised') is the pair "
-                "(h, started) of `init_state()`, `step` or `run` (started: whether a "
-                f"document has begun); got {type(state).__name__}."
-            )
-        h, started = jnp.asarray(state[0]), jnp.asarray(state[1])
-        check_state(h, self.init_state()[0], name, " (the `h` of the pair (h, started))")
-        if started.shape != () or started.dtype != jnp.bool_:
-            raise ValueError(
-                "The `started` of RGLRU(document_start='unnormalised')'s state (h, started) "
-                f"must be one boolean; got {started.dtype} of shape {started.shape}."
-            )
-        return h, started
+        return split_state(self, state)
 
     def _states(self, u, initial_state, reverse, segment_ids, dt=None) -> Inexact[Array, "..."]:
         check_sequence(u, self.d_model, self.Lambda.dtype)
@@ -387,14 +377,47 @@ class RGLRU(AbstractStatesCore):
         True)` (every position continues or starts a document)."""
         return (state, jnp.asarray(True)) if self.document_start == "unnormalised" else state
 
-    def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
-        r"""Run over one sequence `(length, d_model)`: `initial_state`, `reverse`,
-        `segment_ids`, `dt` (positive time steps `(length,)` or a scalar; see the concepts
-        page on time steps) and `key` (ignored) as `eqx_lru.AbstractRecurrentCore.__call__`.
+    def run(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: PyTree[ArrayLike] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
+    ) -> tuple[Float[Array, "length d_model"], PyTree[Array]]:
+        r"""Run over one sequence `(length, d_model)` from `initial_state` (default
+        `init_state()`): `reverse`, `length`, `segment_ids` as
+        `eqx_lru.AbstractRecurrentCore.run`, `dt` positive time steps `(length,)` or a
+        scalar (see the concepts page on time steps).
+
+        **Returns:** `(y, final_state)`, $y$ of shape `(length, d_model)`.
+        """
+        return super().run(
+            u, initial_state=initial_state, reverse=reverse, length=length,
+            segment_ids=segment_ids, dt=dt,
+        )  # fmt: skip
+
+    def __call__(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: PyTree[ArrayLike] | None = None,
+        reverse: bool = False,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "length d_model"]:
+        r"""The outputs of `run` (`key` is ignored, as in other Equinox layers).
 
         **Returns:** $y$, shape `(length, d_model)`.
         """
-        return super().__call__(u, **options)
+        del key
+        y, _ = self.run(
+            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids, dt=dt
+        )
+        return y
 
     @jaxtyped(typechecker=beartype)
     def step(

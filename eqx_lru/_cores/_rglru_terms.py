@@ -1,5 +1,6 @@
-r"""The RG-LRU's per-position terms: its transitions $a_t$ and drives $g_t\, i_t x_t$, in
-log space, for both eigenvalue signs (`eqx_lru.RGLRU`'s `eigenvalues=`).
+r"""The RG-LRU's per-position terms, its transitions $a_t$ and drives $g_t\, i_t x_t$, in
+log space, for both eigenvalue signs (`eqx_lru.RGLRU`'s `eigenvalues=`); and the check of
+its states.
 
 With $\ell_t = c\, r_t\, \Delta t_t \log\sigma(\Lambda) \le 0$ (`jax.nn.log_sigmoid`, so
 $\sigma(\Lambda)$ near 0 or 1 loses nothing):
@@ -27,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._checks import check_state
 from ._discretization import hold_weight, hold_weight_real
 
 #: The largest derivative of the normalisation's square root (recurrentgemma's bound):
@@ -61,8 +63,8 @@ def modulus_and_gain(log_modulus: Array, unit: Array, signed: bool) -> tuple[Arr
     if not signed:
         return jnp.exp(log_modulus), bounded_sqrt(-jnp.expm1(2 * unit), SQRT_MAX_GRADIENT)
     modulus = 1 + 2 * jnp.expm1(log_modulus)
-    gain = 2 * jnp.exp(unit / 2) * bounded_sqrt(-jnp.expm1(unit), SQRT_MAX_GRADIENT)
-    return modulus, gain
+    root: Array = bounded_sqrt(-jnp.expm1(unit), SQRT_MAX_GRADIENT)
+    return modulus, 2 * jnp.exp(unit / 2) * root
 
 
 def rglru_terms(core, x: Array, dt: Array | None, starts: Array | None = None):
@@ -103,3 +105,27 @@ def rglru_terms(core, x: Array, dt: Array | None, starts: Array | None = None):
     if core.form == "complex":
         return jax.lax.complex(a_re, a_im), jax.lax.complex(re, im)
     return jnp.stack([a_re, a_im], axis=-2), jnp.stack([re, im], axis=-2)
+
+
+def split_state(core, state) -> tuple[Array, Array | None]:
+    """`(h, started)` of `core`'s (an `RGLRU`'s) state, `started` `None` for the
+    normalised core, checked against `init_state()`'s layout."""
+    name = f"RGLRU(phase={core.phase}, form={core.form!r})"
+    if core.document_start == "normalised":
+        state = jnp.asarray(state)
+        check_state(state, core.init_state(), name)
+        return state, None
+    if not isinstance(state, (tuple, list)) or len(state) != 2:
+        raise ValueError(
+            "`initial_state`/`state` of RGLRU(document_start='unnormalised') is the pair "
+            "(h, started) of `init_state()`, `step` or `run` (started: whether a "
+            f"document has begun); got {type(state).__name__}."
+        )
+    h, started = jnp.asarray(state[0]), jnp.asarray(state[1])
+    check_state(h, core.init_state()[0], name, " (the `h` of the pair (h, started))")
+    if started.shape != () or started.dtype != jnp.bool_:
+        raise ValueError(
+            "The `started` of RGLRU(document_start='unnormalised')'s state (h, started) "
+            f"must be one boolean; got {started.dtype} of shape {started.shape}."
+        )
+    return h, started
