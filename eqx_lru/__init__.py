@@ -28,10 +28,6 @@ from ._models._pool import StreamPool as StreamPool
 from ._models._retrieval import LRURetrievalModel as LRURetrievalModel
 from ._padding import valid_mask as valid_mask
 from ._padding import where_valid as where_valid
-from ._recurrentgemma import hawk_block_from_recurrentgemma as hawk_block_from_recurrentgemma
-from ._recurrentgemma import hawk_block_to_recurrentgemma as hawk_block_to_recurrentgemma
-from ._recurrentgemma import rglru_from_recurrentgemma as rglru_from_recurrentgemma
-from ._recurrentgemma import rglru_to_recurrentgemma as rglru_to_recurrentgemma
 
 # isort: split
 # Training
@@ -61,6 +57,7 @@ from ._scan._sequence_parallel import SequenceParallel as SequenceParallel
 from . import ablation as ablation
 from . import baselines as baselines
 from . import export as export
+from . import recurrentgemma as recurrentgemma
 
 __all__ = [
     "AbstractAlgebra",
@@ -93,15 +90,12 @@ __all__ = [
     "ablation",
     "baselines",
     "export",
-    "hawk_block_from_recurrentgemma",
-    "hawk_block_to_recurrentgemma",
     "linear_recurrence",
     "lru_optimizer",
     "lru_param_labels",
     "lru_schedule",
     "predict",
-    "rglru_from_recurrentgemma",
-    "rglru_to_recurrentgemma",
+    "recurrentgemma",
     "ring_init",
     "to_complex",
     "to_real",

@@ -79,11 +79,12 @@ def lru_kernel_sum(p, u, times, *, reverse=False):
     return y
 
 
-def rglru_loop(p, x, *, c=8.0, dt=None, h0=None, reverse=False, segment_ids=None):
+def rglru_loop(p, x, *, c=8.0, dt=None, h0=None, reverse=False, segment_ids=None, signed=False):
     """The RG-LRU (real, or complex with `p["theta"]`): r = σ(W_a x + b_a), i = σ(W_x x +
     b_x) with block-diagonal W, a = σ(Λ)^{c r dt} (· e^{iθ r dt}), h = a h + √(1-|a|²) i x
     (x the complex pairs of the input's halves), y = h (or [Re h, Im h]); a = 0 where a
-    segment starts. Returns (y, states)."""
+    segment starts. `signed`: the modulus 2σ(Λ)^{c r dt} - 1 in place of σ(Λ)^{c r dt}.
+    Returns (y, states)."""
     x = np.asarray(x, np.float64)
     length = x.shape[0]
     dt = np.ones(length) if dt is None else np.broadcast_to(np.asarray(dt, np.float64), length)
@@ -101,6 +102,7 @@ def rglru_loop(p, x, *, c=8.0, dt=None, h0=None, reverse=False, segment_ids=None
     for n, k in enumerate(order):
         r, i = gate(p["W_a"], p["b_a"], x[k]), gate(p["W_x"], p["b_x"], x[k])
         a = sigma ** (c * r * dt[k])
+        a = 2 * a - 1 if signed else a
         if phase:
             a = a * np.exp(1j * p["theta"] * r * dt[k])
         start = n > 0 and segment_ids is not None and segment_ids[k] != segment_ids[order[n - 1]]

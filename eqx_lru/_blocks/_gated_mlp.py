@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._checks import Size, check_key, check_size
-from .._cores._rglru_init import lecun_linear
+from .._checks import Size, _check_number, check_key, check_size
+from .._cores._rglru_init import check_lecun_scale, lecun_linear
 
 
 class GatedMLP(eqx.Module):
@@ -41,6 +41,13 @@ class GatedMLP(eqx.Module):
         features), `init` and `final_scale` (see above), `dtype` of the weights, `key`."""
         d_model, width = check_size("d_model", d_model), check_size("mlp_width", width)
         check_key(key)
+        if init not in ("equinox", "recurrentgemma"):
+            raise ValueError(f"`init` must be 'equinox' or 'recurrentgemma', got {init!r}.")
+        final_scale = _check_number("final_scale", final_scale)
+        if not 0 < final_scale < float("inf"):
+            raise ValueError(f"`final_scale` must be a positive finite number, got {final_scale}.")
+        if init == "recurrentgemma":
+            check_lecun_scale("final_scale", final_scale, width, dtype)
         up_key, down_key = jax.random.split(key)
         if init == "recurrentgemma":
             fan = 2 * d_model

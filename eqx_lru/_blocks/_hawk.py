@@ -25,7 +25,7 @@ from .._checks import Size, _check_number, check_key, check_size
 from .._cores._core import AbstractRecurrentCore
 from .._cores._core_factory import Core, build_core, core_factory
 from .._cores._rglru import RGLRU
-from .._cores._rglru_init import lecun_linear
+from .._cores._rglru_init import check_lecun_scale, lecun_linear
 from .._padding import where_valid
 from .._scan import _sharding as sharding
 from .._surface import check_carry, check_features, checks_first
@@ -98,7 +98,7 @@ class HawkBlock(AbstractStreamingBlock):
     **Document starts.** recurrentgemma's RG-LRU takes a document's first input
     unnormalised: build the core as
     `functools.partial(eqx_lru.RGLRU, document_start="unnormalised")` (what
-    `eqx_lru.hawk_block_from_recurrentgemma` builds).
+    `eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma` builds).
     """
 
     norm: eqx.nn.RMSNorm
@@ -149,6 +149,9 @@ class HawkBlock(AbstractStreamingBlock):
             raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
         core_factory(core)
         _check_init(init, final_scale)
+        if init == "recurrentgemma":  # W_o's and W_d's spreads, before building anything
+            check_lecun_scale("final_scale", final_scale, d_state, dtype)
+            check_lecun_scale("final_scale", final_scale, mlp_width, dtype)
         keys = jax.random.split(key, 6)
         self.norm = eqx.nn.RMSNorm(d_model, eps=1e-6, use_bias=False, dtype=dtype)
         self.linear_x = _dense(init, d_model, d_state, 1.0, dtype, keys[0])

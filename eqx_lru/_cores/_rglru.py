@@ -31,17 +31,31 @@ the input over the step, $\sqrt{1 - |a_t|^2}\,(a_t^{\Delta t_t} - 1)/(a_t - 1)$ 
 with `phase`). The first position processed reads its step under each (from the zero
 state too), since the gain depends on it everywhere but in `"impulse"`.
 
+**Signed eigenvalues** (`eigenvalues="signed"`). Griffin's $a_t = \sigma(\Lambda)^{c r_t}$
+lies in $(0, 1]$; a linear RNN with positive transitions only cannot count modulo 2
+(parity; Grazzi et al. 2025, ICLR). `"signed"` maps the same gated power onto $(-1, 1]$,
+
+$$a_t = 2\sigma(\Lambda)^{c r_t} - 1 = 1 + 2\operatorname{expm1}(\ell_t), \qquad
+\sqrt{1 - a_t^2} = \sqrt{(1 - a_t)(1 + a_t)} = 2 e^{\ell_t/2}
+\sqrt{-\operatorname{expm1}(\ell_t)},$$
+
+$\ell_t = c\, r_t \log\sigma(\Lambda)$ (times $\Delta t_t$ with `dt`), both in log space as
+the default's $e^{\ell_t}$ and $\sqrt{-\operatorname{expm1}(2\ell_t)}$ are: no cancellation
+near $a_t = \pm 1$ (`eqx_lru._cores._rglru_terms`). With `phase` the signed value is the
+modulus, times $e^{i \theta r_t}$. `discretization="zoh"` (which integrates
+$a^{s}$ over the step, undefined for $a < 0$) is refused with it.
+
 **Document starts** (`document_start=`). With `"normalised"` (the default) the update above
 holds at every position. With `"unnormalised"` (recurrentgemma's semantics) a position
 that starts a document takes its input whole and carries nothing,
 $h_t = i_t \odot x_t$ ($a_t$ replaced by 0, the normalisation by 1). A document starts at
 each packed segment's first position processed, and at the first position processed when
-the state before it is the zero state `init_state()` (no `initial_state`, a fresh stream,
-a `reset`): the zero state means "no document begun", so `step` from it, chunks and the
-call agree.
+no document has begun: the state is then the pair `(h, started)`, `started` a boolean
+scalar, `False` in `init_state()` (a fresh stream, a `reset`) and `True` after any
+position, so `step`, chunks and the call agree whatever the values of `h` (exact zeros
+included).
 """
 
-import functools
 import math
 from typing import ClassVar, Literal
 
@@ -49,7 +63,16 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Float, Inexact, PRNGKeyArray, jaxtyped
+from jaxtyping import (
+    Array,
+    ArrayLike,
+    Float,
+    Inexact,
+    Integer,
+    PRNGKeyArray,
+    PyTree,
+    jaxtyped,
+)
 
 from .._checks import (
     Size,
@@ -57,7 +80,6 @@ from .._checks import (
     check_key,
     check_sequence,
     check_size,
-    check_state,
     check_token,
     complex_dtype,
     complex_float_dtype,
@@ -67,42 +89,14 @@ from .._scan._algebra import AbstractAlgebra, Diagonal, RotationScaling
 from .._scan._methods import AbstractScanMethod, holds_start, scan_method
 from .._scan._recurrence import ScanMethod, recurrence, segment_starts
 from ._core import AbstractStatesCore, dt_options, rebuild
-from ._discretization import (
-    RGLRUDiscretization,
-    check_discretization,
-    hold_weight,
-    hold_weight_real,
-)
+from ._discretization import RGLRUDiscretization, check_discretization
 from ._dt import check_dt
 from ._projection import Precision, check_precision
 from ._rglru_init import block_diagonal_init, check_rglru_ring, rglru_lambda_init
+from ._rglru_terms import rglru_terms, split_state
 
 DocumentStart = Literal["normalised", "unnormalised"]
-
-#: The largest derivative of the normalisation's square root (recurrentgemma's bound):
-#: its backward pass reads $\max(x, 1/(4 \cdot 1000^2))$, so an $a_t$ within $2.5 \cdot
-#: 10^{-7}$ of 1 cannot blow the gradient up.
-SQRT_MAX_GRADIENT = 1000.0
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def bounded_sqrt(x: Array, max_gradient: float) -> Array:
-    r"""$\sqrt x$, with a derivative at most `max_gradient` (the cotangent is computed at
-    $\max(x, 1/(4 \cdot \text{max_gradient}^2))$)."""
-    del max_gradient
-    return jnp.sqrt(x)
-
-
-def _bounded_sqrt_fwd(x, max_gradient):
-    return jnp.sqrt(x), x
-
-
-def _bounded_sqrt_bwd(max_gradient, x, g):
-    floor = jnp.asarray(1 / (4 * max_gradient**2), x.dtype)
-    return (g / (2 * jnp.sqrt(jnp.maximum(x, floor))),)
-
-
-bounded_sqrt.defvjp(_bounded_sqrt_fwd, _bounded_sqrt_bwd)
+Eigenvalues = Literal["positive", "signed"]
 
 
 class RGLRU(AbstractStatesCore):
@@ -120,7 +114,9 @@ class RGLRU(AbstractStatesCore):
     group, as the LRU's $\nu, \theta, \gamma, B$ do (paper §D.2).
 
     **States:** `(d_model,)` real; with `phase`, `(d_model/2,)` complex (`form="complex"`)
-    or `(2, d_model/2)` real planar pairs, real parts then imaginary parts (`"real"`).
+    or `(2, d_model/2)` real planar pairs, real parts then imaginary parts (`"real"`). With
+    `document_start="unnormalised"`, the pair `(h, started)` of that array and a boolean
+    scalar (whether a document has begun).
 
     **Sizes.** The recurrence runs at the input's width, so `d_state` is `d_model`:
     `RGLRU(d_model, d_state)` with `d_state == d_model` or `None`. A core factory
@@ -134,9 +130,12 @@ class RGLRU(AbstractStatesCore):
     gets the normalisation $\sqrt{1-a_t^2}$ of the paper's eq. (4). With `"unnormalised"`
     (recurrentgemma's: $h = i_t \odot x_t$ where its `segment_pos` is 0) a document's first
     position takes its gated input whole; a document starts at each segment's first
-    position processed, and where the state before it is exactly the zero state (a new
-    stream, a `reset`, no `initial_state`). The two agree on every position of a sequence
-    that does not start a document there.
+    position processed, and where the state before it has begun none (a new
+    stream, a `reset`, no `initial_state`: the state's `started` flag is `False`). The two
+    agree on every position of a sequence that does not start a document there.
+
+    **Eigenvalues.** `"positive"` (default, Griffin's): $a_t \in (0, 1]$; `"signed"`:
+    $a_t = 2\sigma(\Lambda)^{c r_t} - 1 \in (-1, 1]$ (see the module docstring).
 
     ??? cite
 
@@ -161,6 +160,7 @@ class RGLRU(AbstractStatesCore):
     c: float = eqx.field(static=True)
     form: str = eqx.field(static=True)
     document_start: str = eqx.field(static=True)
+    eigenvalues: str = eqx.field(static=True)
     discretization: str = eqx.field(static=True)
     method: AbstractScanMethod = eqx.field(static=True)
     precision: jax.lax.Precision | None = eqx.field(static=True)
@@ -181,6 +181,7 @@ class RGLRU(AbstractStatesCore):
         r_max: float = 0.999,
         max_phase: float = 0.1 * math.pi,
         document_start: DocumentStart = "normalised",
+        eigenvalues: Eigenvalues = "positive",
         discretization: RGLRUDiscretization | str = "variance_preserving",
         method: ScanMethod = "auto",
         precision: Precision = None,
@@ -205,6 +206,9 @@ class RGLRU(AbstractStatesCore):
         - `document_start`: `"normalised"` (default; eq. (4) at every position) or
             `"unnormalised"` (recurrentgemma's: a document's first position enters as
             $i_t \odot x_t$ and carries nothing; see above).
+        - `eigenvalues`: `"positive"` (default, Griffin's $a_t = \sigma(\Lambda)^{c r_t}
+            \in (0, 1]$) or `"signed"` ($a_t = 2\sigma(\Lambda)^{c r_t} - 1 \in (-1, 1]$,
+            negative transitions; see the module docstring).
         - `discretization`: what an input means when `dt` is not 1 (all three are the same
             core at $\Delta t \equiv 1$ and without `dt`): `"variance_preserving"`
             (default) normalises by $\sqrt{1-|a_t|^{2\Delta t}}$; `"impulse"` by the
@@ -222,16 +226,27 @@ class RGLRU(AbstractStatesCore):
                 "the input to that width first (as Hawk's block does)."
             )
         check_key(key)
-        check_rglru_ring(r_min, r_max, max_phase, c)
+        check_rglru_ring(r_min, r_max, max_phase, c, float_dtype(dtype))
         if document_start not in ("normalised", "unnormalised"):
             raise ValueError(
                 "`document_start` must be 'normalised' (eq. (4) at every position) or "
                 "'unnormalised' (recurrentgemma's: a document's first input enters whole); "
                 f"got {document_start!r}."
             )
+        if eigenvalues not in ("positive", "signed"):
+            raise ValueError(
+                "`eigenvalues` must be 'positive' (Griffin's a_t in (0, 1]) or 'signed' "
+                f"(a_t = 2 sigma(Lambda)^(c r_t) - 1 in (-1, 1]); got {eigenvalues!r}."
+            )
         discretization = check_discretization(
             discretization, ("variance_preserving", "impulse", "zoh"), "RGLRU"
         )
+        if eigenvalues == "signed" and discretization == "zoh":
+            raise ValueError(
+                "`discretization='zoh'` holds the input over a step by integrating a^s, "
+                "undefined for the negative transitions of `eigenvalues='signed'`; use "
+                "'variance_preserving' or 'impulse' with it."
+            )
         form = ("complex" if phase else "real") if form is None else check_form(form)
         if not phase and form != "real":
             raise ValueError(
@@ -262,6 +277,7 @@ class RGLRU(AbstractStatesCore):
         self.c = float(c)
         self.form = form
         self.document_start = document_start
+        self.eigenvalues = eigenvalues
         self.discretization = discretization
         self.method = scan_method(method)
         self.precision = check_precision(precision)
@@ -283,15 +299,18 @@ class RGLRU(AbstractStatesCore):
     def _algebra(self) -> AbstractAlgebra:
         return RotationScaling() if self.form == "real" and self.phase else Diagonal()
 
-    def init_state(self) -> Inexact[Array, "..."]:
+    def init_state(self) -> PyTree[Array]:
         """The zero state: `(d_model,)` real; with `phase`, `(d_model/2,)` complex or
-        `(2, d_model/2)` real planar (`form="real"`)."""
+        `(2, d_model/2)` real planar (`form="real"`). With `document_start="unnormalised"`,
+        the pair `(zeros, False)`: no document begun."""
         modes, dtype = self.Lambda.shape[0], self.Lambda.dtype
         if not self.phase:
-            return jnp.zeros(modes, dtype)
-        if self.form == "complex":
-            return jnp.zeros(modes, complex_dtype(dtype))
-        return jnp.zeros((2, modes), dtype)
+            h = jnp.zeros(modes, dtype)
+        elif self.form == "complex":
+            h = jnp.zeros(modes, complex_dtype(dtype))
+        else:
+            h = jnp.zeros((2, modes), dtype)
+        return (h, jnp.asarray(False)) if self.document_start == "unnormalised" else h
 
     def gates(
         self, x: Float[Array, "*length d_model"]
@@ -306,44 +325,8 @@ class RGLRU(AbstractStatesCore):
         return gate(self.W_a, self.b_a), gate(self.W_x, self.b_x)
 
     def _terms(self, x: Array, dt: Array | None, starts: Array | None = None):
-        r"""(transitions $a_t$, drives $g_t\, i_t x_t$) in the algebra's layout, one per
-        position (or for one token), with the gain $g_t$ of the `discretization`: at the
-        step, $\sqrt{1-|a_t|^{2\Delta t}}$ (variance-preserving); at $\Delta t = 1$,
-        $\sqrt{1-|a_t|^2}$ (impulse), times $(a_t^{\Delta t} - 1)/(a_t - 1)$ (zoh). Where
-        `starts` (booleans, one per position) is true, $a_t = 0$ and the drive is
-        $i_t x_t$ (a document's start)."""
-        r, i = self.gates(x)
-        scale = self.c * r if dt is None else self.c * r * dt[..., None]
-        log_sigma = jax.nn.log_sigmoid(self.Lambda)
-        log_modulus = scale * log_sigma
-        held = dt is not None and self.discretization != "variance_preserving"
-        unit = self.c * r * log_sigma if held else log_modulus  # log |a_t| at Δt = 1
-        gain: Array = bounded_sqrt(-jnp.expm1(2 * unit), SQRT_MAX_GRADIENT)
-        gain_im = None
-        if held and self.discretization == "zoh":
-            step = jnp.asarray(dt)[..., None]
-            if self.theta is None:
-                gain = gain * hold_weight_real(unit, step)
-            else:
-                w_re, w_im = hold_weight(unit, self.theta * r, step)
-                gain, gain_im = gain * w_re, gain * w_im
-        modulus = jnp.exp(log_modulus)
-        if starts is not None:
-            start = starts[..., None]
-            gain = jnp.where(start, jnp.ones_like(gain), gain)
-            gain_im = None if gain_im is None else jnp.where(start, 0, gain_im)
-            modulus = jnp.where(start, jnp.zeros_like(modulus), modulus)
-        if self.theta is None:  # no phase
-            return modulus, gain * (i * x)
-        angle = self.theta * (r if dt is None else r * dt[..., None])
-        half = self.Lambda.shape[0]
-        re, im = gain * i * x[..., :half], gain * i * x[..., half:]
-        if gain_im is not None:  # times the imaginary part of the complex gain
-            re, im = re - gain_im * i * x[..., half:], im + gain_im * i * x[..., :half]
-        a_re, a_im = modulus * jnp.cos(angle), modulus * jnp.sin(angle)
-        if self.form == "complex":
-            return jax.lax.complex(a_re, a_im), jax.lax.complex(re, im)
-        return jnp.stack([a_re, a_im], axis=-2), jnp.stack([re, im], axis=-2)
+        """(transitions, drives) per position: `eqx_lru._cores._rglru_terms.rglru_terms`."""
+        return rglru_terms(self, x, dt, starts)
 
     def _output(self, h: Array) -> Float[Array, "*length d_model"]:
         if not self.phase:
@@ -352,32 +335,34 @@ class RGLRU(AbstractStatesCore):
             return jnp.concatenate([h.real, h.imag], axis=-1)
         return h.reshape(*h.shape[:-2], -1)
 
-    def _check_state(self, state: Array) -> None:
-        check_state(state, self.init_state(), f"RGLRU(phase={self.phase}, form={self.form!r})")
+    def _check_state(self, state) -> tuple[Array, Array | None]:
+        """`(h, started)` of a state (`started` `None` for the normalised core), checked
+        against `init_state()`'s layout."""
+        return split_state(self, state)
 
     def _states(self, u, initial_state, reverse, segment_ids, dt=None) -> Inexact[Array, "..."]:
         check_sequence(u, self.d_model, self.Lambda.dtype)
+        started = None
         if initial_state is not None:
-            initial_state = jnp.asarray(initial_state)
-            self._check_state(initial_state)
+            initial_state, started = self._check_state(initial_state)
         dt = None if dt is None else check_dt(dt, u.shape[0], self.Lambda.dtype)
         starts = None
         if self.document_start == "unnormalised":
-            starts = self._document_starts(u.shape[0], initial_state, reverse, segment_ids)
+            starts = self._document_starts(u.shape[0], started, reverse, segment_ids)
         a, b = self._terms(u, dt, starts)
         return recurrence(
             a, b, algebra=self._algebra, initial_state=initial_state, reverse=reverse,
             method=self.method, segment_ids=segment_ids,
         )  # fmt: skip
 
-    def _document_starts(self, length, initial_state, reverse, segment_ids) -> Array:
+    def _document_starts(self, length, started, reverse, segment_ids) -> Array:
         """`document_start="unnormalised"`: `True` at each position that starts a document:
         a packed segment's first position processed, and the first position processed when
-        the state before it is the zero state (on the device holding the sequence's start,
-        for a sequence split across devices)."""
+        the state before it has begun none (`started` false or no state; on the device
+        holding the sequence's start, for a sequence split across devices)."""
         first = jnp.arange(length) == (length - 1 if reverse else 0)
-        if initial_state is not None:
-            first = first & _is_zero(initial_state)
+        if started is not None:
+            first = first & ~started
         first = first & holds_start(self.method.resolve(), reverse=reverse)
         if segment_ids is None:
             return first
@@ -387,37 +372,75 @@ class RGLRU(AbstractStatesCore):
         del u, initial_state, reverse, segment_ids
         return self._output(states)
 
-    def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
-        r"""Run over one sequence `(length, d_model)`: `initial_state`, `reverse`,
-        `segment_ids`, `dt` (positive time steps `(length,)` or a scalar; see the concepts
-        page on time steps) and `key` (ignored) as `eqx_lru.AbstractRecurrentCore.__call__`.
+    def _final(self, state: Array) -> PyTree[Array]:
+        """The state after the last position processed: with `"unnormalised"`, `(h,
+        True)` (every position continues or starts a document)."""
+        return (state, jnp.asarray(True)) if self.document_start == "unnormalised" else state
+
+    def run(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: PyTree[ArrayLike] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
+    ) -> tuple[Float[Array, "length d_model"], PyTree[Array]]:
+        r"""Run over one sequence `(length, d_model)` from `initial_state` (default
+        `init_state()`): `reverse`, `length`, `segment_ids` as
+        `eqx_lru.AbstractRecurrentCore.run`, `dt` positive time steps `(length,)` or a
+        scalar (see the concepts page on time steps).
+
+        **Returns:** `(y, final_state)`, $y$ of shape `(length, d_model)`.
+        """
+        return super().run(
+            u, initial_state=initial_state, reverse=reverse, length=length,
+            segment_ids=segment_ids, dt=dt,
+        )  # fmt: skip
+
+    def __call__(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: PyTree[ArrayLike] | None = None,
+        reverse: bool = False,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "length d_model"]:
+        r"""The outputs of `run` (`key` is ignored, as in other Equinox layers).
 
         **Returns:** $y$, shape `(length, d_model)`.
         """
-        return super().__call__(u, **options)
+        del key
+        y, _ = self.run(
+            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids, dt=dt
+        )
+        return y
 
     @jaxtyped(typechecker=beartype)
     def step(
         self,
-        state: Inexact[ArrayLike, "..."],
+        state: PyTree[ArrayLike],
         u_t: Float[ArrayLike, " d_model"],
         *,
         dt: ArrayLike | None = None,
-    ) -> tuple[Inexact[Array, "..."], Float[Array, " d_model"]]:
+    ) -> tuple[PyTree[Array], Float[Array, " d_model"]]:
         r"""One position: $h_t = a_t h_{t-1} + \sqrt{1-|a_t|^2}\, i_t x_t$, `(h_t, y_t)`;
         `dt` this position's time step (a positive scalar; the input's gain then follows
         the `discretization`, as in the call). With
-        `document_start="unnormalised"`, $h_t = i_t x_t$ from the zero state (a document's
-        first position). Repeated from `init_state()` it equals the parallel call."""
-        state, u_t = jnp.asarray(state), jnp.asarray(u_t)
+        `document_start="unnormalised"`, $h_t = i_t x_t$ from a state `(h, False)` (a
+        document's first position), and the state is `(h_t, True)`. Repeated from
+        `init_state()` it equals the parallel call."""
+        u_t = jnp.asarray(u_t)
         check_token(u_t, self.d_model, self.Lambda.dtype)
-        self._check_state(state)
+        h, started = self._check_state(state)
         dt_options(self, dt)
         dt = None if dt is None else check_dt(dt, None, self.Lambda.dtype)
-        start = _is_zero(state) if self.document_start == "unnormalised" else None
-        a, b = self._terms(u_t, dt, start)
-        h = self._algebra.apply(a, state) + b
-        return h, self._output(h)
+        a, b = self._terms(u_t, dt, None if started is None else ~started)
+        h = self._algebra.apply(a, h) + b
+        return self._final(h), self._output(h)
 
     def to_form(self, form: Literal["complex", "real"]) -> "RGLRU":
         """With `phase`: this core in `form`, the same parameters and function. Without:
@@ -433,9 +456,3 @@ class RGLRU(AbstractStatesCore):
         if form == "complex":
             complex_float_dtype(self.Lambda.dtype, "RGLRU(form='complex')", "`form='real'`")
         return rebuild(RGLRU, self, form=form)
-
-
-def _is_zero(state: Array) -> Array:
-    """Whether a state is exactly the zero state (`document_start="unnormalised"`: no
-    document begun)."""
-    return jnp.all(jnp.asarray(state) == 0)

@@ -17,14 +17,32 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._checks import _check_number
+from .._checks import _check_number, float_dtype
 
 
-def check_rglru_ring(r_min: float, r_max: float, max_phase: float, c: float) -> None:
-    """A `ValueError` naming the argument unless `0 < r_min <= r_max < 1`, `max_phase >= 0`
-    and `c > 0` (all finite)."""
+def check_in_dtype(name: str, value: float, dtype, what: str = "") -> None:
+    """A `ValueError` naming `name` unless the non-zero `value` (`what`: the quantity
+    derived from the argument, if not the argument itself) is a finite normal number of
+    `dtype` (default JAX's float): finite as a Python number, it would otherwise overflow
+    to infinity or underflow to zero once stored."""
+    info = jnp.finfo(float_dtype(dtype))
+    if value != 0 and not float(info.tiny) <= abs(value) <= float(info.max):
+        raise ValueError(
+            f"`{name}` gives {what or name} = {value:.3g}, outside the finite normal "
+            f"{info.dtype.name} numbers ({float(info.tiny):.3g} to {float(info.max):.3g} in "
+            "magnitude): it would overflow to inf or underflow to 0 once used. Choose a "
+            f"value within that range, or a wider `dtype`."
+        )
+
+
+def check_rglru_ring(r_min: float, r_max: float, max_phase: float, c: float, dtype=None) -> None:
+    r"""A `ValueError` naming the argument unless `0 < r_min <= r_max < 1`, `max_phase >= 0`
+    and `c > 0` (all finite), and all of them stay so in `dtype`: `r_max**2` below 1 and
+    `r_min**2` a normal number there (the ring is sampled in $a^2$; $a$ = 0 or 1 would be
+    $\Lambda = \mp\infty$), `max_phase` and `c` finite and normal."""
     for name, value in (("r_min", r_min), ("r_max", r_max), ("max_phase", max_phase), ("c", c)):
         if not math.isfinite(_check_number(name, value)):
             raise ValueError(f"`{name}` must be a finite number, got {value}.")
@@ -37,6 +55,15 @@ def check_rglru_ring(r_min: float, r_max: float, max_phase: float, c: float) -> 
         raise ValueError(f"`max_phase` must be >= 0, got {max_phase}.")
     if c <= 0:
         raise ValueError(f"`c` (the gate's exponent scale, 8 in Griffin) must be > 0, got {c}.")
+    dtype = float_dtype(dtype)
+    if not np.asarray(r_max**2, dtype) < 1:
+        raise ValueError(
+            f"`r_max`={r_max} rounds to a = 1 in {dtype.name} (r_max**2 is 1 there), which "
+            "is Lambda = +inf; use a smaller r_max or a wider `dtype`."
+        )
+    check_in_dtype("r_min", r_min**2, dtype, "r_min**2 (the ring is sampled in a^2)")
+    check_in_dtype("max_phase", max_phase, dtype)
+    check_in_dtype("c", c, dtype)
 
 
 def rglru_lambda_init(
@@ -56,6 +83,14 @@ def block_diagonal_init(
     shape = (heads, d_model // heads, width // heads)
     weight = jax.random.normal(key, shape, dtype) * math.sqrt(1.0 / d_model)
     return weight, jnp.zeros(shape[::2], dtype)
+
+
+def check_lecun_scale(name: str, scale: float, fan_in: int, dtype) -> None:
+    r"""A `ValueError` naming `name` unless recurrentgemma's weight spread
+    $\sqrt{\text{scale}/\text{fan_in}}$ is a finite normal number of `dtype`."""
+    check_in_dtype(
+        name, math.sqrt(scale / fan_in), dtype, f"the weights' std sqrt({name}/{fan_in})"
+    )
 
 
 def lecun_linear(

@@ -74,7 +74,7 @@ from ._core import AbstractStatesCore, dt_options, rebuild
 from ._dt import check_dt
 from ._init import projection_init, ring_init
 from ._projection import Precision, check_precision
-from ._rglru import SQRT_MAX_GRADIENT, bounded_sqrt
+from ._rglru_terms import SQRT_MAX_GRADIENT, bounded_sqrt
 
 _Selective = TypeVar("_Selective", bound="AbstractSelectiveLRU")
 

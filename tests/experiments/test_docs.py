@@ -34,7 +34,13 @@ import pytest
 # The repository root (the folder holding pyproject.toml), wherever under tests/ this is.
 ROOT = next(p for p in pathlib.Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 DOCS = ROOT / "docs"
-PUBLIC_MODULES = ("eqx_lru", "eqx_lru.ablation", "eqx_lru.baselines", "eqx_lru.export")
+PUBLIC_MODULES = (
+    "eqx_lru",
+    "eqx_lru.ablation",
+    "eqx_lru.baselines",
+    "eqx_lru.export",
+    "eqx_lru.recurrentgemma",
+)
 #: How many ```python {.no-run} blocks the pages may hold (see the module docstring).
 NO_RUN_ALLOWED = 0
 #: Blocks that take more than a few seconds (they train, compile a trainer step, or export).

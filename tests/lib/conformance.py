@@ -240,7 +240,7 @@ def _rglru_reference(core, u):
     """RG-LRU: `reference.rglru_loop` over the core's parameters."""
     names = ("Lambda", "theta", "W_a", "b_a", "W_x", "b_x")
     p = {n: None if getattr(core, n) is None else np.asarray(getattr(core, n)) for n in names}
-    return rglru_loop(p, u, c=core.c)[0]
+    return rglru_loop(p, u, c=core.c, signed=core.eigenvalues == "signed")[0]
 
 
 def selective_reference(core, u, *, dt=None, reverse=False):
@@ -362,6 +362,10 @@ CORES = {
     "rglru_phase": Core(
         _state_is_input_width(functools.partial(eqx_lru.RGLRU, phase=True, heads=2)),
         _rglru_reference, (4, 4), BOTH, in_models=False,
+    ),
+    "rglru_signed": Core(
+        _state_is_input_width(functools.partial(eqx_lru.RGLRU, heads=2, eigenvalues="signed")),
+        _rglru_reference, (4, 4), ("real",), in_models=False,
     ),
 }  # fmt: skip
 

@@ -243,3 +243,33 @@ def test_bad_arguments():
         block(x[:, :4], state)
     with pytest.raises(ValueError, match=r"carry\['conv'\]"):
         block.step({"conv": jnp.zeros((K, N)), "core": block.core.init_state()}, x[0], state)
+
+
+_KEY = jax.random.PRNGKey(0)
+_GATED_MLP = eqx_lru._blocks._gated_mlp.GatedMLP  # noqa: SLF001 (not a public name)
+
+
+@pytest.mark.parametrize(
+    "make, options, error, name",
+    [
+        (eqx_lru.RGLRU, dict(c=1e308), ValueError, "`c`"),
+        (eqx_lru.RGLRU, dict(c=1e-320), ValueError, "`c`"),
+        (eqx_lru.RGLRU, dict(r_max=1 - 1e-9), ValueError, "`r_max`"),
+        (eqx_lru.RGLRU, dict(r_min=1e-30), ValueError, "`r_min`"),
+        (eqx_lru.RGLRU, dict(phase=True, max_phase=1e39), ValueError, "`max_phase`"),
+        (functools.partial(eqx_lru.HawkBlock, d_state=6, init="recurrentgemma"),
+         dict(final_scale=1e308), ValueError, "`final_scale`"),
+        (functools.partial(eqx_lru.HawkBlock, d_state=6, init="recurrentgemma"),
+         dict(final_scale=1e-300), ValueError, "`final_scale`"),
+        (functools.partial(_GATED_MLP, width=5, init="recurrentgemma"),
+         dict(final_scale=1e308), ValueError, "`final_scale`"),
+        (functools.partial(_GATED_MLP, width=5), dict(init="lecun"), ValueError, "`init`"),
+    ],
+)  # fmt: skip
+def test_values_that_overflow_once_used_are_refused(make, options, error, name):
+    """Init scales and options finite as Python numbers but infinite or zero once used in
+    float32 (the weights' std, `c` times a gate, the ring sampled in a², the phases), and
+    GatedMLP's unknown `init` (taken as "equinox" before), are refused at construction,
+    by name. (CausalConv has no scale: its taps' std is √(0.01/K) for a size K.)"""
+    with pytest.raises(error, match=name):
+        make(4, key=_KEY, **options)

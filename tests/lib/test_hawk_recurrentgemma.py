@@ -126,7 +126,7 @@ def test_converted_block_matches_layout_loop_float64(variant):
     documents (one of a single position) equals the float64 loop to 1e-10."""
     with jax.enable_x64(True):
         params = their_params(variant, dtype=np.float64)
-        block = eqx_lru.hawk_block_from_recurrentgemma(params, method="sequential")
+        block = eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma(params, method="sequential")
         assert isinstance(block.core, eqx_lru.RGLRU) and block.core.document_start == "unnormalised"
         ids, pos = documents([5, 1, 7, 4])
         x = np.random.default_rng(1).normal(size=(ids.size, H))
@@ -154,14 +154,19 @@ def test_round_trips(variant):
     eqx_lru → recurrentgemma → eqx_lru: bit for bit (norm weights in [1/2, 2]). The same
     for the RG-LRU alone, both ways."""
     params = their_params(variant)
-    back = eqx_lru.hawk_block_to_recurrentgemma(eqx_lru.hawk_block_from_recurrentgemma(params))
+    back = eqx_lru.recurrentgemma.hawk_block_to_recurrentgemma(
+        eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma(params)
+    )
     for name in ("temporal_pre_norm", "channel_pre_norm"):
         np.testing.assert_array_equal(
             1 + back[name]["scale"], 1 + jnp.asarray(params[name]["scale"])
         )
         back[name] = params[name]
     _assert_trees_equal(back, params)
-    core = eqx_lru.RGLRU(N, heads=HEADS, phase=variant != "real", key=jax.random.PRNGKey(1))
+    core = eqx_lru.RGLRU(
+        N, heads=HEADS, phase=variant != "real", document_start="unnormalised",
+        key=jax.random.PRNGKey(1),
+    )  # fmt: skip
     ours = eqx_lru.HawkBlock(
         H, N, core=lambda *a, **k: core, conv_width=K, mlp_width=E, key=jax.random.PRNGKey(2)
     )
@@ -169,17 +174,22 @@ def test_round_trips(variant):
         lambda b: (b.norm.weight, b.mlp_norm.weight), ours,
         tuple(jnp.asarray(np.random.default_rng(3).uniform(0.5, 2, H), jnp.float32) for _ in "ab"),
     )  # fmt: skip
-    again = eqx_lru.hawk_block_from_recurrentgemma(
-        eqx_lru.hawk_block_to_recurrentgemma(ours), document_start="normalised"
+    again = eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma(
+        eqx_lru.recurrentgemma.hawk_block_to_recurrentgemma(ours)
     )
     _assert_trees_equal(again, ours)
     assert bool(eqx.tree_equal(again, ours))  # static fields too
     lru = params["recurrent_block"]["rg_lru"]
     _assert_trees_equal(
-        eqx_lru.rglru_to_recurrentgemma(eqx_lru.rglru_from_recurrentgemma(lru)), lru
+        eqx_lru.recurrentgemma.rglru_to_recurrentgemma(
+            eqx_lru.recurrentgemma.rglru_from_recurrentgemma(lru)
+        ),
+        lru,
     )
-    real = eqx_lru.rglru_from_recurrentgemma(lru, form="real" if variant != "real" else None)
-    _assert_trees_equal(eqx_lru.rglru_to_recurrentgemma(real), lru)
+    real = eqx_lru.recurrentgemma.rglru_from_recurrentgemma(
+        lru, form="real" if variant != "real" else None
+    )
+    _assert_trees_equal(eqx_lru.recurrentgemma.rglru_to_recurrentgemma(real), lru)
 
 
 def test_recurrentgemma_init_distribution():
@@ -226,31 +236,89 @@ def test_bad_trees_and_blocks():
     params = their_params("real")
     key = jax.random.PRNGKey(0)
     with pytest.raises(ValueError, match="attention block"):
-        eqx_lru.hawk_block_from_recurrentgemma({**params, "attention_block": {}})
+        eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma({**params, "attention_block": {}})
     with pytest.raises(ValueError, match="no `mlp_block`"):
-        eqx_lru.hawk_block_from_recurrentgemma(
+        eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma(
             {k: v for k, v in params.items() if k != "mlp_block"}
         )
     broken = {**params, "recurrent_block": {**params["recurrent_block"], "linear_x": {}}}
     with pytest.raises(ValueError, match="no `recurrent_block/linear_x/kernel`"):
-        eqx_lru.hawk_block_from_recurrentgemma(broken)
+        eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma(broken)
     bad = {**params, "channel_pre_norm": {"scale": np.zeros(H + 1, np.float32)}}
     with pytest.raises(ValueError, match=r"`channel_pre_norm/scale` must have shape \(6,\)"):
-        eqx_lru.hawk_block_from_recurrentgemma(bad)
-    assert eqx_lru.hawk_block_from_recurrentgemma({"params": params}).d_model == H
+        eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma(bad)
+    assert eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma({"params": params}).d_model == H
     shapes = eqx.filter_eval_shape  # the modules' structure, without initialising them
     with pytest.raises(TypeError, match="core is ComplexLRU"):
-        eqx_lru.hawk_block_to_recurrentgemma(
+        eqx_lru.recurrentgemma.hawk_block_to_recurrentgemma(
             shapes(eqx_lru.HawkBlock, H, N, core="complex", key=key)
         )
     with pytest.raises(ValueError, match="c=4.0"):
-        eqx_lru.rglru_to_recurrentgemma(shapes(eqx_lru.RGLRU, N, c=4.0, key=key))
+        eqx_lru.recurrentgemma.rglru_to_recurrentgemma(shapes(eqx_lru.RGLRU, N, c=4.0, key=key))
     with pytest.raises((ValueError, TypeError), match="init"):
         eqx_lru.HawkBlock(H, N, init="lecun", key=key)
     with pytest.raises(ValueError, match="needs `init='recurrentgemma'`"):
         eqx_lru.HawkBlock(H, N, final_scale=0.5, key=key)
     with pytest.raises(ValueError, match="`final_scale` must be a positive"):
         eqx_lru.HawkBlock(H, N, init="recurrentgemma", final_scale=0.0, key=key)
+
+
+def test_to_recurrentgemma_refuses_what_recurrentgemma_cannot_compute():
+    """Both converters to recurrentgemma refuse a core with eqx_lru's normalised document
+    starts (naming `document_start` and the fix; `exact=False` exports it as it is) and
+    signed eigenvalues (naming `eigenvalues`), whatever `exact`."""
+    rg = eqx_lru.recurrentgemma
+    key = jax.random.PRNGKey(0)
+    shapes = eqx.filter_eval_shape  # the modules' structure, without initialising them
+    plain = shapes(eqx_lru.RGLRU, N, key=key)
+    block = shapes(eqx_lru.HawkBlock, H, N, key=key)
+    for convert, module in ((rg.rglru_to_recurrentgemma, plain),
+                            (rg.hawk_block_to_recurrentgemma, block)):  # fmt: skip
+        with pytest.raises(ValueError, match="document_start='normalised'.*exact=False"):
+            convert(module)
+        assert shapes(functools.partial(convert, exact=False), module)
+    signed = functools.partial(eqx_lru.RGLRU, eigenvalues="signed", document_start="unnormalised")
+    for convert, module in ((rg.rglru_to_recurrentgemma, shapes(signed, N, key=key)),
+                            (rg.hawk_block_to_recurrentgemma,
+                             shapes(eqx_lru.HawkBlock, H, N, core=signed, key=key))):  # fmt: skip
+        for exact in (True, False):
+            with pytest.raises(ValueError, match="eigenvalues='signed'"):
+                convert(module, exact=exact)
+
+
+def _with(params: dict, path: str, value) -> dict:
+    """A copy of the nested dict `params` with the leaf at `path` replaced."""
+    head, *rest = path.split("/")
+    return {**params, head: _with(params[head], "/".join(rest), value) if rest else value}
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        ("temporal_pre_norm/scale", np.float32(0.5), "must have 1 dimension"),
+        ("recurrent_block/conv_1d/w", np.zeros(K, np.float32), "must have 2 dimension"),
+        ("mlp_block/ffw_down/kernel", np.zeros(E, np.float32), "must have 2 dimension"),
+        ("recurrent_block/rg_lru/a_param", np.float32(1.0), r"must have shape \(8,\)"),
+        ("channel_pre_norm/scale", "ones", "floating-point numbers; got str"),
+        ("channel_pre_norm/scale", np.ones(H, np.int32), "floating-point numbers; got int32"),
+        ("recurrent_block/linear_x/bias", None, "floating-point numbers; got NoneType"),
+        ("recurrent_block/rg_lru/a_gate/b", jnp.zeros((HEADS, N // HEADS), jnp.bfloat16),
+         "`recurrent_block/rg_lru/a_gate/b` is bfloat16 and `channel_pre_norm/scale` is"),
+    ],
+)  # fmt: skip
+def test_bad_leaves_are_refused_by_path(path, value, message):
+    """Every leaf of a tree given to a converter: its shape (a 0-d leaf where an axis is
+    read), its kind (a string, integers, None) and one floating dtype for the tree (a
+    bfloat16 leaf among float32); each refused with its path."""
+    params = _with(their_params("real"), path, value)
+    with pytest.raises(ValueError, match=path if "`" not in message else message):
+        eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma(params)
+    with pytest.raises(ValueError, match=message):
+        eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma(params)
+    if path.startswith("recurrent_block/rg_lru/"):
+        lru = params["recurrent_block"]["rg_lru"]
+        with pytest.raises(ValueError, match=path.removeprefix("recurrent_block/rg_lru/")):
+            eqx_lru.recurrentgemma.rglru_from_recurrentgemma(lru)
 
 
 # --- recurrentgemma's own layers (installed by ./dev.sh) ----------------------------------
@@ -290,7 +358,7 @@ def test_matches_recurrentgemma_residual_block(variant="real"):
         return jnp.sum(weights * jnp.sin(y[0])), y[0]
 
     def our_loss(params, x):
-        block = eqx_lru.hawk_block_from_recurrentgemma(params)
+        block = eqx_lru.recurrentgemma.hawk_block_from_recurrentgemma(params)
         y, _ = block(x, eqx.nn.State(block), segment_ids=ids)
         return jnp.sum(weights * jnp.sin(y)), y
 
@@ -309,3 +377,46 @@ def test_matches_recurrentgemma_residual_block(variant="real"):
         report.append(f"{jax.tree_util.keystr(path)}: {error:.2e} abs, {error / scale:.2e} rel")
         np.testing.assert_allclose(g_o, g_t, rtol=0, atol=1e-4 * scale, err_msg=str(path))
     print("\n".join(report))
+
+
+@pytest.mark.slow
+def test_round_trip_to_recurrentgemma_is_exact_at_document_starts():
+    """eqx_lru → recurrentgemma, run by recurrentgemma's own layers on packed documents
+    (one of a single position; `segment_pos` 0 at each start): a `HawkBlock` (real RG-LRU,
+    `document_start="unnormalised"`) through its `ResidualBlock`, and the complex RG-LRU
+    alone through its `RGLRU`, equal eqx_lru's call with `segment_ids` to 1e-6 of the
+    largest output (float32)."""
+    rg = load()
+    ids, pos = (jnp.asarray(a) for a in documents([3, 1, 5, 4]))
+    rng = np.random.default_rng(8)
+    x = jnp.asarray(rng.normal(size=(ids.size, H)), jnp.float32)
+    u = jnp.asarray(rng.normal(size=(ids.size, N)), jnp.float32)
+    start = dict(document_start="unnormalised")
+    core = functools.partial(eqx_lru.RGLRU, heads=HEADS, **start)
+    block = eqx_lru.HawkBlock(H, N, core=core, conv_width=K, mlp_width=E, key=jax.random.PRNGKey(3))
+    block = eqx.tree_at(
+        lambda b: (b.norm.weight, b.mlp_norm.weight, b.core.b_a), block,
+        (jnp.asarray(rng.uniform(0.5, 2, H), jnp.float32),
+         jnp.asarray(rng.uniform(0.5, 2, H), jnp.float32),
+         jnp.asarray(rng.normal(size=block.core.b_a.shape), jnp.float32)),
+    )  # fmt: skip
+    lru = eqx_lru.RGLRU(N, heads=HEADS, phase=True, key=jax.random.PRNGKey(4), **start)
+    their_layer = rg.layers.RGLRU(
+        width=N, num_heads=HEADS, only_real=False, scan_type=rg.common.ScanType.ASSOCIATIVE_NATIVE
+    )
+
+    @eqx.filter_jit
+    def runs(block, lru, x, u):
+        block_params = eqx_lru.recurrentgemma.hawk_block_to_recurrentgemma(block)
+        lru_params = eqx_lru.recurrentgemma.rglru_to_recurrentgemma(lru)
+        with jax.numpy_dtype_promotion("standard"):  # its complex variant: re + 1j * im
+            theirs = _their_block(rg, "real").apply(
+                {"params": block_params}, x[None], pos[None], return_cache=False
+            )[0][0]
+            their_lru = their_layer.apply({"params": lru_params}, u[None], pos[None])[0][0]
+        ours = block(x, eqx.nn.State(block), segment_ids=ids)[0]
+        return (theirs, ours), (their_lru, lru(u, segment_ids=ids))
+
+    for theirs, ours in runs(block, lru, x, u):
+        scale = float(jnp.max(jnp.abs(theirs)))
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-6 * scale)

@@ -23,7 +23,6 @@ LEVELS = {
     "_blocks": 3,
     "_models": 4,
     "_training": 5,
-    "_recurrentgemma": 5,
     "recurrentgemma": 5,
     "ablation": 5,
     "baselines": 5,

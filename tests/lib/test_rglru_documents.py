@@ -26,13 +26,13 @@ FIELDS = ("Lambda", "theta", "W_a", "b_a", "W_x", "b_x")
 IDS = np.asarray([0] * 3 + [1] + [2] * 4 + [0] * 3)  # a 1-long document, an id reused
 
 
-def documents_loop(p, x, *, dt=None, h0=None, reverse=False, segment_ids=None, c=8.0):
+def documents_loop(p, x, *, dt=None, h0=None, started=None, reverse=False, segment_ids=None, c=8.0):
     """The RG-LRU with recurrentgemma's document starts, position by position in float64:
     r = σ(W_a x + b_a), i = σ(W_x x + b_x) (block-diagonal W), a = σ(Λ)^{c r Δt}
     (· e^{iθ r Δt}); at a document's start h = i x̃, elsewhere h = a h + √(1 − |a|²) i x̃
     (x̃ the complex pairs of the input's halves with θ). A document starts at the first
-    position processed when `h0` is None or zero, and wherever the segment id differs
-    from the one processed before. Returns (y, states)."""
+    position processed unless one has `started` (default: whether `h0` is given), and
+    wherever the segment id differs from the one processed before. Returns (y, states)."""
     x = np.asarray(x, np.float64)
     length, phase = x.shape[0], p.get("theta") is not None
     dt = np.ones(length) if dt is None else np.broadcast_to(np.asarray(dt, np.float64), length)
@@ -53,7 +53,7 @@ def documents_loop(p, x, *, dt=None, h0=None, reverse=False, segment_ids=None, c
             a = a * np.exp(1j * p["theta"] * r * dt[k])
         xk = x[k, :modes] + 1j * x[k, modes:] if phase else x[k]
         if n == 0:
-            start = not np.any(h)
+            start = not (h0 is not None if started is None else started)
         else:
             start = segment_ids is not None and segment_ids[k] != segment_ids[order[n - 1]]
         h = i * xk if start else a * h + np.sqrt(1 - np.abs(a) ** 2) * (i * xk)
@@ -117,8 +117,8 @@ def _three_runs(core, x, dt, ids, zero, given, reverse):
     ],
 )
 def test_matches_oracle_float64(variant, method, reverse):
-    """No state and a zero state (both start a document at the first position processed),
-    and a given state (continued), packed with `dt`."""
+    """No state and a state that has begun no document (both start one at the first
+    position processed), and a given state (continued), packed with `dt`."""
     with jax.enable_x64(True):
         core = _core(variant, method=method)
         x, dt = _data()
@@ -126,17 +126,19 @@ def test_matches_oracle_float64(variant, method, reverse):
         given = rng.normal(size=core.Lambda.shape)
         given = given + 1j * rng.normal(size=given.shape) if core.phase else given
         zero = np.zeros_like(given)
-        runs = _three_runs(
-            core, x, dt, jnp.asarray(IDS), _public(core, zero), _public(core, given), reverse
-        )
-        cases = [(None, None, None), (zero, dt, IDS), (given, dt, IDS)]
-        for (y, final), (h0, steps, ids) in zip(runs, cases, strict=True):
+        fresh = (_public(core, given), jnp.asarray(False))  # values ignored: not begun
+        begun = (_public(core, given), jnp.asarray(True))
+        runs = _three_runs(core, x, dt, jnp.asarray(IDS), fresh, begun, reverse)
+        cases = [(None, None, None, None), (zero, False, dt, IDS), (given, True, dt, IDS)]
+        for (y, final), (h0, started, steps, ids) in zip(runs, cases, strict=True):
             y_ref, states = documents_loop(
-                _params(core), x, dt=steps, h0=h0, reverse=reverse, segment_ids=ids
-            )
+                _params(core), x, dt=steps, h0=h0, started=started, reverse=reverse,
+                segment_ids=ids,
+            )  # fmt: skip
             np.testing.assert_allclose(np.asarray(y), y_ref, rtol=0, atol=1e-12)
             last = states[0 if reverse else -1]
-            np.testing.assert_allclose(_oracle_state(core, final), last, atol=1e-12)
+            assert bool(final[1])
+            np.testing.assert_allclose(_oracle_state(core, final[0]), last, atol=1e-12)
 
 
 def test_gradients_match_oracle_finite_differences():
@@ -153,7 +155,7 @@ def test_gradients_match_oracle_finite_differences():
 
         def loss(args):
             core, x, dt, h0 = args
-            y = core(x, dt=dt, segment_ids=ids, initial_state=h0)
+            y = core(x, dt=dt, segment_ids=ids, initial_state=(h0, jnp.asarray(True)))
             return jnp.sum(weights * jnp.tanh(y))
 
         grads, grad_x, grad_dt, grad_h0 = eqx.filter_jit(eqx.filter_grad(loss))((core, x, dt, h0))
@@ -189,10 +191,32 @@ def test_packing_chunks_and_step(variant):
     np.testing.assert_allclose(packed, separate, atol=1e-6)
     for ys, last in pairs[1:]:
         np.testing.assert_allclose(ys, y, atol=1e-6)
-        np.testing.assert_allclose(last, final, atol=1e-6)
+        np.testing.assert_allclose(last[0], final[0], atol=1e-6)
+        assert bool(last[1]) and bool(final[1])
     plain = _core(variant, jnp.float32, start="normalised")
     diff = np.abs(np.asarray(plain(x, dt=dt) - y))
     assert diff[0].min() > 0 and diff[-1].max() > 1e-4 * np.abs(np.asarray(y[-1])).max()
+
+
+def test_leading_exact_zeros_do_not_restart_the_document():
+    """A stream whose first three inputs are exactly zero keeps h exactly 0 there; the
+    document began at position 0 all the same (the state's `started`, not its values), so
+    `step` and two chunks split at the first non-zero input equal the call and the float64
+    loop (one document from position 0)."""
+    with jax.enable_x64(True):
+        core = _core("real")
+        x = _data()[0].at[:3].set(0.0)
+
+        @eqx.filter_jit
+        def runs(core, x):
+            _, streamed = jax.lax.scan(lambda h, x_t: core.step(h, x_t), core.init_state(), x)
+            y1, carry = core.run(x[:3])
+            return core(x), streamed, jnp.concatenate([y1, core(x[3:], initial_state=carry)])
+
+        y, streamed, chunked = runs(core, x)
+        expected, _ = documents_loop(_params(core), x)
+        for got in (y, streamed, chunked):
+            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
 
 
 def test_sequence_split_across_devices():
@@ -255,7 +279,7 @@ def _hawk_runs(block, x, dt, ids):
     _, streamed = jax.lax.scan(lambda c, x_t: block.step(c, x_t, state), block.init_carry(), x)
     carry, y1 = block.chunk(block.init_carry(), x[:6], state)
     _, y2 = block.chunk(carry, x[6:], state, segment_ids=ids[6:] - ids[6] + 5)
-    garbage = jax.tree_util.tree_map(lambda c: c + 1.0, carry)
+    garbage = jax.tree_util.tree_map(lambda c: c if c.dtype == bool else c + 1.0, carry)
     _, after_reset = block.chunk(garbage, x, state, reset=jnp.asarray(True))
     return plain, packed, streamed, jnp.concatenate([y1, y2]), after_reset
 
