@@ -1,29 +1,107 @@
-"""One-line errors where users compose blocks and models: the checks of an input's shape,
-width and dtype, and of a stream's carry against `init_carry()`, run before the type
-checker of the public methods, so a common mistake (a batch given to a one-example call,
-a carry from elsewhere) gets one line naming the argument and the fix instead of
-jaxtyping's report of the whole signature or an error from inside JAX."""
+"""One-line errors where users call cores, blocks and models: the checks of the arguments
+against the method's signature (a positional slip, an unknown keyword, a PRNG key where an
+array goes), of an input's shape, width and dtype, and of a stream's carry against
+`init_carry()`, run before the type checker of the public methods, so a common mistake (a
+keyword given by position, a batch given to a one-example call, a carry from elsewhere)
+gets one line naming the method, the argument and the fix instead of jaxtyping's report of
+the whole signature or an error from inside JAX or an internal function."""
 
+import difflib
 import functools
+import inspect
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
 
-def checks_first(check: Callable[..., None]) -> Callable[[Callable], Callable]:
-    """Decorate a public method so that `check(self, *args, **kwargs)` runs before it
-    (and before its `jaxtyped` type check, which stays as the method's decorator)."""
+def checks_first(check: Callable[..., None] | None = None) -> Callable[[Callable], Callable]:
+    """Decorate a public method so that its arguments are checked before it runs (and
+    before its `jaxtyped` type check, which stays as the method's decorator): first against
+    the method's own signature (`check_arguments`: a positional slip, an unknown or missing
+    argument, a PRNG key where an array goes, each one line naming the method and the
+    argument), then by `check(self, *args, **kwargs)` if given."""
 
     def decorate(method: Callable) -> Callable:
+        signature = inspect.signature(method)  # through `jaxtyped`'s `__wrapped__`
+
         @functools.wraps(method)
         def checked(self, *args, **kwargs):
-            check(self, *args, **kwargs)
+            check_arguments(self, method.__name__, signature, args, kwargs)
+            if check is not None:
+                check(self, *args, **kwargs)
             return method(self, *args, **kwargs)
 
         return checked
 
     return decorate
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def check_arguments(
+    owner: object, method: str, signature: inspect.Signature, args: tuple, kwargs: dict
+) -> None:
+    """A `TypeError` of one line naming `owner`'s `method` unless `args` and `kwargs`
+    fit its `signature` (whose first parameter is `self`), and naming the argument that
+    holds a PRNG key where an array of numbers goes (any argument but `key`)."""
+    params = list(signature.parameters.values())[1:]
+    positional = [p.name for p in params if p.kind in _POSITIONAL]
+    by_name = [p.name for p in params if p.kind == inspect.Parameter.KEYWORD_ONLY]
+    where = f"`{type(owner).__name__}.{method}`"
+    takes = _takes(positional, by_name)
+    variadic = any(
+        p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) for p in params
+    )
+    if not variadic:
+        if len(args) > len(positional):
+            n = len(positional)
+            raise TypeError(
+                f"{where} takes {n} positional argument{'s' if n != 1 else ''} "
+                f"({_names(positional)}) but {len(args)} were given: pass the rest by name "
+                f"({', '.join(f'`{k}=`' for k in by_name)})."
+            )
+        for name in kwargs:
+            if name not in positional and name not in by_name:
+                close = difflib.get_close_matches(name, positional + by_name, n=1)
+                hint = f" (did you mean `{close[0]}`?)" if close else ""
+                raise TypeError(f"{where} has no argument `{name}`{hint}: it takes {takes}.")
+        for name in positional[: len(args)]:
+            if name in kwargs:
+                raise TypeError(f"{where} got `{name}` twice, by position and by name.")
+        given = set(positional[: len(args)]) | set(kwargs)
+        for p in params:
+            if p.default is inspect.Parameter.empty and p.name not in given:
+                raise TypeError(f"{where} is missing `{p.name}`: it takes {takes}.")
+    try:
+        bound = signature.bind(owner, *args, **kwargs)
+    except TypeError as error:
+        raise TypeError(f"{where}: {error}; it takes {takes}.") from None
+    for name, value in list(bound.arguments.items())[1:]:
+        if name != "key" and _is_prng_key(value):
+            hint = "pass a key by name as `key=`" if "key" in by_name else "it takes no key"
+            raise TypeError(
+                f"`{name}` of {where} is a PRNG key ({value.dtype}), where an array of "
+                f"numbers goes: {hint}."
+            )
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def _takes(positional: list[str], by_name: list[str]) -> str:
+    keywords = ", ".join(f"`{k}=`" for k in by_name)
+    if not by_name:
+        return _names(positional)
+    return f"{_names(positional)} and, by name, {keywords}" if positional else keywords
+
+
+def _is_prng_key(x: object) -> bool:
+    """Whether `x` is a typed PRNG key array (`jax.random.key`)."""
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def check_features(x, d_model: int, *, name: str, owner: str, position: bool = False) -> None:

@@ -14,7 +14,6 @@ from jaxtyping import Array
 
 from .._cores._core import AbstractRecurrentCore
 from .._cores._dt import reverse_steps
-from ._prologue import with_steps
 
 Cores = tuple[AbstractRecurrentCore, AbstractRecurrentCore]
 
@@ -44,7 +43,7 @@ def sum_of_directions(
 
 
 def _forward(core, z, dt, segment_ids):
-    return with_steps(core, z, segment_ids=segment_ids, dt=dt)
+    return core(z, segment_ids=segment_ids, dt=dt)
 
 
 def _reverse(core, z, dt, where, axis):
@@ -52,7 +51,7 @@ def _reverse(core, z, dt, where, axis):
     steps = dt
     if dt is not None and jnp.ndim(dt) == 1:
         steps = reverse_steps(dt, axis=axis, segment_ids=segment_ids, mask=mask)
-    return with_steps(core, z, reverse=True, segment_ids=segment_ids, dt=steps)
+    return core(z, reverse=True, segment_ids=segment_ids, dt=steps)
 
 
 def _sum(inputs, where, axis):

@@ -24,7 +24,7 @@ from ._abstract_block import AbstractStreamingBlock
 from ._block_formula import call, normalise, residual
 from ._glu import GLU
 from ._norm import MaskedBatchNorm
-from ._prologue import start_chunk, start_step, with_steps
+from ._prologue import start_chunk, start_step
 from ._streams import keep_when_empty
 
 # The checks that run before the type checker of the block's public methods (one line per
@@ -324,7 +324,7 @@ class LRUBlock(AbstractStreamingBlock):
         core = self._causal_core("step")
         carry, x_t, dt = start_step(self, carry, x_t, core=core, reset=reset, dt=dt)
         z = normalise(self, x_t[None], state, None, inference=True)[0][0]
-        carry, h = with_steps(core.step, carry, z, dt=dt)
+        carry, h = core.step(carry, z, dt=dt)
         return carry, x_t + self.glu(jax.nn.gelu(h))
 
     @checks_first(_check_chunk)
@@ -399,8 +399,8 @@ class LRUBlock(AbstractStreamingBlock):
         )  # fmt: skip
         z, _ = normalise(self, c.x, state, c.mask, inference=True)  # batch norm: running stats
         z = where_valid(c.mask, z)
-        h, new = with_steps(
-            core.run, z, initial_state=c.carry, length=c.last, segment_ids=c.segment_ids, dt=c.dt
+        h, new = core.run(
+            z, initial_state=c.carry, length=c.last, segment_ids=c.segment_ids, dt=c.dt
         )
         y = residual(self, c.x, h, c.mask, key, inference)
         return keep_when_empty(c.valid, new, c.carry), y

@@ -20,7 +20,7 @@ from .._scan import _sharding as sharding
 from ._bidirectional import sum_of_directions
 from ._glu import GLU
 from ._norm import MaskedBatchNorm, with_sequence_axis
-from ._prologue import start_call, with_steps
+from ._prologue import start_call
 
 
 @runtime_checkable
@@ -96,7 +96,7 @@ def _forward(
     # reverse scan starting at the padded end would carry them into valid positions.
     z = where_valid(mask, z)
     if block.reverse_core is None:
-        h = with_steps(block.core, z, segment_ids=segment_ids, dt=dt)
+        h = block.core(z, segment_ids=segment_ids, dt=dt)
     else:
         cores = (block.core, block.reverse_core)
         axis = sharding.sequence_axis(block)

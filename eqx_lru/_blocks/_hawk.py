@@ -32,7 +32,7 @@ from .._surface import check_carry, check_features, checks_first
 from ._abstract_block import AbstractStreamingBlock
 from ._causal_conv import CausalConv
 from ._gated_mlp import GatedMLP
-from ._prologue import start_call, start_chunk, start_step, with_steps
+from ._prologue import start_call, start_chunk, start_step
 from ._streams import keep_when_empty
 
 
@@ -203,7 +203,7 @@ class HawkBlock(AbstractStreamingBlock):
         history, history_ids = _halo(self, v, c.segment_ids, c.axis)
         u = self.conv(v, history=history, segment_ids=c.segment_ids, history_ids=history_ids)
         u = where_valid(c.mask, u)
-        h = with_steps(self.core, u, segment_ids=c.segment_ids, dt=c.dt)
+        h = self.core(u, segment_ids=c.segment_ids, dt=c.dt)
         return _mix_out(self, c.x, h, gate, c.mask, key, inference, c.axis), state
 
     # --- streaming ---------------------------------------------------------------------
@@ -231,7 +231,7 @@ class HawkBlock(AbstractStreamingBlock):
         carry, x_t, dt = start_step(self, carry, x_t, core=self.core, reset=reset, dt=dt)
         gate, v = _mix_in(self, x_t[None])
         history, u = self.conv.step(carry["conv"], v[0])
-        core_state, h = with_steps(self.core.step, carry["core"], u, dt=dt)
+        core_state, h = self.core.step(carry["core"], u, dt=dt)
         y = _mix_out(self, x_t[None], h[None], gate, None, None, True, None)
         return {"conv": history, "core": core_state}, y[0]
 
@@ -265,8 +265,8 @@ class HawkBlock(AbstractStreamingBlock):
         conv = dict(history=c.carry["conv"], segment_ids=c.segment_ids)
         u = where_valid(c.mask, self.conv(v, **conv))
         history = self.conv.next_history(v, length=c.last, **conv)
-        h, core_state = with_steps(
-            self.core.run, u, initial_state=c.carry["core"], length=c.last,
+        h, core_state = self.core.run(
+            u, initial_state=c.carry["core"], length=c.last,
             segment_ids=c.segment_ids, dt=c.dt,
         )  # fmt: skip
         y = _mix_out(self, c.x, h, gate, c.mask, key, inference, None)

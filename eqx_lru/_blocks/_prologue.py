@@ -2,42 +2,25 @@ r"""The prologue that every block and model call shares before its own maths: th
 of a sequence's arguments and its validity mask (`start_call`), of a stream's chunk
 (`start_chunk`) and step (`start_step`), and the route of the time steps `dt` to a core.
 
-**Time steps.** `dt` travels by name through every signature. A block checks once, before
-any work, that its core takes time steps (`core_steps`), sets the steps at padded
-positions to 1 (`_dt.mask_steps`: any value there is ignored, as padded inputs are), and
-hands them to the core by name (`with_steps`), whose own check reads their values (a
-model also checks the known values at once, in its public methods).
+**Time steps.** `dt` travels by name through every signature, to every core's methods
+(which all name it: `None` when there is none). A block checks once, before any work,
+that its core takes time steps (`check_takes_dt`, the check the core's own methods make),
+sets the steps at padded positions to 1 (`_dt.mask_steps`: any value there is ignored, as
+padded inputs are), and hands them to the core as `dt=`, whose own check reads their
+values (a model also checks the known values at once, in its public methods).
 """
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Integer, PyTree
 
 from .._checks import check_segment_ids
-from .._cores._core import AbstractRecurrentCore, dt_options
+from .._cores._core import AbstractRecurrentCore, check_takes_dt
 from .._cores._dt import mask_steps
 from .._padding import check_length, where_valid
 from .._scan import _sharding as sharding
 from ._streams import chunk_mask, start_carry
-
-
-def core_steps(core: AbstractRecurrentCore | None, dt: ArrayLike | None) -> ArrayLike | None:
-    """`dt` itself, once `core` is known to take time steps (a `TypeError` naming the core
-    otherwise: a time step it would ignore); `core=None`: a model, whose blocks check."""
-    if core is not None:
-        dt_options(core, dt)
-    return dt
-
-
-def with_steps(method: Callable[..., Any], *args: Any, dt: ArrayLike | None, **options) -> Any:
-    """`method(*args, **options)`, with `dt=dt` when given: a core's `__call__`, `run` or
-    `step` on steps that `core_steps` has admitted (a core without time steps takes no
-    `dt` keyword)."""
-    if dt is None:
-        return method(*args, **options)
-    return method(*args, dt=dt, **options)
 
 
 class Call(NamedTuple):
@@ -60,10 +43,11 @@ def start_call(
     dt: ArrayLike | None,
 ) -> Call:
     """The prologue of a call on one sequence `x` (a block's or a model's): `core` takes
-    `dt` (`core_steps`; `None` for a model), `x` has a position, `segment_ids` one per
+    `dt` (`check_takes_dt`; `None` for a model), `x` has a position, `segment_ids` one per
     position; the validity mask of `length` (over a sequence split across devices: of
     the whole sequence), `x` zeroed and the steps set to 1 at pads."""
-    dt = core_steps(core, dt)
+    if core is not None:  # a model's blocks check
+        check_takes_dt(core, dt=dt)
     x = jnp.asarray(x)
     check_length(x, "x")
     segment_ids = check_segment_ids(segment_ids, x.shape[0])
@@ -103,7 +87,8 @@ def start_chunk(
     `reset`), the mask of the `length` new positions, `x` zeroed and the steps set to 1 at
     pads. A chunk with no new position (`valid == 0`) runs its core over one (`last`)
     and keeps its carry (`_streams.keep_when_empty`)."""
-    dt = core_steps(core, dt)
+    if core is not None:  # a model's blocks check
+        check_takes_dt(core, dt=dt)
     sharding.refuse(owner, f"`{type(owner).__name__}.chunk`")
     x = jnp.asarray(x)
     check_length(x, "x")
@@ -127,6 +112,7 @@ def start_step(
     """The prologue of `owner.step`: `(carry, x_t, dt)`, the carry to start from
     (`owner.init_carry()` on `reset`; gradients flow into it), `x_t` as an array, and
     `dt` once `core` is known to take it (`None`: a model)."""
-    dt = core_steps(core, dt)
+    if core is not None:  # a model's blocks check
+        check_takes_dt(core, dt=dt)
     carry = start_carry(carry, owner.init_carry, reset=reset, carry_gradient=True)
     return carry, jnp.asarray(x_t), dt

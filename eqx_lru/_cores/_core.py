@@ -14,15 +14,37 @@ with no other change anywhere.
 
 import abc
 import dataclasses
+import inspect
 from typing import ClassVar, Literal, TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Integer, PRNGKeyArray, PyTree
+from beartype import beartype
+from jaxtyping import Array, ArrayLike, Integer, PRNGKeyArray, PyTree, Shaped, jaxtyped
 
 from .._checks import check_length, check_segment_ids
 from .._scan import _sharding as sharding
+from .._surface import checks_first
+
+
+def check_takes_dt(core: "AbstractRecurrentCore", *args, dt: object = None, **kwargs) -> None:
+    """A `TypeError` naming `core` when it is given time steps (`dt` not `None`) and has
+    no notion of elapsed time (`takes_dt` is `False`): a time step it would ignore. The
+    check of every core method's `checks_first`, and of a block before any work."""
+    del args, kwargs
+    if dt is not None and not core.takes_dt:
+        raise TypeError(
+            f"{type(core).__name__} takes no `dt` (time steps): it has no notion of elapsed "
+            "time. Cores that take it: ComplexLRU, RealLRU, RGLRU, baselines.S5; or drop `dt`."
+        )
+
+
+def dt_options(core: "AbstractRecurrentCore", dt: ArrayLike | None) -> dict:
+    """`check_takes_dt`, as the keywords `{"dt": dt}` (`{}` for `None`). Kept only for
+    `_rglru.py` until the RG-LRU names its keywords; no other caller: delete then."""
+    check_takes_dt(core, dt=dt)
+    return {} if dt is None else {"dt": dt}
 
 
 class AbstractRecurrentCore(eqx.Module):
@@ -42,23 +64,53 @@ class AbstractRecurrentCore(eqx.Module):
     - `causal`: `True` (default) when the output at position $k$ of a forward run depends on
         $u_0, \dots, u_k$ only (and of a reverse run on $u_k, \dots, u_{L-1}$), and zero
         input keeps a zero state. Blocks rely on it for padding and streaming.
-    - `takes_dt`: `True` when `run`, `__call__` and `step` accept `dt=`, the time step of
+    - `takes_dt`: `True` when `run`, `__call__` and `step` read `dt=`, the time step of
         each position (irregular sampling; see the concepts page on time steps); default
-        `False`. Callers pass it through `dt_options(core, dt)`, which refuses `dt` for a
-        core without it.
+        `False`. Every core's methods name `dt` (callers pass `dt=dt` by name, `None` when
+        there is none); a core without time steps refuses any other value, by name
+        (`check_takes_dt`).
+
+    **Keywords.** Every core's public methods spell out their arguments (no `**kwargs`):
+    `__call__(u, *, initial_state=None, reverse=False, length=None, segment_ids=None,
+    dt=None, key=None)`, `run(u, *, initial_state=None, reverse=False, length=None,
+    segment_ids=None, dt=None)`, `step(state, u_t, *, dt=None)`. A subclass decorates its
+    own with `checks_first(check_takes_dt)` (`eqx_lru._surface`), so a keyword given by
+    position, an unknown one or a PRNG key where an array goes gets one line naming the
+    core's method and the argument.
     """
 
     recurrent_fields: eqx.AbstractClassVar[tuple[str, ...]]
     causal: ClassVar[bool] = True
     takes_dt: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs):
+        """A `TypeError` at the definition of a core whose own `run` or `step` does not
+        name `dt` (the contract before 0.6): blocks and models pass `dt=` by name to every
+        core (`None` when there is none)."""
+        super().__init_subclass__(**kwargs)
+        for name in ("run", "step"):
+            method = cls.__dict__.get(name)
+            if method is None or getattr(method, "__isabstractmethod__", False):
+                continue
+            parameters = inspect.signature(method).parameters
+            if "dt" not in parameters:
+                raise TypeError(
+                    f"{cls.__name__}.{name} takes no `dt` keyword: every core's `run` and "
+                    "`step` name it, since blocks and models pass `dt=` by name (`None` "
+                    f"when there is none). Add `*, dt=None` to {cls.__name__}.{name} "
+                    "(`del dt` if the core has no time steps, `takes_dt = False`)."
+                )
+
     @abc.abstractmethod
     def init_state(self) -> PyTree[Array]:
         """The state before the first position, $x_{-1}$ (zeros)."""
 
     @abc.abstractmethod
-    def step(self, state: PyTree[Array], u_t: ArrayLike) -> tuple[PyTree[Array], Array]:
-        r"""One position in RNN mode: `(x_{t-1}, u_t) -> (x_t, y_t)`. Repeated from
+    def step(
+        self, state: PyTree[ArrayLike], u_t: ArrayLike, *, dt: ArrayLike | None = None
+    ) -> tuple[PyTree[Array], Array]:
+        r"""One position in RNN mode: `(x_{t-1}, u_t) -> (x_t, y_t)`; `dt` this position's
+        time step (a positive scalar; a core that `takes_dt`, else `None`). Repeated from
         `init_state()` over a sequence, equal to `__call__`."""
 
     @abc.abstractmethod
@@ -70,6 +122,7 @@ class AbstractRecurrentCore(eqx.Module):
         reverse: bool = False,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
     ) -> tuple[Array, PyTree[Array]]:
         r"""Run over one sequence in parallel, from `initial_state` (default
         `init_state()`).
@@ -85,6 +138,9 @@ class AbstractRecurrentCore(eqx.Module):
         - `segment_ids`: integers per position; a new segment starts where the value
             changes, and no state crosses a segment boundary (in either direction). The
             initial state enters the first segment processed.
+        - `dt`: the time step of each position, `(length,)`, or one scalar for all (a core
+            that `takes_dt`; see the concepts page on time steps). `None`: none (a core
+            without time steps refuses any other value).
 
         **Returns:** `(y, final_state)`: the outputs, and the state after the last valid
         position processed (forward: position `length - 1`; reverse: position 0).
@@ -105,38 +161,27 @@ class AbstractRecurrentCore(eqx.Module):
             "implement `to_form` on it."
         )
 
+    @checks_first(check_takes_dt)
+    @jaxtyped(typechecker=beartype)
     def __call__(
         self,
-        u: ArrayLike,
+        u: Shaped[ArrayLike, "length ..."],
         *,
         initial_state: PyTree[ArrayLike] | None = None,
         reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
         dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
-    ) -> Array:
+    ) -> Shaped[Array, "length ..."]:
         """The outputs of `run` (`key` is ignored, as in other Equinox layers; `dt` only
         for a core that `takes_dt`)."""
         del key
-        options = dt_options(self, dt)
         y, _ = self.run(
-            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids, **options
-        )
+            u, initial_state=initial_state, reverse=reverse, length=length,
+            segment_ids=segment_ids, dt=dt,
+        )  # fmt: skip
         return y
-
-
-def dt_options(core: AbstractRecurrentCore, dt: ArrayLike | None) -> dict:
-    """The keywords that pass `dt` to `core`'s `run`/`__call__`/`step`: `{}` for `None`,
-    `{"dt": dt}` for a core that `takes_dt`, a `TypeError` naming the core otherwise (a
-    time step it would ignore)."""
-    if dt is None:
-        return {}
-    if not core.takes_dt:
-        raise TypeError(
-            f"{type(core).__name__} takes no `dt` (time steps): it has no notion of elapsed "
-            "time. Cores that take it: ComplexLRU, RealLRU, RGLRU, baselines.S5; or drop `dt`."
-        )
-    return {"dt": dt}
 
 
 class AbstractStatesCore(AbstractRecurrentCore):
@@ -146,10 +191,16 @@ class AbstractStatesCore(AbstractRecurrentCore):
 
     @abc.abstractmethod
     def _states(
-        self, u: Array, initial_state: ArrayLike | None, reverse: bool, segment_ids
+        self,
+        u: Array,
+        initial_state: ArrayLike | None,
+        reverse: bool,
+        segment_ids,
+        dt: ArrayLike | None = None,
     ) -> PyTree[Array]:
         """The state after every position (leading length axis), with the argument checks
-        (`segment_ids` is checked already)."""
+        (`segment_ids` is checked already; `dt` is `None` for a core without time
+        steps)."""
 
     @abc.abstractmethod
     def _outputs(
@@ -161,14 +212,25 @@ class AbstractStatesCore(AbstractRecurrentCore):
         """One stored state (of `_states`' result) in `init_state()`'s layout."""
         return state
 
-    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None, dt=None):
+    @checks_first(check_takes_dt)
+    @jaxtyped(typechecker=beartype)
+    def run(
+        self,
+        u: Shaped[ArrayLike, "length ..."],
+        *,
+        initial_state: PyTree[ArrayLike] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
+    ) -> tuple[Shaped[Array, "length ..."], PyTree[Array]]:
         """See `AbstractRecurrentCore.run`: `(y, final_state)`; feed `final_state` back as
         `initial_state=` to continue the sequence in the next chunk (chunked runs equal one
-        run, and `step` token by token). `dt`: for a core that `takes_dt`, passed to
-        `_states` as a keyword."""
+        run, and `step` token by token). `dt`: passed to `_states` (`None` for a core
+        without time steps, which refuses any other value)."""
         u = jnp.asarray(u)
         segment_ids = check_segment_ids(segment_ids, u.shape[0] if u.ndim else 0)
-        states = self._states(u, initial_state, reverse, segment_ids, **dt_options(self, dt))
+        states = self._states(u, initial_state, reverse, segment_ids, dt=dt)
         y = self._outputs(states, u, initial_state, reverse, segment_ids)
         axis = sharding.sequence_axis(self)
         if axis is None:

@@ -11,7 +11,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Float, Inexact, jaxtyped
+from jaxtyping import Array, ArrayLike, Float, Inexact, Integer, PRNGKeyArray, jaxtyped
 
 from .._checks import (
     Dim,
@@ -27,8 +27,35 @@ from .._scan._recurrence import recurrence
 from .._scan._storage import AbstractStorage
 from .._surface import checks_first
 from . import _projection as projection
-from ._core import AbstractStatesCore, dt_options
+from ._core import AbstractStatesCore, check_takes_dt
 from ._dt import check_dt
+
+# The checks that run before the type checker of the public methods (one line per mistake,
+# with the messages of the checks inside; see `_surface`).
+
+
+def _is_array(x: object) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def _check_sequence_call(
+    core: "AbstractModalCore", u, *, initial_state=None, segment_ids=None, dt=None, **_
+) -> None:
+    check_takes_dt(core, dt=dt)
+    check_not_complex(u)
+    if _is_array(u):
+        check_sequence(jnp.asarray(u), core.d_model)
+        check_segment_ids(segment_ids, u.shape[0])
+    if _is_array(initial_state):
+        core._check_state(jnp.asarray(initial_state))
+
+
+def _check_step_call(core: "AbstractModalCore", state, u_t, *, dt=None) -> None:
+    check_takes_dt(core, dt=dt)
+    if _is_array(u_t):
+        check_token(jnp.asarray(u_t), core.d_model)
+    if _is_array(state):
+        core._check_state(jnp.asarray(state))
 
 
 class AbstractModalCore(AbstractStatesCore):
@@ -136,6 +163,7 @@ class AbstractModalCore(AbstractStatesCore):
             segment_ids=check_segment_ids(segment_ids, u.shape[0]),
         )
 
+    @checks_first(_check_sequence_call)
     @jaxtyped(typechecker=beartype)
     def hidden_states(
         self,
@@ -150,7 +178,6 @@ class AbstractModalCore(AbstractStatesCore):
         Same arguments as `__call__`; for analysis and plots. With a `compute_dtype`, the
         states as stored (rounded to it), in the parameters' dtype.
         """
-        dt_options(self, dt)
         pairs = self._state_pairs(jnp.asarray(u), initial_state, reverse, dt=dt)
         return self._from_algebra(self._storage().load(pairs))
 
@@ -185,8 +212,19 @@ class AbstractModalCore(AbstractStatesCore):
         final = self._from_algebra(self._storage().load(state[None])[0])
         return final.astype(self.init_state().dtype)
 
-    @checks_first(lambda layer, u, **options: check_not_complex(u))  # before the type check
-    def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
+    @checks_first(_check_sequence_call)
+    @jaxtyped(typechecker=beartype)
+    def __call__(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "length d_model"]:
         r"""Run the layer over one sequence.
 
         **Arguments:**
@@ -198,6 +236,8 @@ class AbstractModalCore(AbstractStatesCore):
             `[Re x, Im x]` per mode — not `(2, d_state)`.
         - `reverse`: run the recurrence from the last step to the first
             ($x_k = \lambda x_{k+1} + \gamma B u_k$), for bidirectional models.
+        - `length`: the number of valid leading positions (it selects `run`'s final state;
+            the outputs are those of every position). `None`: all.
         - `segment_ids`: packed sequences: integers of shape `(length,)`, a new segment
             where the value changes; no state crosses a segment boundary.
         - `dt`: irregular time steps (`ComplexLRU`, `RealLRU`): positive floats of shape
@@ -207,13 +247,21 @@ class AbstractModalCore(AbstractStatesCore):
             (`discretization="impulse"`) or $(\lambda^{\Delta t_k} - 1)/(\lambda - 1)$
             (`"zoh"`); `None` (default) is $\Delta t \equiv 1$. The first position
             processed reads its step too: its gap since `initial_state`, which from the
-            zero state only `"zoh"` feels (through $w$).
+            zero state only `"zoh"` feels (through $w$). A core without time steps (the
+            ablation's `DiagonalRNN`) refuses it.
         - `key`: ignored; accepted for compatibility with other Equinox layers.
+
+        Every argument but `u` by name: a slip (`layer(u, dt)`) is a `TypeError` naming
+        the method and its keywords.
 
         **Returns:** $y$, shape `(length, d_model)`.
         """
-        return super().__call__(u, **options)
+        return super().__call__(
+            u, initial_state=initial_state, reverse=reverse, length=length,
+            segment_ids=segment_ids, dt=dt, key=key,
+        )  # fmt: skip
 
+    @checks_first(_check_step_call)
     @jaxtyped(typechecker=beartype)
     def step(
         self,
@@ -236,7 +284,6 @@ class AbstractModalCore(AbstractStatesCore):
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)
         check_token(u_t, self.d_model)
         self._check_state(state)
-        dt_options(self, dt)
         dt = self._check_steps(dt, None)
         transition = self._transition_at(dt)
         storage, options = self._storage(), self._projection_options()

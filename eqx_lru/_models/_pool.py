@@ -22,6 +22,7 @@ from .._blocks._abstract_block import AbstractStreamingBlock
 from .._checks import Size, check_integer_scalar, check_size, check_token_ids, shape_and_dtype
 from .._cores._dt import check_known_steps, model_dtype
 from .._runtime_check import check_integers, check_range, known
+from .._surface import checks_first
 from ._model import LRUModel
 
 
@@ -118,6 +119,7 @@ class StreamPool(eqx.Module):
         free = ~self.active
         return jnp.where(jnp.any(free), jnp.argmax(free), -1).astype(jnp.int32)
 
+    @checks_first()
     def step(
         self,
         model: LRUModel | AbstractStreamingBlock,
@@ -153,6 +155,7 @@ class StreamPool(eqx.Module):
         carry, out = jax.vmap(one)(self.carry, x, self.fresh, steps)
         return self._advanced(carry), _select(self.active, out, jnp.zeros_like(out))
 
+    @checks_first()
     def chunk(
         self,
         model: LRUModel | AbstractStreamingBlock,

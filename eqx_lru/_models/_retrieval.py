@@ -10,6 +10,7 @@ from jaxtyping import Array, ArrayLike, Float, Integer, PRNGKeyArray, jaxtyped
 from .._blocks._norm import MaskedBatchNorm
 from .._checks import Size, check_key, check_length, check_size
 from .._runtime_check import known
+from .._surface import checks_first
 from ._model import LRUModel
 
 _PAIR_AXIS = "eqx_lru_pair"
@@ -75,6 +76,7 @@ class LRURetrievalModel(eqx.Module):
         self.mlp_in = eqx.nn.Linear(4 * encoder.d_model, mlp_size, dtype=dtype, key=in_key)
         self.mlp_out = eqx.nn.Linear(mlp_size, out_size, dtype=dtype, key=out_key)
 
+    @checks_first()
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,
@@ -114,6 +116,7 @@ class LRURetrievalModel(eqx.Module):
         )
         return self.classify(u, v), state
 
+    @checks_first()
     @jaxtyped(typechecker=beartype)
     def classify(
         self, u: Float[ArrayLike, " d_model"], v: Float[ArrayLike, " d_model"]

@@ -23,9 +23,11 @@ from .._checks import (
     check_token,
     float_dtype,
 )
+from .._cores._core import check_takes_dt
 from .._scan._algebra import DenseAlgebra
 from .._scan._methods import AbstractScanMethod, scan_method
 from .._scan._recurrence import ScanMethod, recurrence, segment_starts
+from .._surface import checks_first
 from ._core import AbstractAblationCore
 
 
@@ -104,7 +106,10 @@ class AbstractDenseRNN(AbstractAblationCore):
         """All hidden states $x_0, \\dots, x_{L-1}$ (as in `run`)."""
         return self._states(jnp.asarray(u), initial_state, reverse, None)
 
-    def _states(self, u, initial_state, reverse, segment_ids) -> Float[Array, "length d_state"]:
+    def _states(
+        self, u, initial_state, reverse, segment_ids, dt=None
+    ) -> Float[Array, "length d_state"]:
+        del dt  # no time steps (refused by the public methods)
         check_sequence(u, self.d_model)
         initial_state = self.init_state() if initial_state is None else jnp.asarray(initial_state)
         self._check_state(initial_state)
@@ -114,11 +119,18 @@ class AbstractDenseRNN(AbstractAblationCore):
         del initial_state, reverse, segment_ids
         return states @ self.C.T + self.D * u
 
+    @checks_first(check_takes_dt)
     @jaxtyped(typechecker=beartype)
     def step(
-        self, state: Float[ArrayLike, " d_state"], u_t: Float[ArrayLike, " d_model"]
+        self,
+        state: Float[ArrayLike, " d_state"],
+        u_t: Float[ArrayLike, " d_model"],
+        *,
+        dt: ArrayLike | None = None,
     ) -> tuple[Float[Array, " d_state"], Float[Array, " d_model"]]:
-        r"""One position: $x_t = \sigma(A x_{t-1} + B u_t)$, $y_t = C x_t + D u_t$."""
+        r"""One position: $x_t = \sigma(A x_{t-1} + B u_t)$, $y_t = C x_t + D u_t$. `dt`:
+        `None` (a dense RNN takes no time steps, and refuses any other value)."""
+        del dt  # refused when not `None` (`check_takes_dt`)
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)
         check_token(u_t, self.d_model)
         self._check_state(state)

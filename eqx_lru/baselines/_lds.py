@@ -37,10 +37,11 @@ from .._checks import (
     complex_dtype,
     complex_float_dtype,
 )
-from .._cores._core import AbstractStatesCore
+from .._cores._core import AbstractStatesCore, check_takes_dt
 from .._scan._algebra import Diagonal
 from .._scan._methods import scan_method
 from .._scan._recurrence import recurrence, segment_starts
+from .._surface import checks_first
 
 
 def companion_form(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -104,8 +105,11 @@ class AbstractSIMOLDS(AbstractStatesCore):
     def _readout(self, s: Array, x: Array) -> Array:
         return s.real @ self.C_re.T - s.imag @ self.C_im.T + x[..., None] * self.D + self.D0
 
-    def _states(self, u, initial_state, reverse, segment_ids) -> Complex[Array, "length n"]:
+    def _states(
+        self, u, initial_state, reverse, segment_ids, dt=None
+    ) -> Complex[Array, "length n"]:
         """The states after each input, $s'_{t+1}$ (forward)."""
+        del dt  # no time steps (refused by the public methods)
         self._check_input(u, "u", u.shape[:1])
         if u.shape[0] == 0:
             raise ValueError("`u` has length 0; a sequence needs at least one position.")
@@ -145,12 +149,19 @@ class AbstractSIMOLDS(AbstractStatesCore):
         r"""$y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0$, the inputs $x_t$ in `u`."""
         return self._readout(self._before(states, initial_state, reverse, segment_ids), u)
 
+    @checks_first(check_takes_dt)
     @jaxtyped(typechecker=beartype)
     def step(
-        self, state: Complex[ArrayLike, " n"], u_t: Float[ArrayLike, ""]
+        self,
+        state: Complex[ArrayLike, " n"],
+        u_t: Float[ArrayLike, ""],
+        *,
+        dt: ArrayLike | None = None,
     ) -> tuple[Complex[Array, " n"], Float[Array, " d_out"]]:
         r"""One input: $y_t = \operatorname{Re}(C' s'_t) + D x_t + D_0$ and
-        $s'_{t+1} = \lambda \odot s'_t + x_t$; returns `(s'_{t+1}, y_t)`."""
+        $s'_{t+1} = \lambda \odot s'_t + x_t$; returns `(s'_{t+1}, y_t)`. `dt`: `None` (an
+        LDS takes no time steps, and refuses any other value)."""
+        del dt  # refused when not `None` (`check_takes_dt`)
         state, x_t = jnp.asarray(state), jnp.asarray(u_t)
         self._check_input(x_t, "u_t", ())
         check_state(state, self.init_state(), type(self).__name__)

@@ -9,7 +9,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Complex, Float, PRNGKeyArray
+from beartype import beartype
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, Integer, PRNGKeyArray, jaxtyped
 
 from .._checks import (
     check_choice,
@@ -20,8 +21,10 @@ from .._checks import (
     check_steps,
     float_dtype,
 )
+from .._cores._core import check_takes_dt
 from .._scan._methods import scan_method
 from .._scan._sequence_parallel import SequenceParallel
+from .._surface import checks_first
 from .._training._optim import check_param_groups
 from ._common import Pair, check_even_state, cmul, zoh_pairs
 from ._s5 import hippo_n_modes
@@ -199,16 +202,32 @@ class S4D(AbstractDiagonalSSM):
     def _state_shape(self) -> tuple[int, ...]:
         return self.A_im.shape
 
-    def __call__(self, u: Float[ArrayLike, "length d_model"], **options) -> Array:
+    @checks_first(check_takes_dt)
+    @jaxtyped(typechecker=beartype)
+    def __call__(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: Inexact[ArrayLike, "..."] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "length d_model"]:
         r"""As `eqx_lru.AbstractRecurrentCore.__call__`; by FFT convolution with
-        `mode="convolution"` when it starts from zero without `segment_ids` or `dt` (and
-        the sequence is not split across devices by a `SequenceParallel` method)."""
+        `mode="convolution"` when it starts from zero without `segment_ids` (and the
+        sequence is not split across devices by a `SequenceParallel` method). S4D takes
+        no time steps: `dt` other than `None` is refused."""
         # The convolution sees one chunk only of a sequence split across devices.
         local = not isinstance(self.method, SequenceParallel)
-        if self.mode == "convolution" and local and options.get("initial_state") is None:
-            if options.get("segment_ids") is None and options.get("dt") is None:
-                return self._convolve(jnp.asarray(u), options.get("reverse", False))
-        return super().__call__(u, **options)
+        if self.mode == "convolution" and local and initial_state is None:
+            if segment_ids is None:
+                return self._convolve(jnp.asarray(u), reverse)
+        return super().__call__(
+            u, initial_state=initial_state, reverse=reverse, length=length,
+            segment_ids=segment_ids, dt=dt, key=key,
+        )  # fmt: skip
 
     def kernel(self, length: int) -> Float[Array, "length d_model"]:
         r"""The convolution kernel $K_l = 2\operatorname{Re}(\sum_n C_n \bar B_n

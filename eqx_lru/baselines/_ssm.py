@@ -18,10 +18,11 @@ from .._checks import (
     check_token,
     complex_dtype,
 )
-from .._cores._core import AbstractStatesCore, dt_options, rebuild
+from .._cores._core import AbstractStatesCore, check_takes_dt, rebuild
 from .._cores._dt import check_dt
 from .._scan._algebra import Diagonal, RotationScaling
 from .._scan._recurrence import recurrence
+from .._surface import checks_first
 from ._common import Pair
 
 
@@ -166,6 +167,7 @@ class AbstractDiagonalSSM(AbstractStatesCore):
         del initial_state, reverse, segment_ids
         return self._output(states, u)
 
+    @checks_first(check_takes_dt)
     @jaxtyped(typechecker=beartype)
     def step(
         self,
@@ -180,7 +182,6 @@ class AbstractDiagonalSSM(AbstractStatesCore):
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)
         check_token(u_t, self.d_model, self.D.dtype)
         self._check_state(state)
-        dt_options(self, dt)
         lam, drive = self._discrete(u_t, None if dt is None else check_dt(dt, None, self.D.dtype))
         state = self._algebra().apply(self._join(*lam), state) + self._join(*drive)
         return state, self._output(state, u_t)

@@ -93,11 +93,11 @@ class DecayCore(eqx_lru.AbstractRecurrentCore):
     def init_state(self):
         return jnp.zeros_like(self.logit)
 
-    def step(self, state, u_t):
+    def step(self, state, u_t, *, dt=None):
         state = jax.nn.sigmoid(self.logit) * state + u_t
         return state, state
 
-    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
+    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None, dt=None):
         a = jax.nn.sigmoid(self.logit)
         h = eqx_lru.linear_recurrence(
             a,

@@ -196,11 +196,13 @@ class ScaledEMA(eqx_lru.AbstractRecurrentCore):
     def init_state(self):
         return jnp.zeros_like(self.logit)
 
-    def step(self, state, u_t):
+    def step(self, state, u_t, *, dt=None):
+        del dt  # no time steps (`takes_dt` is False: the contract refuses any)
         state = jax.nn.sigmoid(self.logit) * state + u_t
         return state, self.scale * state
 
-    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
+    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None, dt=None):
+        del dt
         h = eqx_lru.linear_recurrence(
             jax.nn.sigmoid(self.logit), u, algebra=eqx_lru.Diagonal(),
             initial_state=initial_state, reverse=reverse, segment_ids=segment_ids,

@@ -63,10 +63,10 @@ class DenseCore(eqx_lru.AbstractRecurrentCore):
     def init_state(self):
         return jnp.zeros(self.A.shape[0])
 
-    def step(self, state, u_t):
+    def step(self, state, u_t, *, dt=None):
         return state, u_t
 
-    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
+    def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None, dt=None):
         return u, self.init_state()
 
 

@@ -545,10 +545,12 @@ def test_bidirectional_and_non_causal_refuse():
         def init_state(self):
             return jnp.zeros(())
 
-        def step(self, state, u_t):
+        def step(self, state, u_t, *, dt=None):
             raise NotImplementedError
 
-        def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
+        def run(
+            self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None, dt=None
+        ):
             return jnp.roll(u, -1 if not reverse else 1, axis=0), jnp.zeros(())
 
     block = eqx_lru.LRUBlock(H, N, core=Lookahead, key=key)
