@@ -40,13 +40,6 @@ def check_takes_dt(core: "AbstractRecurrentCore", *args, dt: object = None, **kw
         )
 
 
-def dt_options(core: "AbstractRecurrentCore", dt: ArrayLike | None) -> dict:
-    """`check_takes_dt`, as the keywords `{"dt": dt}` (`{}` for `None`). Kept only for
-    `_rglru.py` until the RG-LRU names its keywords; no other caller: delete then."""
-    check_takes_dt(core, dt=dt)
-    return {} if dt is None else {"dt": dt}
-
-
 class AbstractRecurrentCore(eqx.Module):
     r"""A recurrent core: `ComplexLRU`, `RealLRU`, the ablation cores, `baselines.S4D`,
     `baselines.S5`, the LDS cores, or your own.

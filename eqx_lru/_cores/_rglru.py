@@ -88,7 +88,8 @@ from .._checks import (
 from .._scan._algebra import AbstractAlgebra, Diagonal, RotationScaling
 from .._scan._methods import AbstractScanMethod, holds_start, scan_method
 from .._scan._recurrence import ScanMethod, recurrence, segment_starts
-from ._core import AbstractStatesCore, dt_options, rebuild
+from .._surface import checks_first
+from ._core import AbstractStatesCore, check_takes_dt, rebuild
 from ._discretization import RGLRUDiscretization, check_discretization
 from ._dt import check_dt
 from ._projection import Precision, check_precision
@@ -377,6 +378,7 @@ class RGLRU(AbstractStatesCore):
         True)` (every position continues or starts a document)."""
         return (state, jnp.asarray(True)) if self.document_start == "unnormalised" else state
 
+    @checks_first()
     def run(
         self,
         u: Float[ArrayLike, "length d_model"],
@@ -399,26 +401,24 @@ class RGLRU(AbstractStatesCore):
             segment_ids=segment_ids, dt=dt,
         )  # fmt: skip
 
+    @checks_first()
     def __call__(
         self,
         u: Float[ArrayLike, "length d_model"],
         *,
         initial_state: PyTree[ArrayLike] | None = None,
         reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
         dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "length d_model"]:
-        r"""The outputs of `run` (`key` is ignored, as in other Equinox layers).
-
-        **Returns:** $y$, shape `(length, d_model)`.
-        """
+        r"""The outputs $y$ of `run`, `(length, d_model)` (`key` is ignored)."""
         del key
-        y, _ = self.run(
-            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids, dt=dt
-        )
-        return y
+        options = dict(initial_state=initial_state, reverse=reverse, length=length)
+        return self.run(u, segment_ids=segment_ids, dt=dt, **options)[0]
 
+    @checks_first()
     @jaxtyped(typechecker=beartype)
     def step(
         self,
@@ -436,7 +436,7 @@ class RGLRU(AbstractStatesCore):
         u_t = jnp.asarray(u_t)
         check_token(u_t, self.d_model, self.Lambda.dtype)
         h, started = self._check_state(state)
-        dt_options(self, dt)
+        check_takes_dt(self, dt=dt)
         dt = None if dt is None else check_dt(dt, None, self.Lambda.dtype)
         a, b = self._terms(u_t, dt, None if started is None else ~started)
         h = self._algebra.apply(a, h) + b

@@ -69,8 +69,9 @@ from .._scan._algebra import AbstractAlgebra
 from .._scan._methods import AbstractScanMethod, scan_method
 from .._scan._recurrence import ScanMethod, recurrence
 from .._scan._storage import AbstractStorage
+from .._surface import checks_first
 from . import _projection as projection
-from ._core import AbstractStatesCore, dt_options, rebuild
+from ._core import AbstractStatesCore, check_takes_dt, rebuild
 from ._dt import check_dt
 from ._init import projection_init, ring_init
 from ._projection import Precision, check_precision
@@ -246,6 +247,7 @@ class AbstractSelectiveLRU(AbstractStatesCore):
     def _final(self, state: Float[Array, "2 d_state"]) -> Inexact[Array, "d_state ..."]:
         return self._from_algebra(self._storage().load(state[None])[0])
 
+    @checks_first()
     def run(
         self,
         u: Float[ArrayLike, "length d_model"],
@@ -264,12 +266,14 @@ class AbstractSelectiveLRU(AbstractStatesCore):
             segment_ids=segment_ids, dt=dt,
         )  # fmt: skip
 
+    @checks_first()
     def __call__(
         self,
         u: Float[ArrayLike, "length d_model"],
         *,
         initial_state: PyTree[ArrayLike] | None = None,
         reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,
         dt: ArrayLike | None = None,
         key: PRNGKeyArray | None = None,
@@ -280,6 +284,8 @@ class AbstractSelectiveLRU(AbstractStatesCore):
         - `initial_state`: start from this state (as `init_state`/`step`/`run` return it;
             `RealSelectiveLRU`: `(d_state, 2)`, `[Re x, Im x]` per mode).
         - `reverse`: run from the last position to the first.
+        - `length`: the valid leading positions (as in `run`; the outputs are those of
+            the whole input).
         - `segment_ids`: packed sequences, `(length,)` integers; no state crosses a
             segment boundary.
         - `dt`: positive time steps `(length,)` or one scalar: $\lambda_t^{\Delta t_t}$
@@ -290,10 +296,11 @@ class AbstractSelectiveLRU(AbstractStatesCore):
         """
         check_not_complex(u)
         return super().__call__(
-            u, initial_state=initial_state, reverse=reverse, segment_ids=segment_ids, dt=dt,
-            key=key,
+            u, initial_state=initial_state, reverse=reverse, length=length,
+            segment_ids=segment_ids, dt=dt, key=key,
         )  # fmt: skip
 
+    @checks_first()
     @jaxtyped(typechecker=beartype)
     def step(
         self,
@@ -308,7 +315,7 @@ class AbstractSelectiveLRU(AbstractStatesCore):
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)
         check_token(u_t, self.d_model, self.nu_log.dtype)
         self._check_state(state)
-        dt_options(self, dt)
+        check_takes_dt(self, dt=dt)
         dt = None if dt is None else check_dt(dt, None, self.nu_log.dtype)
         a, pair = self._terms(u_t, dt)
         storage = self._storage()

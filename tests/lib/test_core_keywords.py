@@ -30,7 +30,6 @@ RUN = CALL[:-1]
 #: The RG-LRU's keywords are another branch's (`_rglru.py`): its `__call__` still takes
 #: `**options` and its `step` has no argument check there. Strict, so this mark goes when
 #: they land.
-RGLRU_CALL = pytest.mark.xfail(strict=True, reason="RGLRU's keywords: the rglru branch")
 
 
 def _core(name):
@@ -77,7 +76,7 @@ def test_every_core_takes_each_keyword_by_name(name):
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=RGLRU_CALL) if n.startswith("rglru") else n for n in CORES],
+    list(CORES),
 )
 def test_every_core_refuses_slips_by_name(name):
     core, u, state, dt = _core(name)
@@ -105,7 +104,7 @@ def test_every_core_refuses_slips_by_name(name):
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=RGLRU_CALL) if n.startswith("rglru") else n for n in CORES],
+    list(CORES),
 )
 def test_every_core_spells_out_its_keywords(name):
     core, u, _, _ = _core(name)
