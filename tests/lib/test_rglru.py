@@ -327,19 +327,3 @@ def test_in_a_block_streams_like_the_parallel_call():
     np.testing.assert_allclose(streamed, parallel, rtol=0, atol=1e-5)
     labels = eqx_lru.lru_param_labels(block)
     assert set(jax.tree.leaves(labels.core)) == {"recurrent"}
-
-
-def test_call_and_run_spell_out_their_keywords():
-    """`__call__`, `run` and `step` name every keyword (no `**options`), so a misspelt one
-    is a `TypeError` at once and the signatures document themselves."""
-    import inspect
-
-    expected = {
-        "__call__": ["initial_state", "reverse", "segment_ids", "dt", "key"],
-        "run": ["initial_state", "reverse", "length", "segment_ids", "dt"],
-        "step": ["dt"],
-    }
-    for method, names in expected.items():
-        parameters = inspect.signature(getattr(eqx_lru.RGLRU, method)).parameters.values()
-        assert all(p.kind != p.VAR_KEYWORD for p in parameters), method
-        assert [p.name for p in parameters if p.kind == p.KEYWORD_ONLY] == names, method
