@@ -80,7 +80,8 @@ def _make(name: str):
     if name == "rglru_signed":
         if "eigenvalues" not in inspect.signature(eqx_lru.RGLRU.__init__).parameters:
             return "RGLRU has no `eigenvalues=` option in this version (branch w/rglru)"
-        return _input_width(functools.partial(eqx_lru.RGLRU, eigenvalues="signed"))
+        signed = dict(eigenvalues="signed")  # an option of w/rglru's RGLRU
+        return _input_width(functools.partial(eqx_lru.RGLRU, **signed))
     if name in ("selective_complex", "selective_real"):
         cls = "ComplexSelectiveLRU" if name == "selective_complex" else "RealSelectiveLRU"
         if not hasattr(eqx_lru, cls):

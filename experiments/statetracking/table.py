@@ -68,7 +68,8 @@ def render(rows: list[dict], *, command: str) -> str:
         cells = by_task[name]
         lines += [f"## {name}", "", f"Published: {PUBLISHED[name]}.", ""]
         lines += [
-            "| core | transitions | seeds | extrapolated (4L) | in-length | steps, L, H, N, depth |",
+            "| core | transitions | seeds | extrapolated (4L) | in-length "
+            "| steps, L, H, N, depth |",
             "|---|---|---|---|---|---|",
         ]
         for core in [c for c in rungs.RUNGS if c in cells]:
@@ -89,7 +90,8 @@ def render(rows: list[dict], *, command: str) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.statetracking.table", description=__doc__.split("\n\n")[0]
+        prog="python -m experiments.statetracking.table",
+        description=(__doc__ or "").split("\n\n")[0],
     )
     p.add_argument("--tasks", nargs="+", choices=sorted(tasks.TASKS), default=["parity", "s3"],
                    help="the tasks [parity s3]")  # fmt: skip

@@ -3,9 +3,9 @@
 --out cell.json`.
 
 The model: an `eqx_lru.LRUModel` with an embedding encoder, `depth` `LRUBlock`s (layer
-norm) around the rung's core, and a per-position head; AdamW (`eqx_lru.lru_optimizer`: no weight decay on
-the recurrent fields) on the cross-entropy of
-every position, with fresh random sequences of `train_length` at every step. The test set
+norm) around the rung's core, and a per-position head; AdamW (`eqx_lru.lru_optimizer`:
+no weight decay on the recurrent fields) on the cross-entropy of every position, with
+fresh random sequences of `train_length` at every step. The test set
 is `test_sequences` sequences of `4 * train_length` (another seed). The result is one JSON
 line: accuracy over every test position, over the positions beyond the training length
 (`extrapolated`), and at the training lengths (`in_length`), the settings, the wall time.
@@ -109,7 +109,8 @@ def train(
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.statetracking.train", description=__doc__.split("\n\n")[0]
+        prog="python -m experiments.statetracking.train",
+        description=(__doc__ or "").split("\n\n")[0],
     )
     p.add_argument("--task", choices=sorted(tasks.TASKS), default="parity",
                    help="the task [parity]")  # fmt: skip
