@@ -8,14 +8,13 @@ from ._cores._block_diagonal import BlockDiagonalLRU as BlockDiagonalLRU
 from ._cores._convert import to_complex as to_complex
 from ._cores._convert import to_real as to_real
 from ._cores._core import AbstractRecurrentCore as AbstractRecurrentCore
-from ._cores._init import gamma_log_init as gamma_log_init
-from ._cores._init import lru_init as lru_init
-from ._cores._init import projection_init as projection_init
 from ._cores._init import ring_init as ring_init
 from ._cores._lru import AbstractLRU as AbstractLRU
 from ._cores._lru import ComplexLRU as ComplexLRU
 from ._cores._lru import RealLRU as RealLRU
 from ._cores._rglru import RGLRU as RGLRU
+from ._cores._selective import ComplexSelectiveLRU as ComplexSelectiveLRU
+from ._cores._selective import RealSelectiveLRU as RealSelectiveLRU
 
 # isort: split
 # Blocks, models and their pieces
@@ -54,9 +53,7 @@ from ._scan._methods import AbstractScanMethod as AbstractScanMethod
 from ._scan._methods import Associative as Associative
 from ._scan._methods import Auto as Auto
 from ._scan._methods import Sequential as Sequential
-from ._scan._methods import scan_method as scan_method
 from ._scan._pallas import PallasScan as PallasScan
-from ._scan._recurrence import default_method as default_method
 from ._scan._recurrence import linear_recurrence as linear_recurrence
 from ._scan._sequence_parallel import SequenceParallel as SequenceParallel
 
@@ -78,6 +75,7 @@ __all__ = [
     "Block2x2",
     "BlockDiagonalLRU",
     "ComplexLRU",
+    "ComplexSelectiveLRU",
     "DenseAlgebra",
     "Diagonal",
     "GLU",
@@ -89,28 +87,24 @@ __all__ = [
     "PallasScan",
     "RGLRU",
     "RealLRU",
+    "RealSelectiveLRU",
     "RotationScaling",
     "SequenceParallel",
     "Sequential",
     "StreamPool",
     "ablation",
     "baselines",
-    "default_method",
     "export",
-    "gamma_log_init",
     "hawk_block_from_recurrentgemma",
     "hawk_block_to_recurrentgemma",
     "linear_recurrence",
-    "lru_init",
     "lru_optimizer",
     "lru_param_labels",
     "lru_schedule",
     "predict",
-    "projection_init",
     "rglru_from_recurrentgemma",
     "rglru_to_recurrentgemma",
     "ring_init",
-    "scan_method",
     "to_complex",
     "to_real",
     "train_step",

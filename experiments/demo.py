@@ -72,7 +72,7 @@ def parity_and_speed(*, d_model: int, d_state: int, length: int, batch: int, see
     )
     print(
         f"One key, two forms (H={d_model}, N={d_state}, L={length}, batch={batch}, "
-        f"method={eqx_lru.default_method()!r} on {jax.default_backend()}):"
+        f"method={eqx_lru.Auto().resolve()!r} on {jax.default_backend()}):"
     )
     print(f"  max |y_complex - y_real| = {out_diff:.2e} (max |y| = {scale:.2f})")
     print(f"  max |grad_complex - grad_real| over all parameters = {grad_diff:.2e}")

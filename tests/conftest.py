@@ -11,14 +11,33 @@
   is up before the trainer could set the flag itself. No effect on the CPU.
 - `@pytest.mark.gpu` tests are skipped, with the reason shown by `-rs`, unless JAX runs
   on a CUDA GPU.
+- JAX's persistent compilation cache is on for the session, the xdist workers and every
+  child process the tests start (through the environment), in the user's cache folder
+  (`$XDG_CACHE_HOME/eqx_lru/jax-tests`, by default `~/.cache/eqx_lru/jax-tests`), or in
+  `EQX_LRU_TEST_CACHE` (`off` turns it off). On a new machine the first run is cold, and
+  the children that compile the same trainer step (multi-process and command-line tests)
+  read what the first compiled; a later run of the same code on the same machine reads
+  every program compiled before (a key is the program's hash with JAX's version and
+  options: an entry is never wrong, only unused). Programs that compile in under
+  `JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` (0.3 s here) are not written.
+- Memory stays bounded: JAX's in-memory caches (compiled programs, traces) are cleared
+  after each test module, and the run ends with each worker's peak resident memory.
 
 eqx_lru is not imported here at module level, so jaxtyping's import hook (pyproject
 `addopts`) still instruments it.
 """
 
 import os
+import pathlib
+import resource
+import tempfile
 
 os.environ["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # before JAX reads it; subprocesses
+_USER_CACHE = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+_CACHE = os.environ.get("EQX_LRU_TEST_CACHE", os.path.join(_USER_CACHE, "eqx_lru", "jax-tests"))
+if _CACHE != "off":
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.abspath(_CACHE))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 if "--xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
     _flags = os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = f"{_flags} --xla_gpu_deterministic_ops=true".strip()
@@ -33,6 +52,73 @@ jax.config.update("jax_default_matmul_precision", "highest")
 
 #: The precision every test runs under (checked by `test_gpu.py`).
 TEST_MATMUL_PRECISION = "highest"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _clear_jax_caches_after_module():
+    """Each module's compiled programs are dropped when it ends: a worker's memory stays
+    bounded by its largest module, not the sum of every module it ran (programs shared
+    across modules are few; the persistent cache reloads the expensive ones)."""
+    yield
+    jax.clear_caches()
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        folder = tempfile.mkdtemp(prefix="eqx-lru-test-memory-")
+        os.environ["EQX_LRU_TEST_MEMORY_DIR"] = folder
+        config._eqx_lru_memory_dir = folder
+
+
+def pytest_sessionfinish(session):
+    folder = os.environ.get("EQX_LRU_TEST_MEMORY_DIR")
+    if folder and os.path.isdir(folder):
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        pathlib.Path(folder, worker).write_text(str(peak_kib))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    folder = getattr(config, "_eqx_lru_memory_dir", None)
+    if folder is None:
+        return
+    peaks = {p.name: int(p.read_text()) for p in sorted(pathlib.Path(folder).iterdir())}
+    for p in pathlib.Path(folder).iterdir():
+        p.unlink()
+    os.rmdir(folder)
+    if peaks:
+        words = ", ".join(f"{name} {kib / 2**20:.2f} GiB" for name, kib in peaks.items())
+        terminalreporter.write_line(f"peak resident memory per process: {words}")
+
+
+#: The ListOps size classes the experiments' tests share (`listops_data`): examples per
+#: split (train, val, test) and expression lengths. One generated folder per class and
+#: session, read by every test of that class (never written to: copy it to change it).
+LISTOPS_SIZES = {
+    "tiny": dict(sizes=(16, 4, 4), min_length=5, max_length=12),
+    "small": dict(sizes=(40, 12, 12), min_length=8, max_length=30),
+    "medium": dict(sizes=(96, 20, 20), min_length=10, max_length=40),
+}
+
+
+@pytest.fixture(scope="session")
+def listops_data(tmp_path_factory):
+    """`listops_data(size)`: the data root (`--data-root`) of a ListOps set of size class
+    `size` (`LISTOPS_SIZES`), generated once per session and worker, seed 0."""
+    roots = {}
+
+    def get(size: str = "tiny"):
+        if size not in roots:
+            from experiments.lra.synthetic import write_listops
+
+            spec = LISTOPS_SIZES[size]
+            root = tmp_path_factory.mktemp(f"listops-{size}")
+            write_listops(root, spec["sizes"], seed=0, min_length=spec["min_length"],
+                          max_length=spec["max_length"])  # fmt: skip
+            roots[size] = root
+        return roots[size]
+
+    return get
 
 
 def cuda_skip_reason() -> str | None:

@@ -12,7 +12,6 @@ model also checks the known values at once, in its public methods).
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Integer, PyTree
 

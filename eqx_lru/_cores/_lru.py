@@ -132,7 +132,7 @@ class AbstractLRU(AbstractModalCore):
         - `max_phase`: phases are initialised uniform on $[0, \text{max_phase}]$ (§3.4).
         - `method`: the scan method, an `eqx_lru.AbstractScanMethod` (`Sequential(unroll=…)`,
             `Associative()`, `Auto()`, …) or a string shortcut `"auto"`, `"sequential"`,
-            `"associative"`, `"pallas"` (see `eqx_lru.scan_method`); stored as the object.
+            `"associative"`, `"pallas"`; stored as the object.
         - `precision`: of every projection matmul (parallel call and `step`): `None`
             (default) is JAX's default — on NVIDIA GPUs float32 matmuls then run in TF32,
             about 3e-4 relative error against float64 (see the documentation's

@@ -308,7 +308,7 @@ def linear_recurrence(
         `jax.lax.fori_loop`), `Associative()` (`jax.lax.associative_scan`, $O(\log L)$
         depth), `PallasScan()` (a GPU kernel), `Auto()` (sequential on CPU, associative on
         accelerators) — or the string shortcuts `"sequential"`, `"associative"`,
-        `"pallas"`, `"auto"` (see `scan_method`). All are exact. All share one custom VJP
+        `"pallas"`, `"auto"`. All are exact. All share one custom VJP
         whose backward is the same method on the reverse recurrence with the transposed
         transitions, so reverse-mode memory is the states alone; forward-mode autodiff
         (`jax.jvp`) is not available through it.

@@ -2,7 +2,9 @@ r"""A batched training step and batched inference for stateful, one-example-per-
 
 The same code as the README's "Compose LRUBlock in functional JAX" section, packaged: any
 model called as `model(x, state, *, length=None, key=None, inference=None) -> (out, state)`
-(`LRUModel`, `LRURetrievalModel`, your own composition of `LRUBlock`s) works.
+(`LRUModel`, `LRURetrievalModel`, your own composition of `LRUBlock`s) works; with `dt=`,
+the model is also called with `dt=` (the time steps of each example, as every model call
+takes them).
 """
 
 from collections.abc import Callable, Hashable
@@ -13,11 +15,17 @@ import jax
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 
-def _batched(model, state, axis_name, inference):
-    def one(x, length, key):
-        return model(x, state, length=length, key=key, inference=inference)
+def _batched(model, state, axis_name, inference, dt):
+    """`model` over the batch: `(x, length, keys) -> (outputs, state)`, each example with
+    its row of `dt` when `dt` is given (`dt=` is passed only then, so models that take no
+    time steps still work)."""
 
-    return jax.vmap(one, axis_name=axis_name, out_axes=(0, None))
+    def one(x, length, key, dt):
+        steps = {} if dt is None else {"dt": dt}
+        return model(x, state, length=length, key=key, inference=inference, **steps)
+
+    batched = jax.vmap(one, axis_name=axis_name, out_axes=(0, None))
+    return lambda x, length, keys: batched(x, length, keys, dt)
 
 
 @eqx.filter_jit
@@ -29,6 +37,7 @@ def train_step(
     y: PyTree,
     *,
     length: Int[Array, " batch"] | None = None,
+    dt: Float[Array, " batch"] | Float[Array, "batch length"] | None = None,
     key: PRNGKeyArray,
     optimizer: Any,
     loss_fn: Callable[[Array, PyTree], Float[Array, ""]],
@@ -49,6 +58,9 @@ def train_step(
     - `x`: the inputs, batch first.
     - `y`: the targets, passed to `loss_fn` as is.
     - `length`: valid lengths, shape `(batch,)`, or `None`.
+    - `dt`: the time steps, one per example `(batch,)` or per position
+        `(batch, length)`, passed to the model as `dt=` (see the time-steps concepts
+        page), or `None` (every step 1; the model is called without `dt`).
     - `key`: a fresh key per step (split it off your loop key; never reuse it).
     - `optimizer`: an `optax.GradientTransformation`, e.g. `eqx_lru.lru_optimizer(...)`.
     - `loss_fn`: `loss_fn(outputs, y) -> scalar`, e.g. the mean cross-entropy.
@@ -59,7 +71,7 @@ def train_step(
     keys = jax.random.split(key, x.shape[0])
 
     def loss(model):
-        outputs, new_state = _batched(model, state, axis_name, False)(x, length, keys)
+        outputs, new_state = _batched(model, state, axis_name, False, dt)(x, length, keys)
         return loss_fn(outputs, y), new_state
 
     (value, state), grads = eqx.filter_value_and_grad(loss, has_aux=True)(model)
@@ -79,11 +91,12 @@ def predict(
     x: Array,
     *,
     length: Int[Array, " batch"] | None = None,
+    dt: Float[Array, " batch"] | Float[Array, "batch length"] | None = None,
     axis_name: Hashable = "batch",
 ) -> PyTree:
     """Batched outputs in inference mode (running statistics, no dropout, state unchanged).
 
     **Arguments:** as `train_step`. **Returns:** the outputs stacked over the batch.
     """
-    outputs, _ = _batched(model, state, axis_name, True)(x, length, None)
+    outputs, _ = _batched(model, state, axis_name, True, dt)(x, length, None)
     return outputs

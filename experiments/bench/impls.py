@@ -102,7 +102,7 @@ CORES = {
 
 
 def methods(backend: str) -> list[str]:
-    """The scan methods to compare on `backend` (shortcuts of `eqx_lru.scan_method`).
+    """The scan methods to compare on `backend` (the shortcuts `method=` takes).
     `"pallas"` only off the CPU: there the kernel runs in Pallas interpret mode, an
     emulator whose times mean nothing."""
     names = ["sequential", "associative"]
@@ -113,7 +113,7 @@ def methods(backend: str) -> list[str]:
 
 def default_method() -> str:
     """The shortcut of the method `"auto"` resolves to here."""
-    return type(eqx_lru.default_method()).__name__.lower()
+    return type(eqx_lru.Auto().resolve()).__name__.lower()
 
 
 def variants(backend: str, *, autodiff: bool = True) -> list[str]:

@@ -9,33 +9,19 @@ refused when the command line is parsed, as one `error: argument --flag: ...` li
 """
 
 import argparse
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..runs.flags import NONNEGATIVE_FLOAT32, POSITIVE_INT, SEED, flag, number, output_folder
 from ..runs.numbers import FLOAT32_TINY
+from ..runs.settings import settings, typed
 from .config import PRESETS, LMConfig, utf8_text
 
 __all__ = ["parser", "parse_args", "given", "text_flag", "utf8_path"]
 
 
-def _typed(check: Callable[[str], Any]) -> Callable[[str], Any]:
-    """`check` as an argparse `type`: its `ValueError` is argparse's one-line error (in
-    the check's words, not "invalid value")."""
-
-    def parse(value: str):
-        try:
-            return check(value)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    parse.__name__ = getattr(check, "__name__", "value")
-    return parse
-
-
 #: An argparse `type` for text flags: UTF-8 only (`config.utf8_text`).
-text_flag = _typed(utf8_text)
+text_flag = typed(utf8_text)
 
 
 def utf8_path(kind: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -77,17 +63,16 @@ def _default_text(name: str) -> str:
 
 def _settings(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("settings (defaults: the preset's; with --resume the run's)")
-    for field in dataclasses.fields(LMConfig):
-        meta = field.metadata
-        if meta["role"] == "record":
+    for field, record in settings(LMConfig):
+        if record.role == "record":
             continue
         kwargs: dict[str, Any] = dict(dest=field.name, default=None)
-        if meta["choices"] is not None:
-            kwargs["choices"] = meta["choices"]
-        elif meta["check"] is not None:
-            kwargs["type"] = _typed(meta["check"])
+        if record.allowed() is not None:
+            kwargs["choices"] = record.allowed()
+        elif record.check is not None:
+            kwargs["type"] = typed(record.check)
         default = "standard library" if field.name == "corpus" else _default_text(field.name)
-        group.add_argument(flag(field.name), help=f"{meta['help']} [{default}]", **kwargs)
+        group.add_argument(flag(field.name), help=f"{record.help} [{default}]", **kwargs)
 
 
 def _train(p: argparse.ArgumentParser) -> None:
@@ -189,5 +174,5 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the command line sets (the unset flags are None)."""
-    names = [f.name for f in dataclasses.fields(LMConfig) if f.metadata["role"] != "record"]
+    names = [f.name for f, s in settings(LMConfig) if s.role != "record"]
     return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}

@@ -1,7 +1,8 @@
 """The settings of one language-model run: a frozen `LMConfig`, its presets and checks.
 
 As the LRA trainer's `RunConfig` (`experiments/lra/config.py`), every setting is a field
-whose metadata holds its help line, its check and its role, and the command line
+holds its record (`experiments.runs.settings.Setting`, shared with the LRA trainer): its
+help line, its check and its role, and the command line
 (`experiments/lm/cli.py`) is generated from the fields:
 
 - `"binds"`: the run's trajectory depends on it, so `--resume` refuses to change it and a
@@ -31,6 +32,7 @@ from ..runs.flags import (
     flag,
 )
 from ..runs.numbers import rates_problem, ring_problem
+from ..runs.settings import Role, check_value, setting, setting_of, settings
 from ..runs.signals import parse_signals
 
 __all__ = [
@@ -44,11 +46,11 @@ __all__ = [
 ]
 
 
-def _setting(help: str, role: str, check=None, choices=None, default=None) -> Any:
-    """A field of `LMConfig`: `check` is an argparse type (the text of a number, or text
-    to its canonical form); `choices` the values allowed."""
-    meta = dict(help=help, role=role, check=check, choices=choices)
-    return dataclasses.field(default=default, metadata=meta)
+def _setting(help: str, role: Role, check=None, choices=None, default=None) -> Any:
+    """A field of `LMConfig` (`runs.settings.setting`, the LRA trainer's record too):
+    `check` is an argparse type (the text of a number, or text to its canonical form);
+    `choices` the values allowed."""
+    return setting(help, role=role, check=check, choices=choices, default=default)
 
 
 def utf8_text(value: str) -> str:
@@ -71,31 +73,12 @@ def _sha256(value: str) -> str:
 def _check_field(value: Any, field: dataclasses.Field, name: str | None = None) -> None:
     """Refuse a setting's value (from a flag or a run's `config.json`) of the wrong kind
     or out of its range, naming it as `name` (default: its flag)."""
-    meta, name = field.metadata, name or flag(field.name)
+    record, name = setting_of(field), name or flag(field.name)
     if value is None:
-        if meta["role"] in ("run", "record"):
+        if record.role in ("run", "record"):
             return
         raise ConfigError(f"{name} is required; it has no value.")
-    if meta["choices"] is not None and value not in meta["choices"]:
-        raise ConfigError(f"{name}: expected one of {meta['choices']}, got {value!r}.")
-    if meta["check"] is None:
-        return
-    if field.type in (str, str | None):
-        if not isinstance(value, str):
-            raise ConfigError(f"{name}: expected text, got {value!r}.")
-        try:
-            canonical = meta["check"](value)
-        except ValueError as e:
-            raise ConfigError(f"{name}: {e}.") from None
-        if canonical != value:
-            raise ConfigError(f"{name}: expected {canonical!r}, got {value!r}.")
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name}: expected a number, got {value!r}.")
-    try:
-        meta["check"](str(value))
-    except Exception as e:  # argparse.ArgumentTypeError, in the check's words
-        raise ConfigError(f"{name}: {e}.") from None
+    check_value(value, field, name=name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +184,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 _NAMES = tuple(f.name for f in dataclasses.fields(LMConfig))
 #: The settings that determine a run's trajectory (`--resume` refuses to change them).
-TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(LMConfig) if f.metadata["role"] == "binds")
+TRAINING_KEYS = tuple(f.name for f, s in settings(LMConfig) if s.role == "binds")
 
 
 def new_run(given: Mapping[str, Any]) -> LMConfig:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..runs.flags import POSITIVE_INT, number, text
+from ..runs.settings import setting_of, settings, typed
 from . import cores, tasks
 from .config import RunConfig, flag
 
@@ -45,9 +46,10 @@ def _per_task(name: str, configs: list[RunConfig]) -> str:
 def _default_text(field: dataclasses.Field, defaults: dict[str, list[RunConfig]]) -> str:
     """The default of `field` in words: its `default_text`, or its value in a new run of
     each task (the LRU's; for a core setting, that of each core that uses it)."""
-    if field.metadata["default_text"] is not None:
-        return field.metadata["default_text"]
-    if field.metadata["group"] != "core":
+    record = setting_of(field)
+    if record.default_text is not None:
+        return record.default_text
+    if record.group != "core":
         return _per_task(field.name, defaults[cores.DEFAULT])
     return "; ".join(
         f"{name}: {_per_task(field.name, defaults[name])}"
@@ -56,31 +58,18 @@ def _default_text(field: dataclasses.Field, defaults: dict[str, list[RunConfig]]
     )
 
 
-def _typed(check):
-    """`check` as an argparse `type`: its `ValueError` becomes argparse's one-line error."""
-
-    def parse(text: str):
-        try:
-            return check(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    parse.__name__ = getattr(check, "__name__", "value")
-    return parse
-
-
 def _add(group, field: dataclasses.Field, defaults: dict[str, list[RunConfig]]) -> None:
-    meta = field.metadata
-    help_text = f"{meta['help']} [{_default_text(field, defaults)}]"
+    record = setting_of(field)
+    help_text = f"{record.help} [{_default_text(field, defaults)}]"
     kwargs: dict[str, Any] = dict(dest=field.name, default=None, help=help_text)
-    choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
+    choices = record.allowed()
     if field.type is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif choices is not None:
         kwargs["choices"] = choices
-    elif meta["check"] is not None:
-        kwargs["type"] = _typed(meta["check"])
-    options = dict(meta["cli"] or {})
+    elif record.check is not None:
+        kwargs["type"] = typed(record.check)
+    options = dict(record.cli or {})
     names = options.pop("flags", (flag(field.name),))
     if "action" in options:
         kwargs.pop("type", None)
@@ -115,9 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     defaults = {c: [RunConfig.defaults(t, c) for t in tasks.names()] for c in cores.names()}
     groups = {name: p.add_argument_group(title) for name, title in _GROUPS.items()}
-    for field in dataclasses.fields(RunConfig):
-        if field.metadata["role"] != "record":
-            _add(groups[field.metadata["group"]], field, defaults)
+    for field, record in settings(RunConfig):
+        if record.role != "record":
+            _add(groups[record.group], field, defaults)
     _invocation(groups["run"])
     p.epilog = f"cores: {', '.join(cores.names())}; tasks: {', '.join(tasks.names())}."
     return p
@@ -164,5 +153,5 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
     """The settings of `RunConfig` that the command line sets (not None)."""
-    names = [f.name for f in dataclasses.fields(RunConfig) if f.metadata["role"] != "record"]
+    names = [f.name for f, s in settings(RunConfig) if s.role != "record"]
     return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}

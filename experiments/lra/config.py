@@ -1,7 +1,8 @@
 """The settings of one LRA run: a frozen `RunConfig`, its checks, defaults and JSON form.
 
-Every setting is a field with its metadata: a help line, a check, a command-line group, and
-its role (`role`):
+Every setting is a field holding its record (`experiments.runs.settings.Setting`, shared
+with the language model's trainer): a help line, a check, a command-line group, and its role
+(`role`):
 
 - `"binds"`: the trajectory of the run depends on it, so `--resume` refuses to change it
   and a checkpoint whose value differs belongs to another run (`TRAINING_KEYS`); it also
@@ -22,7 +23,7 @@ fills settings added since it was written) merged with the flags that may change
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from ..runs import signals as _signals
@@ -40,6 +41,7 @@ from ..runs.flags import (
     text,
 )
 from ..runs.numbers import FLOAT32_TINY, rates_problem, ring_problem
+from ..runs.settings import Role, check_value, setting, setting_of, settings
 from . import cores, tasks
 
 __all__ = [
@@ -52,36 +54,12 @@ __all__ = [
 ]
 
 
-Role = Literal["binds", "program", "run", "record"]
-
-
-def _setting(
-    help: str,
-    *,
-    role: Role,
-    group: str,
-    default: Any = None,
-    check: Callable[[str], Any] | None = None,
-    choices: Callable[[], tuple] | tuple | None = None,
-    program: bool | None = None,
-    cli: Mapping[str, Any] | None = None,
-    default_text: str | None = None,
-) -> Any:
-    """A `RunConfig` field. `program`: whether it shapes the compiled program (default:
-    every binding setting); `cli`: argparse options replacing the generated ones (None for
-    `role="record"`: no flag); `default_text`: the default as `--help` shows it (default:
-    the value, or each task's)."""
-    meta = dict(
-        help=help,
-        role=role,
-        group=group,
-        check=check,
-        choices=choices,
-        program=(role in ("binds", "program")) if program is None else program,
-        cli=cli,
-        default_text=default_text,
-    )
-    return dataclasses.field(default=default, metadata=meta)
+def _setting(help: str, *, role: Role, group: str, **options) -> Any:
+    """A `RunConfig` field (`runs.settings.setting`): `program` whether it shapes the
+    compiled program (default: every binding setting); `cli` argparse options replacing
+    the generated ones; `default_text` the default as `--help` shows it (default: the
+    value, or each task's)."""
+    return setting(help, role=role, group=group, **options)
 
 
 def _binds(help: str, group: str, check=None, **options) -> Any:
@@ -278,42 +256,22 @@ class RunConfig:
 # The fields, by role (in field order: the order of --resume's report of what differs).
 _NAMES = tuple(f.name for f in dataclasses.fields(RunConfig))
 #: Settings that determine the trajectory of a run; `--resume` refuses to change them.
-TRAINING_KEYS = tuple(
-    f.name for f in dataclasses.fields(RunConfig) if f.metadata["role"] == "binds"
-)
+TRAINING_KEYS = tuple(f.name for f, s in settings(RunConfig) if s.role == "binds")
 #: Settings the traced programs depend on (not the seed, nor the data size).
-PROGRAM_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata["program"])
+PROGRAM_KEYS = tuple(f.name for f, s in settings(RunConfig) if s.program)
 #: Settings of one core or another (`cores.Core.settings`); None where the core has none.
-CORE_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata["group"] == "core")
+CORE_KEYS = tuple(f.name for f, s in settings(RunConfig) if s.group == "core")
 
 
 def _check_field(config: RunConfig, field: dataclasses.Field) -> None:
-    value, meta = getattr(config, field.name), field.metadata
+    value, record = getattr(config, field.name), setting_of(field)
     if value is None:
-        if meta["role"] in ("record", "run") or field.name in (*CORE_KEYS, "method"):
+        if record.role in ("record", "run") or field.name in (*CORE_KEYS, "method"):
             return  # optional, or not used by this core
         if field.name in ("max_examples", "sequence_parallel"):
             return
         raise ConfigError(f"{flag(field.name)} is required; it has no value.")
-    choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
-    if choices is not None and value not in choices:
-        raise ConfigError(f"{flag(field.name)}: expected one of {choices}, got {value!r}.")
-    if field.type is bool and not isinstance(value, bool):
-        raise ConfigError(f"{flag(field.name)}: expected true or false, got {value!r}.")
-    if meta["check"] is not None and field.type is str:  # parsed to a canonical form
-        try:
-            canonical = meta["check"](value)
-        except (ValueError, TypeError) as e:
-            raise ConfigError(f"{flag(field.name)}: {e}.") from None
-        if canonical != value:
-            raise ConfigError(f"{flag(field.name)}: expected {canonical!r}, got {value!r}.")
-    elif meta["check"] is not None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{flag(field.name)}: expected a number, got {value!r}.")
-        try:
-            meta["check"](str(value))
-        except Exception as e:  # argparse.ArgumentTypeError, with the flag's check's words
-            raise ConfigError(f"{flag(field.name)}: {e}.") from None
+    check_value(value, field, name=flag(field.name))
 
 
 def _core_fields(

@@ -8,6 +8,7 @@ import pytest
 
 from experiments.lra import cli, config, cores, tasks
 from experiments.lra.config import ConfigError, RunConfig
+from experiments.runs.settings import setting_of, settings
 
 #: Settings added to config.json by the core registry (absent from older runs' files).
 ADDED = ("blocks", "c_init", "s4d_init", "dt_min", "dt_max")
@@ -21,7 +22,7 @@ def test_json_round_trip_for_every_task(core):
 
 
 def test_roles_split_the_settings():
-    roles = {f.name: f.metadata["role"] for f in dataclasses.fields(RunConfig)}
+    roles = {f.name: s.role for f, s in settings(RunConfig)}
     assert config.TRAINING_KEYS[:3] == ("task", "core", "form") and "seed" in config.TRAINING_KEYS
     assert {"remat", "sequence_parallel", "method"} <= set(config.PROGRAM_KEYS)
     assert not {"seed", "max_examples", "eval_every", "data_root"} & set(config.PROGRAM_KEYS)
@@ -90,7 +91,7 @@ def test_the_parser_has_a_flag_with_help_and_default_for_every_setting():
     parser = cli._parser()
     actions = {a.dest: a for a in parser._actions}
     for field in dataclasses.fields(RunConfig):
-        if field.metadata["role"] == "record":
+        if setting_of(field).role == "record":
             assert field.name not in actions
             continue
         help_text = actions[field.name].help

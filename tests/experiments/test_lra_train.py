@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from listops_argv import listops_argv
 
-import eqx_lru
+from eqx_lru._scan._methods import scan_method
 from experiments.lra import synthetic, tasks, train
 from experiments.lra.tasks import load_task
 from experiments.runs import checkpoint as ckpt
@@ -116,7 +116,7 @@ def test_run_writes_everything(form, data, reference, tmp_path):
     assert meta["step"] == results["best_step"]
     assert type(model.blocks[0].core).__name__ == {"complex": "ComplexLRU", "real": "RealLRU"}[form]
     method = {"complex": "auto", "real": "sequential"}[form]
-    expected = eqx_lru.scan_method(method) if hasattr(eqx_lru, "scan_method") else method
+    expected = scan_method(method)
     assert model.blocks[0].core.method == expected
 
     if form == "real":  # same key, same parameters, same function: same first loss

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import eqx_lru
+from eqx_lru._scan._methods import scan_method
 
 ALGEBRAS = {
     # name: (algebra, state shape, dtype)
@@ -132,7 +133,7 @@ def test_chunks_match_one_device(name, shared, reverse, segments, local):
     algebra, a, b, h0, ids, w = _problem(name, shared=shared, segments=segments, length=length)
     del w
     expected = _single_device(algebra, ids, reverse)(a, b, h0)
-    method = eqx_lru.scan_method(local)
+    method = scan_method(local)
     got = jax.jit(_over_vmap_axis(algebra, ids, reverse, shared, chunks, method))(a, b, h0)
     errors = _relative_errors(expected, got)
     assert max(errors) < 1e-5, errors
@@ -232,7 +233,7 @@ def _scan_check(mesh, case, length):
         h0 = jnp.zeros_like(h0)
     expected = _loss_fn(_single_device(algebra, ids, reverse), w)(a, b, h0)
     pad = -length % DEVICES
-    method = eqx_lru.SequenceParallel("seq", eqx_lru.scan_method(local))
+    method = eqx_lru.SequenceParallel("seq", scan_method(local))
 
     def padded(x, fill=0):
         widths = [(pad, 0) if reverse else (0, pad)] + [(0, 0)] * (x.ndim - 1)

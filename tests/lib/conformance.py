@@ -12,8 +12,9 @@ A new scan method, algebra or core is one entry here, and every conformance test
 - `test_core.py`: every core's contract (`run`, `step`, chunks, segments, `length`) and its
   float64 `reference`; `to_real`/`to_complex` convert the cores with two forms and refuse
   the others;
-- `test_streaming.py`: a model of every core that `in_models` streamed four ways, the LRU
-  forms with every method;
+- `test_streaming.py`: a model of every core that `in_models` streamed four ways, each LRU
+  form with one scan method (streaming is the model's property; the methods' equality is
+  the scan's, proven by `test_scan.py`, `test_scan_methods.py` and `test_packing.py`);
 - `test_packing.py`: packed sequences through a block of either LRU form with every method;
 - `test_export_*.py`: every export format (`FORMATS`), its artifacts read back as a user of
   the format reads them.
@@ -281,6 +282,24 @@ def _block_diagonal_reference(core, u):
     return np.stack(ys)
 
 
+def selective_reference(core, u, *, dt=None, reverse=False):
+    """Selective LRU, from the maths in float64: Δ = softplus(W_r u + b_r),
+    λ_t = exp((−e^ν Δ + i φ σ(W_θ u + b_θ)) Δt), x_t = λ_t x + sqrt(1 − exp(−2 e^ν Δ)) B u_t,
+    y_t = Re(C x_t) + D u_t (also `test_selective.py`'s oracle, with `dt` and `reverse`)."""
+    names = ("nu_log", "W_r", "b_r", "W_theta", "b_theta", "B_re", "B_im", "C_re", "C_im", "D")
+    p = {n: np.asarray(getattr(core, n), np.float64) for n in names}
+    B, C = p["B_re"] + 1j * p["B_im"], p["C_re"] + 1j * p["C_im"]
+    u = np.asarray(u, np.float64)
+    x, ys = np.zeros(B.shape[0], complex), np.zeros_like(u)
+    for t in reversed(range(len(u))) if reverse else range(len(u)):
+        log_r = -np.exp(p["nu_log"]) * np.logaddexp(0, p["W_r"] @ u[t] + p["b_r"])
+        theta = core.max_phase / (1 + np.exp(-(p["W_theta"] @ u[t] + p["b_theta"])))
+        step = 1.0 if dt is None else float(np.asarray(dt)[t])
+        x = np.exp(step * (log_r + 1j * theta)) * x + np.sqrt(1 - np.exp(2 * log_r)) * (B @ u[t])
+        ys[t] = (C @ x).real + p["D"] * u[t]
+    return ys
+
+
 def _state_is_input_width(make):
     """An `LRUBlock` core factory for a core whose state has the input's width."""
 
@@ -347,6 +366,14 @@ CORES = {
         functools.partial(eqx_lru.RealLRU, **_LRU_RING), _diagonal_reference, forms=BOTH
     ),
     **{f"ablation_{n}": _ablation(n, make) for n, make in ablation.ABLATION_CORES.items()},
+    "complex_selective": Core(
+        functools.partial(eqx_lru.ComplexSelectiveLRU, **_LRU_RING), selective_reference,
+        forms=BOTH,
+    ),
+    "real_selective": Core(
+        functools.partial(eqx_lru.RealSelectiveLRU, **_LRU_RING), selective_reference,
+        forms=BOTH, in_models=False,
+    ),
     "s4d": Core(baselines.S4D, _ssm_reference, forms=BOTH),
     "s4d_real": Core(
         functools.partial(baselines.S4D, form="real"), _ssm_reference, forms=BOTH,

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import eqx_lru
+from eqx_lru._cores._init import projection_init
 
 H, N, L = 4, 3, 6
 KEY = jax.random.PRNGKey(0)
@@ -66,7 +67,7 @@ def test_ring_at_its_smallest_is_finite():
         (lambda: eqx_lru.ComplexLRU(H, 2**62, key=KEY), ["d_state=4611686018427387904"]),
         (lambda: eqx_lru.RealLRU(2**40, N, key=KEY), ["d_model=1099511627776"]),
         (lambda: eqx_lru.ring_init(2**62, key=KEY), ["ring_init"]),
-        (lambda: eqx_lru.projection_init(2**31, 2**31, key=KEY), ["projection_init"]),
+        (lambda: projection_init(2**31, 2**31, key=KEY), ["projection_init"]),
         (lambda: eqx_lru.baselines.S4D(2**31, 2**31, key=KEY), ["S4D"]),
         (lambda: eqx_lru.baselines.S5(H, 2**40, key=KEY), ["S5"]),
         (lambda: eqx_lru.ablation.DenseRNN(H, 2**40, key=KEY), ["dense RNN"]),

@@ -27,9 +27,21 @@ VOCAB, CLASSES = 7, 3
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", export_formats())
 def test_rglru_exports_to_every_format(fmt):
+    _exports_and_reads_back(fmt, functools.partial(eqx_lru.RGLRU, phase=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", export_formats())
+def test_selective_lru_exports_to_every_format(fmt):
+    """The complex form: StableHLO keeps its complex state, ONNX exports its real form
+    (`RealSelectiveLRU.from_complex`), so both forms are exported."""
+    _exports_and_reads_back(fmt, eqx_lru.ComplexSelectiveLRU)
+
+
+def _exports_and_reads_back(fmt, core):
     for module in FORMATS[fmt].needs:
         pytest.importorskip(module)
-    block = functools.partial(eqx_lru.LRUBlock, core=functools.partial(eqx_lru.RGLRU, phase=True))
+    block = functools.partial(eqx_lru.LRUBlock, core=core)
     model, state = eqx.nn.make_with_state(eqx_lru.LRUModel)(
         VOCAB, CLASSES, 8, 8, 1, encoder="embedding", block=block, key=jax.random.PRNGKey(0)
     )

@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 import eqx_lru
+from eqx_lru._cores._init import gamma_log_init, projection_init
 
 RINGS = [(0.0, 1.0, 2 * math.pi), (0.5, 0.9, math.pi), (0.999, 0.9999, math.pi / 10)]
 
@@ -51,7 +52,7 @@ def test_gamma_is_sqrt_one_minus_modulus_squared():
 
 
 def test_projection_variances():
-    params = eqx_lru.projection_init(64, 96, key=jax.random.PRNGKey(2))
+    params = projection_init(64, 96, key=jax.random.PRNGKey(2))
     assert params["B_re"].shape == (96, 64) and params["C_re"].shape == (64, 96)
     assert params["D"].shape == (64,)
     np.testing.assert_allclose(np.var(params["B_re"]), 1 / (2 * 64), rtol=0.05)
@@ -113,4 +114,4 @@ def test_ring_init_rejects_bad_hyperparameters(kwargs, match):
 def test_init_has_no_infinities_at_the_ring_edges():
     nu_log, theta_log = eqx_lru.ring_init(100_000, key=jax.random.PRNGKey(7))
     assert bool(jnp.all(jnp.isfinite(nu_log))) and bool(jnp.all(jnp.isfinite(theta_log)))
-    assert bool(jnp.all(jnp.isfinite(eqx_lru.gamma_log_init(nu_log))))
+    assert bool(jnp.all(jnp.isfinite(gamma_log_init(nu_log))))

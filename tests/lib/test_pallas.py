@@ -27,6 +27,7 @@ import pytest
 import eqx_lru
 from eqx_lru._scan import _pallas
 from eqx_lru._scan._algebra import Block2x2, Diagonal, RotationScaling
+from eqx_lru._scan._methods import scan_method
 from eqx_lru._scan._pallas import PallasScan, cuda_target, kernel_scan
 from eqx_lru._scan._recurrence import recurrence
 from eqx_lru._scan._storage import Cast, ComplexPairs, Identity
@@ -289,7 +290,7 @@ def test_compiles_for_hopper(variant, modes, monkeypatch):
 
 
 def test_method_objects_and_shortcut():
-    assert isinstance(eqx_lru.scan_method("pallas"), PallasScan)
+    assert isinstance(scan_method("pallas"), PallasScan)
     assert eqx_lru.PallasScan is PallasScan
     assert hash(PallasScan(chunk=8)) == hash(PallasScan(chunk=8))
     a, x, h0 = draw(0, (2, 5), shared=True)

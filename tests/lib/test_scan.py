@@ -13,6 +13,8 @@ from conformance import ALGEBRAS, grid_methods, recurrence_oracle, recurrence_pr
 from reference import recurrence_loop
 
 import eqx_lru
+from eqx_lru._scan._methods import scan_method
+from eqx_lru._scan._recurrence import default_method
 
 LENGTH = 9  # the state is conformance's (3, 4): distinct sizes, a swapped axis cannot hide
 VARIANTS = list(itertools.product([True, False], repeat=3))  # (shared, reverse, with_h0)
@@ -81,24 +83,24 @@ def test_auto_method_and_vmap(monkeypatch):
     batched = jax.vmap(lambda b: eqx_lru.linear_recurrence(a, b, algebra=eqx_lru.Diagonal()))
     out = batched(jnp.stack([b, 2 * b]))
     np.testing.assert_allclose(out[1], 2 * out[0], rtol=1e-5)
-    assert eqx_lru.default_method() == AUTO_CHOICE[jax.default_backend()]
+    assert default_method() == AUTO_CHOICE[jax.default_backend()]
     for backend, choice in AUTO_CHOICE.items():
         monkeypatch.setattr(jax, "default_backend", lambda backend=backend: backend)
         assert eqx_lru.Auto().resolve() == choice, backend
 
 
 def test_scan_method_shortcuts_and_errors():
-    assert eqx_lru.scan_method("sequential") == eqx_lru.Sequential(unroll=1)
-    assert eqx_lru.scan_method("associative") == eqx_lru.Associative()
-    assert eqx_lru.scan_method("auto") == eqx_lru.Auto()
+    assert scan_method("sequential") == eqx_lru.Sequential(unroll=1)
+    assert scan_method("associative") == eqx_lru.Associative()
+    assert scan_method("auto") == eqx_lru.Auto()
     method = eqx_lru.Sequential(unroll=4)
-    assert eqx_lru.scan_method(method) is method
+    assert scan_method(method) is method
     assert hash(method) == hash(eqx_lru.Sequential(unroll=4))  # a static argument of jit
     with pytest.raises(ValueError, match="`method` must be one of"):
-        eqx_lru.scan_method("fast")
+        scan_method("fast")
     # A TypeError naming `method` (under the test suite's beartype hook: its own error).
     with pytest.raises(Exception, match="method"):
-        eqx_lru.scan_method(4)
+        scan_method(4)
     with pytest.raises(ValueError, match="`unroll`"):
         eqx_lru.Sequential(unroll=0)
 

@@ -162,7 +162,14 @@ DT_CORES = list({
 
 def test_the_dt_cores_are_found():
     names = {_core_class(CORES[n].make).__name__ for n in DT_CORES}
-    assert names == {"ComplexLRU", "RealLRU", "RGLRU", "S5"}, names
+    assert names == {
+        "ComplexLRU",
+        "RealLRU",
+        "RGLRU",
+        "S5",
+        "ComplexSelectiveLRU",
+        "RealSelectiveLRU",
+    }, names
 
 
 @pytest.mark.slow
