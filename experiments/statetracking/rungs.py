@@ -27,7 +27,7 @@ RUNGS = {
 
 #: Rung -> the transitions it can express (what the papers' claims hinge on).
 CLAIMS = {
-    "lru": "fixed complex λ, |λ| < 1",
+    "lru": "fixed complex λ, modulus < 1",
     "rglru": "input-dependent, real, in (0, 1)",
     "rglru_signed": "input-dependent, real, in (-1, 1)",
     "selective_complex": "input-dependent, complex (commuting rotations)",

@@ -54,7 +54,7 @@ def _cell(task, core, *, steps, seed=0, **options):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("core", ["rglru_signed", "selective_complex", "block2"])
+@pytest.mark.parametrize("core", ["rglru_signed", "block2"])
 def test_parity_is_learned_by_signed_transitions(core):
     result = _cell("parity", core, steps=600)
     assert result["extrapolated"] >= 0.99, result
