@@ -4,6 +4,7 @@ from ._version import package_version as _package_version
 
 # isort: split
 # The layers, their initialisation and conversion between forms
+from ._cores._block_diagonal import BlockDiagonalLRU as BlockDiagonalLRU
 from ._cores._convert import to_complex as to_complex
 from ._cores._convert import to_real as to_real
 from ._cores._core import AbstractRecurrentCore as AbstractRecurrentCore
@@ -69,6 +70,7 @@ __all__ = [
     "Associative",
     "Auto",
     "Block2x2",
+    "BlockDiagonalLRU",
     "ComplexLRU",
     "ComplexSelectiveLRU",
     "DenseAlgebra",

@@ -243,6 +243,45 @@ def _rglru_reference(core, u):
     return rglru_loop(p, u, c=core.c, signed=core.eigenvalues == "signed")[0]
 
 
+def _block_diagonal_transitions(core, u_t):
+    """BlockDiagonalLRU's A(u_t) block by block, in NumPy from the parameters."""
+    p = {
+        n: None if getattr(core, n) is None else np.asarray(getattr(core, n), np.float64)
+        for n in ("rho_logit", "W_A", "A0", "W_beta", "beta0")
+    }
+    rho = 1 / (1 + np.exp(-p["rho_logit"]))
+    if core.parameterisation == "normalised":
+        m = np.einsum("h,hkij->kij", u_t, p["W_A"]) + p["A0"]
+        rows = np.maximum(np.abs(m).sum(-1, keepdims=True), 1)
+        return rho[..., None] * m / rows
+    blocks, b = p["A0"].shape[1:]
+    a = np.stack([np.eye(b)] * blocks)
+    for r in range(p["A0"].shape[0]):
+        v = np.einsum("h,hki->ki", u_t, p["W_A"][r]) + p["A0"][r]
+        v = v / np.linalg.norm(v, axis=-1, keepdims=True)
+        beta = 1 / (1 + np.exp(-(u_t @ p["W_beta"][r] + p["beta0"][r])))
+        a = np.stack(
+            [(np.eye(b) - 2 * beta[k] * np.outer(v[k], v[k])) @ a[k] for k in range(blocks)]
+        )
+    return rho[:, None, None] * a
+
+
+def _block_diagonal_reference(core, u):
+    """BlockDiagonalLRU: x_t = A(u_t) x_{t-1} + sqrt(1 - rho^2) (B u_t), block by block,
+    y_t = C x_t + D u_t."""
+    B, C, D = (np.asarray(m, np.float64) for m in (core.B, core.C, core.D))
+    rho = 1 / (1 + np.exp(-np.asarray(core.rho_logit, np.float64)))
+    rho = np.broadcast_to(rho.reshape(rho.shape[0], -1), (core.blocks, core.block_size))
+    gamma = np.sqrt(1 - rho**2).reshape(-1)
+    x, ys = np.zeros(B.shape[0]), []
+    for u_t in u:
+        a = _block_diagonal_transitions(core, u_t)
+        x = np.concatenate([a[k] @ x.reshape(a.shape[0], -1)[k] for k in range(a.shape[0])])
+        x = x + gamma * (B @ u_t)
+        ys.append(C @ x + D * u_t)
+    return np.stack(ys)
+
+
 def selective_reference(core, u, *, dt=None, reverse=False):
     """Selective LRU, from the maths in float64: Δ = softplus(W_r u + b_r),
     λ_t = exp((−e^ν Δ + i φ σ(W_θ u + b_θ)) Δt), x_t = λ_t x + sqrt(1 − exp(−2 e^ν Δ)) B u_t,
@@ -366,6 +405,14 @@ CORES = {
     "rglru_signed": Core(
         _state_is_input_width(functools.partial(eqx_lru.RGLRU, heads=2, eigenvalues="signed")),
         _rglru_reference, (4, 4), ("real",), in_models=False,
+    ),
+    "block_diagonal": Core(
+        functools.partial(eqx_lru.BlockDiagonalLRU, block_size=3), _block_diagonal_reference,
+        (3, 6),
+    ),
+    "block_diagonal_2": Core(
+        functools.partial(eqx_lru.BlockDiagonalLRU, block_size=2, parameterisation="householder"),
+        _block_diagonal_reference, (3, 6), in_models=False,
     ),
 }  # fmt: skip
 
