@@ -270,7 +270,8 @@ class BlockDiagonalLRU(AbstractStatesCore):
             " The state is (d_state // block_size, block_size): one row per block.",
         )  # fmt: skip
 
-    def _states(self, u, initial_state, reverse, segment_ids) -> Array:
+    def _states(self, u, initial_state, reverse, segment_ids, dt=None) -> Array:
+        del dt  # refused by `run` (no time steps)
         check_sequence(u, self.d_model, self.B.dtype)
         if initial_state is not None:
             initial_state = jnp.asarray(initial_state)
