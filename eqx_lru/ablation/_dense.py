@@ -26,6 +26,7 @@ from .._checks import (
 from .._scan._algebra import DenseAlgebra
 from .._scan._methods import AbstractScanMethod, scan_method
 from .._scan._recurrence import ScanMethod, recurrence, segment_starts
+from .._scan._varying import vary_like
 from ._core import AbstractAblationCore
 
 
@@ -169,6 +170,8 @@ class DenseRNN(AbstractDenseRNN):
             x = self._cell(jnp.where(start, jnp.zeros_like(x), x), bu_k)
             return x, x
 
+        # Inside `jax.shard_map`, the carry keeps the type of the inputs it is mixed with.
+        initial_state, bu = vary_like(initial_state, bu)
         _, states = jax.lax.scan(step, initial_state, (bu, starts), reverse=reverse)
         return states
 
