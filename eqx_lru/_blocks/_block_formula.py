@@ -38,6 +38,7 @@ class FormulaBlock(Protocol):
     def glu(self) -> GLU: ...
     @property
     def dropout(self) -> eqx.nn.Dropout: ...
+
     remat_name: ClassVar[str]
 
 
