@@ -38,7 +38,6 @@ class FormulaBlock(Protocol):
     def glu(self) -> GLU: ...
     @property
     def dropout(self) -> eqx.nn.Dropout: ...
-
     remat_name: ClassVar[str]
 
 
