@@ -297,7 +297,7 @@ def forward_mode(*xs: Array) -> bool:
     `jax.jvp` applied to an already traced program (a `jax.jit` or `jax.checkpoint` inside
     the differentiated function) meets the custom VJP, which JAX refuses."""
     for x in xs:
-        while isinstance(x, jax.core.Tracer):
+        while isinstance(x, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
             if type(x).__name__ == "JVPTracer":
                 return True
             x = getattr(x, "primal", getattr(x, "val", None))
