@@ -96,6 +96,44 @@ def _check_number(name: str, value: Any) -> float:
         raise TypeError(f"`{name}` must be a real number, got {value!r}.") from None
 
 
+def check_float(
+    name: str,
+    value: Any,
+    *,
+    low: int | float | None = None,
+    high: int | float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    dtype=None,
+    owner: str = "",
+) -> float:
+    """`value` as a `float`, or an error naming `name`: a `TypeError` unless a real number,
+    a `ValueError` unless finite, within `[low, high]` (an end open where `low_open` /
+    `high_open`), and representable once used as a `dtype` number (default JAX's float):
+    neither beyond its largest finite value (overflow to infinity) nor, when nonzero,
+    below its smallest normal one (a subnormal or zero). `owner` prefixes the message."""
+    number = _check_number(name, value)
+    where = f"{owner}: " if owner else ""
+    lo = "" if low is None else ("(" if low_open else "[") + f"{low:g}"
+    hi = "" if high is None else f"{high:g}" + (")" if high_open else "]")
+    span = f" in {lo or '(-inf'}, {hi or 'inf)'}" if lo or hi else ""
+    if not math.isfinite(number):
+        raise ValueError(f"{where}`{name}` must be a finite number{span}, got {value!r}.")
+    if (low is not None and (number < low or (low_open and number == low))) or (
+        high is not None and (number > high or (high_open and number == high))
+    ):
+        raise ValueError(f"{where}`{name}` must be{span}, got {value!r}.")
+    info = jnp.finfo(float_dtype(dtype))
+    if abs(number) > float(info.max) or 0 < abs(number) < float(info.tiny):
+        raise ValueError(
+            f"{where}`{name}`={value!r} is not a normal {info.dtype.name} number "
+            f"(magnitudes from {float(info.tiny):.3g} to {float(info.max):.3g}): it would "
+            f"{'overflow to infinity' if abs(number) > 1 else 'underflow'} once used. Use "
+            "a value within that range."
+        )
+    return number
+
+
 def check_ring(r_min: float, r_max: float, max_phase: float, dtype=None) -> None:
     """Raise a `ValueError` naming the argument unless the ring hyperparameters give a
     finite initialisation in `dtype` (default JAX's float): `0 <= r_min <= r_max <= 1`,
@@ -136,12 +174,11 @@ def check_ring(r_min: float, r_max: float, max_phase: float, dtype=None) -> None
         )
 
 
-def check_steps(dt_min: float, dt_max: float) -> None:
-    """A `ValueError` naming `dt_min`/`dt_max` unless `0 < dt_min <= dt_max` (finite)."""
+def check_steps(dt_min: float, dt_max: float, dtype=None) -> None:
+    """A `ValueError` naming `dt_min`/`dt_max` unless `0 < dt_min <= dt_max`, both finite
+    normal numbers of `dtype` (default JAX's float; the steps are sampled in it)."""
     for name, value in (("dt_min", dt_min), ("dt_max", dt_max)):
-        value = _check_number(name, value)
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"`{name}` must be a finite step size > 0, got {value}.")
+        check_float(name, value, low=0, low_open=True, dtype=dtype)
     if dt_min > dt_max:
         raise ValueError(f"`dt_min` must be <= `dt_max`, got {dt_min} > {dt_max}.")
 

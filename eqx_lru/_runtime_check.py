@@ -77,7 +77,25 @@ def _lowering(ctx, x, pred, *, check, message):
     if getattr(parameters, "for_export", False):
         return [x]  # an exported program cannot raise: the check is skipped
     lowered = mlir.lower_fun(lambda x, pred: eqx.error_if(x, pred, message), False)
+    # Inside `jax.shard_map` (`check_vma=True`, its default) the operands' types say over
+    # which manual axes they vary, and `eqx.error_if`'s `lax.cond` returns its callback's
+    # output without them ("cond branches must have equal output types"). The lowered
+    # program is per device either way: the check is lowered on the types without them.
+    ctx = ctx.replace(
+        avals_in=[_invariant(a) for a in ctx.avals_in],
+        avals_out=[_invariant(a) for a in ctx.avals_out],
+    )
     return lowered(ctx, x, pred)
+
+
+def _invariant(aval: Any) -> Any:
+    """`aval` without the manual mesh axes it varies over (`jax.shard_map`'s types)."""
+    mat = getattr(aval, "manual_axis_type", None)
+    if mat is not None and getattr(mat, "varying", None):
+        return aval.update(manual_axis_type=type(mat)())
+    if getattr(aval, "vma", None):  # JAX versions that name the axes `vma`
+        return aval.update(vma=frozenset())
+    return aval
 
 
 def _jvp(primals, tangents, **params):

@@ -15,7 +15,7 @@ import jax
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTree, jaxtyped
 
-from .._checks import Size, check_key, check_size, float_dtype
+from .._checks import Size, check_float, check_key, check_size, float_dtype
 from .._cores._core import AbstractRecurrentCore
 from .._cores._core_factory import Core, build_core, core_factory
 from .._padding import where_valid
@@ -156,8 +156,7 @@ class LRUBlock(AbstractStreamingBlock):
         d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
         check_key(key)
         dtype = None if dtype is None else float_dtype(dtype)  # an object or a name
-        if not 0 <= dropout < 1:
-            raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
+        check_float("dropout", dropout, low=0, high=1, high_open=True, owner="LRUBlock")
         core_factory(core)  # check `core` before building anything
         core_key, reverse_key, glu_key = jax.random.split(key, 3)
         if norm == "batch":

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray, jaxtyped
 
-from .._checks import Size, check_size
+from .._checks import Size, check_float, check_size
 from .._padding import where_valid
 
 
@@ -68,11 +68,10 @@ class MaskedBatchNorm(eqx.Module):
         - `dtype`: of the weight, bias and running statistics (default: JAX's default float).
         """
         input_size = check_size("input_size", input_size)
-        if not 0 <= momentum < 1:
-            raise ValueError(f"`momentum` must be in [0, 1), got {momentum}.")
-        if eps <= 0:
-            raise ValueError(f"`eps` must be > 0, got {eps}.")
         dtype = jnp.zeros((), dtype).dtype
+        check_float("momentum", momentum, low=0, high=1, high_open=True, owner="MaskedBatchNorm")
+        # Added to the variance in `dtype`: a positive eps that underflows there is zero.
+        check_float("eps", eps, low=0, low_open=True, dtype=dtype, owner="MaskedBatchNorm")
         self.weight = jnp.ones(input_size, dtype)
         self.bias = jnp.zeros(input_size, dtype)
         # (steps, EMA of the mean, EMA of the variance), EMAs started at zero and

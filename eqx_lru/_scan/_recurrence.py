@@ -51,6 +51,7 @@ from ._methods import (
     scan_method,
 )
 from ._storage import AbstractStorage, Identity
+from ._varying import vary_like
 
 # What `method=` accepts: an `AbstractScanMethod` or a string shortcut (see `scan_method`).
 ScanMethod = str | AbstractScanMethod
@@ -276,8 +277,31 @@ def recurrence(
     if initial_state is None:
         initial_state = jnp.zeros(state_shape, state.dtype)
     a, b, initial_state = (as_local(method, x) for x in (a, b, initial_state))
+    # Inside `jax.shard_map`: one type for the loop's carry (see `_varying`).
+    a, b, initial_state = vary_like(a, b, initial_state)
     cfg = _Config(algebra, storage, method, shared, reverse)
+    if forward_mode(a, b, initial_state):
+        # `jax.jvp`, `jax.jacfwd`, `jax.hessian`: a custom VJP has no forward mode, and the
+        # scan is plain JAX code (loops, `associative_scan`, collectives) that JAX
+        # differentiates in either mode. Reverse mode keeps the custom VJP.
+        return _forward(a, b, initial_state, cfg)
     return _recurrence(a, b, initial_state, cfg)
+
+
+def forward_mode(*xs: Array) -> bool:
+    """Whether any of `xs` is being differentiated in forward mode (`jax.jvp`, and so
+    `jax.jacfwd` and `jax.hessian`): a JVP tracer, possibly under the tracers of `vmap` or
+    of reverse mode (`jax.grad` linearises with its own tracers, which are not JVP ones).
+
+    Seen through the tracers of the transformations applied *around* the call: a
+    `jax.jvp` applied to an already traced program (a `jax.jit` or `jax.checkpoint` inside
+    the differentiated function) meets the custom VJP, which JAX refuses."""
+    for x in xs:
+        while isinstance(x, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
+            if type(x).__name__ == "JVPTracer":
+                return True
+            x = getattr(x, "primal", getattr(x, "val", None))
+    return False
 
 
 @jaxtyped(typechecker=beartype)
@@ -310,8 +334,11 @@ def linear_recurrence(
         accelerators) — or the string shortcuts `"sequential"`, `"associative"`,
         `"pallas"`, `"auto"`. All are exact. All share one custom VJP
         whose backward is the same method on the reverse recurrence with the transposed
-        transitions, so reverse-mode memory is the states alone; forward-mode autodiff
-        (`jax.jvp`) is not available through it.
+        transitions, so reverse-mode memory is the states alone. Forward mode (`jax.jvp`,
+        `jax.jacfwd`, `jax.hessian`) differentiates the method's own code instead (every
+        method but `PallasScan`), as long as the forward-mode transformation is applied
+        around the call, not to a program traced already (`jax.jvp(jax.jit(f))`: apply
+        `jit` outside, `jax.jit(jax.jvp(f, ...))`).
     - `segment_ids`: packed sequences: integers of shape `(length,)`, a new segment where
         the value changes. No state crosses a segment boundary (in either direction): the
         transition into each segment's first step is replaced by zero. `initial_state`

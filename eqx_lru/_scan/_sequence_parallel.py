@@ -21,6 +21,7 @@ from jaxtyping import Array
 
 from ._algebra import AbstractAlgebra
 from ._methods import AbstractChunkMethod, AbstractScanMethod, scan_method
+from ._varying import vary_over
 
 
 class SequenceParallel(AbstractChunkMethod):
@@ -117,9 +118,7 @@ class SequenceParallel(AbstractChunkMethod):
         self._devices()
         if self.axis_name not in jax.sharding.get_abstract_mesh().manual_axes:
             return x  # a `jax.vmap` axis: no per-device types to mark
-        if self.axis_name in jax.typeof(x).manual_axis_type.varying:
-            return x
-        return jax.lax.pcast(x, self.axis_name, to="varying")
+        return vary_over(x, (self.axis_name,))
 
     def preceding(self, last: Array, fill: Array, *, reverse: bool) -> Array:
         n = self._devices()

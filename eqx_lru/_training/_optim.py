@@ -31,7 +31,7 @@ import equinox as eqx
 import jax
 from jaxtyping import PyTree
 
-from .._checks import Size, check_size
+from .._checks import Size, check_float, check_size
 from .._cores._core import AbstractRecurrentCore
 
 RECURRENT = "recurrent"
@@ -157,10 +157,7 @@ def lru_schedule(
     """
     optax = _optax()
     total_steps = check_size("total_steps", total_steps)
-    if not 0 <= warmup_fraction < 1:
-        raise ValueError(f"`warmup_fraction` must be in [0, 1), got {warmup_fraction}.")
-    if learning_rate <= 0:
-        raise ValueError(f"`learning_rate` must be > 0, got {learning_rate}.")
+    _check_schedule(learning_rate, warmup_fraction, init_value, end_value, "lru_schedule")
     return optax.warmup_cosine_decay_schedule(
         init_value=init_value,
         peak_value=learning_rate,
@@ -168,6 +165,15 @@ def lru_schedule(
         decay_steps=total_steps,
         end_value=end_value,
     )
+
+
+def _check_schedule(learning_rate, warmup_fraction, init_value, end_value, owner: str) -> None:
+    """The numbers of `lru_schedule`, each finite, in range and a normal float32 number
+    once used (optax's schedules and updates run in float32)."""
+    check_float("learning_rate", learning_rate, low=0, low_open=True, owner=owner)
+    check_float("warmup_fraction", warmup_fraction, low=0, high=1, high_open=True, owner=owner)
+    check_float("init_value", init_value, low=0, owner=owner)
+    check_float("end_value", end_value, low=0, owner=owner)
 
 
 def lru_optimizer(
@@ -222,10 +228,22 @@ def lru_optimizer(
     **Returns:** an `optax.GradientTransformation`.
     """
     optax = _optax()
-    if lr_factor <= 0:
-        raise ValueError(f"`lr_factor` must be > 0, got {lr_factor}.")
-    if weight_decay < 0:
-        raise ValueError(f"`weight_decay` must be >= 0, got {weight_decay}.")
+    owner = "lru_optimizer"
+    check_size("total_steps", total_steps)
+    _check_schedule(learning_rate, warmup_fraction, init_value, end_value, owner)
+    check_float("lr_factor", lr_factor, low=0, low_open=True, owner=owner)
+    check_float(
+        "learning_rate × lr_factor",
+        float(learning_rate) * float(lr_factor),
+        low=0,
+        low_open=True,
+        owner=owner,
+    )
+    check_float("weight_decay", weight_decay, low=0, owner=owner)
+    check_float("b1", b1, low=0, high=1, high_open=True, owner=owner)
+    check_float("b2", b2, low=0, high=1, high_open=True, owner=owner)
+    # Adam divides by sqrt(v) + eps: a zero eps is 0/0 for a parameter whose gradient is 0.
+    check_float("eps", eps, low=0, low_open=True, owner=owner)
     schedule = functools.partial(
         lru_schedule,
         total_steps=total_steps,

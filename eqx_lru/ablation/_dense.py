@@ -27,6 +27,7 @@ from .._cores._core import check_takes_dt
 from .._scan._algebra import DenseAlgebra
 from .._scan._methods import AbstractScanMethod, scan_method
 from .._scan._recurrence import ScanMethod, recurrence, segment_starts
+from .._scan._varying import vary_like
 from .._surface import checks_first
 from ._core import AbstractAblationCore
 
@@ -181,6 +182,8 @@ class DenseRNN(AbstractDenseRNN):
             x = self._cell(jnp.where(start, jnp.zeros_like(x), x), bu_k)
             return x, x
 
+        # Inside `jax.shard_map`, the carry keeps the type of the inputs it is mixed with.
+        initial_state, bu = vary_like(initial_state, bu)
         _, states = jax.lax.scan(step, initial_state, (bu, starts), reverse=reverse)
         return states
 

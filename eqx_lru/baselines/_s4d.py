@@ -156,7 +156,7 @@ class S4D(AbstractDiagonalSSM):
         `key`."""
         check_size("d_model", d_model)
         check_even_state(d_state)
-        check_steps(dt_min, dt_max)
+        check_steps(dt_min, dt_max, dtype)
         check_choice("init", init, _INITS)
         check_choice("mode", mode, _MODES)
         groups = check_param_groups("S4D", param_groups, _FIELDS)

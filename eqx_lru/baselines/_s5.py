@@ -169,7 +169,7 @@ class S5(AbstractDiagonalSSM):
         check_size("d_model", d_model)
         check_size("blocks", blocks)
         check_even_state(d_state, blocks, f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)")
-        check_steps(dt_min, dt_max)
+        check_steps(dt_min, dt_max, dtype)
         check_choice("C_init", C_init, C_INITS)
         groups = check_param_groups("S5", param_groups, _FIELDS)
         dtype = float_dtype(dtype)

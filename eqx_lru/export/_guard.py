@@ -9,8 +9,9 @@ it is serialised, so every format computes the same check:
 
 - `invalid` per row: $\text{length} < 1$ or $\text{length} > L$ (for a pair, either
   document's), or, for token ids, $x_t \notin [0, V)$ at a position $t < \text{length}$ (the
-  step program: $x_t \notin [0, V)$); with time steps, a $\Delta t$ that is not positive and
-  finite at a position $t < \text{length}$ (the step program: $\Delta t_t$);
+  step program: $x_t \notin [0, V)$); with time steps, a $\Delta t$ that is not positive,
+  normal (at least the dtype's smallest normal number, as in JAX) and finite at a position
+  $t < \text{length}$ (the step program: $\Delta t_t$);
 - the program runs on the row with its length clamped into $[1, L]$ (ids are clamped by
   the lookup, as in JAX), and then **every floating-point output of an invalid row is
   NaN**: the output and, for a step or loop program, the next carry (a stream fed an
@@ -37,6 +38,7 @@ def checks_of(program: Program, reads: Reads) -> list[dict[str, str]]:
     """The checks `guarded(program, reads)` performs, as the manifest lists them."""
     names = [name for name, _, _ in program.inputs]
     shapes = {name: shape for name, shape, _ in program.inputs}
+    dtypes = {name: dtype for name, _, dtype in program.inputs}
     out = []
     if "length" in names:
         axis = len(shapes["length"])  # x: (batch, [2,] length, ...)
@@ -49,7 +51,8 @@ def checks_of(program: Program, reads: Reads) -> list[dict[str, str]]:
     steps = _steps_name(names)
     if steps is not None:
         where = " at every position before length" if "length" in names else ""
-        rule = f"{steps} > 0 and finite{where}"
+        tiny = float(jnp.finfo(dtypes[steps]).tiny)
+        rule = f"{steps} >= {tiny:.9g} (a normal number) and finite{where}"
         out.append({"check": "dt", "rule": rule, "on_failure": ON_FAILURE})
     return out
 
@@ -60,8 +63,10 @@ def _steps_name(names: list[str]) -> str | None:
 
 
 def _bad_steps(dt, length):
-    """Per row: a time step that is not positive and finite (before `length`, if given)."""
-    bad = ~((dt > 0) & jnp.isfinite(dt))
+    """Per row: a time step that is not positive, normal and finite (before `length`, if
+    given): the JAX model refuses a subnormal step (`_cores._dt.check_dt`; XLA flushes it
+    to zero), so the exported programs do too, in every format's runtime."""
+    bad = ~((dt >= jnp.finfo(dt.dtype).tiny) & jnp.isfinite(dt))
     if length is None:
         return bad if bad.ndim == 1 else jnp.any(bad, axis=1)
     position = lax.broadcasted_iota(length.dtype, dt.shape, 1)
