@@ -317,6 +317,14 @@ def test_overwrite_replaces_a_run_and_excludes_resume(data, reference, tmp_path,
         train.run(_args(data, out, "--overwrite", "--batch-size", "200"))
     old = ("config.json", "metrics.jsonl", "results.json", "last.eqx", "last.json", "best.eqx")
     assert not [name for name in old if (out / name).exists()]
+    # A folder of the user's own files is no run: refused, with --overwrite too, untouched.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.json").write_text("mine")
+    for extra in ((), ("--overwrite",)):
+        with pytest.raises(train.UsageError, match="results.json exists and was not written"):
+            train.run(_args(data, mine, *extra))
+    assert (mine / "results.json").read_text() == "mine"
 
 
 def test_checkpoint_detects_a_torn_pair(tmp_path):
