@@ -188,6 +188,10 @@ def test_listops_cli_layout_and_roundtrip(tmp_path):
 def test_listops_split_sizes():
     assert gen.listops_split_sizes(100_000) == (96_000, 2_000, 2_000)
     assert gen.listops_split_sizes(10) == (8, 1, 1)
+    # The official ratio alone gave 80 validation examples at 4,000.
+    assert gen.listops_split_sizes(4_000) == (3_200, 400, 400)
+    assert gen.listops_split_sizes(20_000) == (16_000, 2_000, 2_000)
+    assert gen.listops_split_sizes(1_000_000) == (960_000, 20_000, 20_000)
     with pytest.raises(ValueError, match="at least 3"):
         gen.listops_split_sizes(2)
 
