@@ -220,8 +220,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_devices(parser: argparse.ArgumentParser, wanted: list[int]) -> None:
+    """`--sequence-parallel N` needs N devices: one `error:` line (status 2) otherwise."""
+    import jax
+
+    have = jax.device_count()
+    if max(wanted) > have:
+        parser.error(
+            f"argument --sequence-parallel: {max(wanted)} devices asked for, this machine "
+            f"has {have} ({jax.default_backend()}); on a CPU, set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={max(wanted)} first, or give "
+            f"N <= {have}"
+        )
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)  # every flag checked here, before any work
+    parser = _parser()
+    args = parser.parse_args(argv)  # every flag checked here, before any work
+    if args.sequence_parallel:
+        _check_devices(parser, args.sequence_parallel)
     print(f"# {machine()}", flush=True)
     if args.probe:
         print("| toy (6 blocks x 4 layers) | XLA temp MB |\n|---|---|")
@@ -237,7 +254,11 @@ def main(argv=None) -> int:
         for task in args.tasks:
             first = None
             for n in args.sequence_parallel:
-                m = measure_sequence_parallel(task, n, length=args.length, batch=args.batch)
+                try:
+                    m = measure_sequence_parallel(task, n, length=args.length, batch=args.batch)
+                except ValueError as e:  # a length or batch the mesh cannot split
+                    print(f"error: --sequence-parallel {n} on {task}: {e}", file=sys.stderr)
+                    return 2
                 first = first or m["temp_gb"]
                 print(
                     f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} "
