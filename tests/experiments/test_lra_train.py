@@ -134,6 +134,12 @@ def test_resume_after_stop_is_bit_exact(data, reference, tmp_path):
     assert _losses(out) == _losses(reference[1])  # exactly, every step and every eval
     assert _last_tree(out) == _last_tree(reference[1])  # params, BN and optimiser state, key
     assert second["test_accuracy"] == reference[0]["test_accuracy"]
+    # The seconds of both processes (it recorded the resumed process's alone), and the last's.
+    before = json.loads((out / "last.json").read_text())  # (rewritten by the second run)
+    saved = json.loads((out / "results.json").read_text())
+    first_total = saved["seconds"] - saved["seconds_last_process"]
+    assert first_total > 0.05 and before["seconds_total"] >= first_total - 0.11
+    assert saved["seconds"] == second["seconds"]
 
 
 @pytest.mark.parametrize("how", ["sigint", "keyboard_interrupt"])
