@@ -165,13 +165,13 @@ def test_listops_cli_layout_and_roundtrip(tmp_path):
     splits = ("train", "val", "test")
     lines = {s: (folder / f"basic_{s}.tsv").read_text().splitlines() for s in splits}
     assert all(rows[0] == "Source\tTarget" for rows in lines.values())
-    assert [len(rows) - 1 for rows in lines.values()] == [48, 1, 1]
+    assert [len(rows) - 1 for rows in lines.values()] == [40, 5, 5]  # (--size 50: 10% each)
     for rows in lines.values():
         for row in rows[1:]:
             expr, label = row.split("\t")
             assert int(label) == independent_value(expr) and 20 < listops_length(expr) < 100
     task = load_task("listops", tmp_path / "a")
-    assert [len(task.train), len(task.val), len(task.test)] == [48, 1, 1]
+    assert [len(task.train), len(task.val), len(task.test)] == [40, 5, 5]  # (--size 50: 10% each)
     expected = [int(row.split("\t")[1]) for row in lines["train"][1:]]
     np.testing.assert_array_equal(task.train.labels, expected)
     tokens = {"<pad>", "<unk>", "<eos>", "[MIN", "[MAX", "[MED", "[SM", "X", *"0123456789"}
