@@ -234,6 +234,33 @@ def _check_devices(parser: argparse.ArgumentParser, wanted: list[int]) -> None:
         )
 
 
+def _sequence_parallel_table(args: argparse.Namespace) -> int:
+    """`--sequence-parallel`'s table on stdout; status 2 (one line) for a split the mesh
+    cannot make."""
+    print(
+        "| task | batch | L | remat | devices (N) | temp GB per device | vs N = first | "
+        "arguments GB |\n|---|---|---|---|---|---|---|---|",
+        flush=True,
+    )
+    for task in args.tasks:
+        first = None
+        for n in args.sequence_parallel:
+            try:
+                m = measure_sequence_parallel(task, n, length=args.length, batch=args.batch)
+            except ValueError as e:  # a length or batch the mesh cannot split
+                print(f"error: --sequence-parallel {n} on {task}: {e}", file=sys.stderr)
+                return 2
+            first = first or m["temp_gb"]
+            print(
+                f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} "
+                f"| {n} | {m['temp_gb']:.2f} | {m['temp_gb'] / first:.2f}x "
+                f"| {m['args_gb']:.3f} |",
+                flush=True,
+            )
+            print(f"<!-- compile {m['compile_s']:.0f}s -->", file=sys.stderr, flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # every flag checked here, before any work
@@ -246,28 +273,7 @@ def main(argv=None) -> int:
             print(f"| {name} | {mb:.1f} |")
         return 0
     if args.sequence_parallel:
-        print(
-            "| task | batch | L | remat | devices (N) | temp GB per device | vs N = first | "
-            "arguments GB |\n|---|---|---|---|---|---|---|---|",
-            flush=True,
-        )
-        for task in args.tasks:
-            first = None
-            for n in args.sequence_parallel:
-                try:
-                    m = measure_sequence_parallel(task, n, length=args.length, batch=args.batch)
-                except ValueError as e:  # a length or batch the mesh cannot split
-                    print(f"error: --sequence-parallel {n} on {task}: {e}", file=sys.stderr)
-                    return 2
-                first = first or m["temp_gb"]
-                print(
-                    f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} "
-                    f"| {n} | {m['temp_gb']:.2f} | {m['temp_gb'] / first:.2f}x "
-                    f"| {m['args_gb']:.3f} |",
-                    flush=True,
-                )
-                print(f"<!-- compile {m['compile_s']:.0f}s -->", file=sys.stderr, flush=True)
-        return 0
+        return _sequence_parallel_table(args)
     if args.time:
         print(
             "| task | batch | L | step, no remat (s) | step, remat (s) | ratio |\n"

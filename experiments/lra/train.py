@@ -94,8 +94,7 @@ def run(
         (`os._exit(130)`, the CLI) instead of raising `Abort` (see `runs.signals.Stop`).
     - `on_record`: called with each record of `OUT/metrics.jsonl` as it is written (to
         forward metrics to TensorBoard, W&B...; `runs.metrics.MetricsLog`).
-    - `hint`: how to go on after a signal before training (a command that runs the
-        trainer, e.g. the demo; default: the trainer's own, `runs.signals.Stop.go_on`).
+    - `hint`: how to go on after a signal before training (the demo's; `Stop.go_on`).
 
     **Returns:** a dict: `status` (`"finished"`, `"stopped"` by `--stop-at` or
     `--time-limit`, or `"interrupted"`), `step`, `steps_per_sec`, `best_val_accuracy`,
@@ -114,8 +113,7 @@ def run(
     from ._training import train_until_stop
 
     with Stop(hard_abort=hard_abort) as stop:  # signals: flags; before training they end the run
-        if hint is not None:
-            stop.go_on(hint, fixed=True)
+        stop.go_on(hint, fixed=True) if hint is not None else None
         s = set_up(args, started=started, stop=stop, on_record=on_record)
         stop.watch(s.cfg.save_signals)
         r = None
