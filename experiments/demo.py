@@ -13,7 +13,6 @@ benchmark of the two forms: `python -m experiments.bench` measures them.
 
 import argparse
 import collections
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -116,12 +115,27 @@ def train_on_listops(out: Path, *, steps: int, seed: int) -> dict[str, dict]:
     results = {}
     for form in ("complex", "real"):
         run_dir = out / form
-        shutil.rmtree(run_dir, ignore_errors=True)  # --overwrite (checked in main): afresh
         t0 = time.perf_counter()
-        results[form] = train.run(_train_argv(out / "data", run_dir, form, steps=steps, seed=seed))
+        # --overwrite: the trainer replaces a run of its own there (only its files), and
+        # refuses a folder of other files.
+        argv = [*_train_argv(out / "data", run_dir, form, steps=steps, seed=seed), "--overwrite"]
+        results[form] = train.run(argv, hard_abort=True, hint=AGAIN)
         results[form]["wall"] = time.perf_counter() - t0
+        if results[form]["status"] != "finished":  # a signal: the demo stops with its run
+            raise Interrupted(
+                f"the demo stopped during the {form} run (a signal; its checkpoint is in "
+                f"{run_dir}); {AGAIN}"
+            )
     _print_results(results, chance, out, steps=steps)
     return results
+
+
+#: How to go on after a signal.
+AGAIN = "run it again with --overwrite (./dev.sh demo --overwrite) to start afresh"
+
+
+class Interrupted(Exception):
+    """A signal stopped the demo."""
 
 
 def _train_argv(data: Path, run_dir: Path, form: str, *, steps: int, seed: int) -> list[str]:
@@ -185,16 +199,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _earlier_demo(out: Path) -> bool:
+    """A demo's folder written before its record (`runs.outputs`): a trainer's run in
+    `complex/`, by its content."""
+    from experiments.runs.outputs import trainer_run
+
+    return trainer_run(("task", "batch_size"))(out / "complex")
+
+
 def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Part 2's --out: a writable folder, without the demo's outputs unless --overwrite
-    (they are then removed, to start afresh)."""
-    from experiments.runs.flags import output_folder, refuse_existing
+    (each then replaced by the command that wrote it), and no other files at their names."""
+    from experiments.runs.flags import output_folder
 
     try:
         output_folder(str(args.out))
     except argparse.ArgumentTypeError as e:
         parser.error(f"argument --out: {e}")
-    refuse_existing(parser, [args.out / name for name in OUTPUTS], overwrite=args.overwrite)
+    from experiments.runs.errors import UsageError
+    from experiments.runs.outputs import RunFiles
+
+    try:  # the demo's folder by its record, not by the names of its parts
+        RunFiles(args.out, "demo", OUTPUTS, exports=False, legacy=_earlier_demo).claim(
+            resume=False, overwrite=args.overwrite
+        )
+    except UsageError as e:
+        parser.error(str(e).replace("Pass --resume to continue it, ", "Pass "))
 
 
 def main(argv=None) -> int:
@@ -204,6 +234,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.skip_training:
         _check_out(parser, args)
+    from experiments.runs.signals import exit_on_signal
+
+    # A signal outside the trainer's runs (which save and stop) ends the demo at once.
+    with exit_on_signal(AGAIN if not args.skip_training else "run it again", what="demo stopped"):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from experiments.lra import train
 
     t0 = time.perf_counter()
@@ -214,6 +252,9 @@ def main(argv=None) -> int:
     except (train.UsageError, train.RunError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if isinstance(e, train.UsageError) else 1
+    except Interrupted as e:
+        print(f"\n{e}.", file=sys.stderr)
+        return 130
     except OSError as e:
         if e.filename is None:
             raise

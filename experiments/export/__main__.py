@@ -4,4 +4,8 @@ from ._cli import _parser as _parser  # noqa: F401  (the flag tests walk every c
 from ._cli import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from experiments.runs.signals import exit_on_signal
+
+    with exit_on_signal("run the same command again"):  # a signal: one line, status 130
+        code = main()
+    raise SystemExit(code)

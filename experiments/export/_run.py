@@ -61,7 +61,36 @@ def _config(meta: dict[str, Any], path: Path):
         raise ExportError(str(e)) from None
 
 
+#: The files of a run that `load_run` reads; a trainer replaces each atomically.
+_READ = (
+    "last.json",
+    "last.prev.json",
+    "best.json",
+    "best.eqx",
+    "best.prev.json",
+    "best.prev.eqx",
+    "config.json",
+)
+
+
 def load_run(run: str | Path) -> Run:
+    """`_load_run` read consistently (`runs.snapshot.read_consistently`): a trainer may
+    replace `best.*` and then `last.*` while they are read."""
+    from experiments.runs.snapshot import read_consistently
+
+    def busy(attempts: int) -> ExportError:
+        return ExportError(
+            f"--run {str(run)!r}: its checkpoints changed during each of {attempts} reads (a "
+            "trainer is writing them faster than they can be read); export again, or once "
+            "the run has stopped."
+        )
+
+    return read_consistently(
+        run, _READ, lambda: _load_run(run), errors=(ExportError, OSError), busy=busy
+    )
+
+
+def _load_run(run: str | Path) -> Run:
     """The best weights of a trainer run, `(model, bn_state)` read from the checkpoint the
     trainer trusts (`_trusted_best`: `run/best.eqx`, or `run/best.prev.eqx` after a crash
     mid-save; checksum verified) with the trainer's own code (`steps.build_model`,

@@ -52,10 +52,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out",
         type=lambda value: Path(text(value)),
-        default=REPO / "runs" / "gpu-check",
+        default=None,
         metavar="FOLDER",
         help="folder for report.md, report.json, the parts' records and logs "
-        "[runs/gpu-check in the repository]",
+        "[runs/gpu-check in the repository; with --dry-run, runs/gpu-check-dry-run: a "
+        "rehearsal never stands in the way of the real check]",
     )
     p.add_argument(
         "--dry-run",
@@ -72,6 +73,11 @@ def parser() -> argparse.ArgumentParser:
     )
     add_overwrite(p)
     return p
+
+
+def default_out(*, dry: bool) -> Path:
+    """`--out`'s default: the real check's, or the dry run's own."""
+    return REPO / "runs" / ("gpu-check-dry-run" if dry else "gpu-check")
 
 
 def _check_out(p: argparse.ArgumentParser, out: Path) -> None:
@@ -91,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic(), time.time()  # the budget counts the JAX start-up too
     p = parser()
     args = p.parse_args(argv)
+    if args.out is None:
+        args.out = default_out(dry=args.dry_run)
     _check_out(p, args.out)
     from experiments.runs.flags import refuse_existing
 

@@ -2,16 +2,24 @@
 `python -m experiments.lm sample --run OUT [...]` and
 `python -m experiments.lm export --run OUT --format stablehlo|onnx [--step]`.
 
-The command line is parsed first: `--help` and a bad flag answer before JAX is imported."""
-
-import time
-
-from ..runs.timing import process_age
-from .cli import parse_args
+The command line is parsed first: `--help` and a bad flag answer before JAX is imported.
+From the first line on, a signal ends the process at once in one line, until the
+trainer's own handlers take over (and after them): a `KeyboardInterrupt` raised while
+JAX loads could land where Python only prints "Exception ignored", and the start-up went
+on."""
 
 if __name__ == "__main__":
-    started = time.monotonic() - process_age()
-    args = parse_args()
-    from .train import main
+    from ..runs.signals import exit_on_signal
 
-    raise SystemExit(main(args, started=started, hard_abort=True))
+    with exit_on_signal("run the same command again"):
+        import time
+
+        from ..runs.timing import process_age
+        from .cli import parse_args
+
+        started = time.monotonic() - process_age()
+        args = parse_args()
+        from .train import main
+
+        code = main(args, started=started, hard_abort=True)
+    raise SystemExit(code)

@@ -16,6 +16,7 @@ from ..runs import env as _env
 from ..runs.atomic import write_atomic
 from ..runs.errors import UsageError
 from ..runs.metrics import MetricsLog
+from ..runs.outputs import CHECKPOINT_FILES, RunFiles, trainer_run
 from ..runs.signals import Stop
 from . import baselines, cli
 from . import config as _config
@@ -25,7 +26,7 @@ from .corpus import CorpusError, read_corpus
 from .model import build_model, make_optimizer, make_programs, stream_carry
 from .streams import TrainStreams, eval_layout
 
-__all__ = ["set_up", "load_corpus", "build"]
+__all__ = ["set_up", "load_corpus", "build", "run_files"]
 
 
 def _settings(args) -> _config.LMConfig:
@@ -67,36 +68,33 @@ def set_up(args, *, started: float, stop: Stop | None = None) -> Session:
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / ".write-test", b"")
         (out / ".write-test").unlink()
-        lock = ckpt.RunLock(out).acquire()
-    except ckpt.FolderInUse as e:
-        raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError(
             f"--out {str(out)!r} is not a writable folder ({e.strerror or e})."
         ) from None
-    if not args.resume and (ckpt.exists(out, "last") or (out / "config.json").exists()):
-        if not args.overwrite:
-            lock.release()
-            raise UsageError(
-                f"{out} already holds a run. Pass --resume to continue it, --overwrite to "
-                "replace it with a new one, or choose another --out."
-            )
-        _remove_run(out)
+    lock = ckpt.take_lock(out)
+    try:
+        run_files(out).claim(resume=args.resume, overwrite=args.overwrite)
+    except BaseException:
+        lock.release()
+        raise
     return Session(args=args, cfg=cfg, out=out, lock=lock, started=started, stop=stop)
 
 
-#: The files of a run in its folder (`--overwrite` removes them; others stay).
-_RUN_FILES = ("config.json", "corpus.json", "metrics.jsonl", "results.json", "curve.png")
+#: The files of a run in its folder, checkpoints first (`--overwrite` removes them, and
+#: the exports in `OUT/export/`; others stay).
+_RUN_FILES = CHECKPOINT_FILES("last") + (
+    "config.json",
+    "corpus.json",
+    "metrics.jsonl",
+    "results.json",
+    "curve.png",
+)
 
 
-def _remove_run(out: Path) -> None:
-    """Remove the run in `out` (its checkpoints first: a folder left half-cleaned by a
-    crash holds no checkpoint to resume, so `--overwrite` is needed again)."""
-    for name in ("last", "last.prev"):
-        for ext in (".json", ".eqx"):
-            (out / f"{name}{ext}").unlink(missing_ok=True)
-    for name in _RUN_FILES:
-        (out / name).unlink(missing_ok=True)
+def run_files(out: Path) -> RunFiles:
+    """The language-model trainer's files in `out` (`runs.outputs`)."""
+    return RunFiles(out, "lm train", _RUN_FILES, legacy=trainer_run(("streams", "chunk")))
 
 
 def load_corpus(s: Session) -> Loaded:
@@ -162,6 +160,8 @@ def build(session: Session, loaded: Loaded) -> tuple[Run, TrainState]:
         s = resume(r, s)
     text = json.dumps(cfg.to_json(), indent=1, sort_keys=True)
     write_atomic(r.out / "config.json", text.encode())
+    if session.stop is not None:  # the run's settings are saved: it can be continued
+        session.stop.go_on("continue with the same command plus --resume")
     r.log.truncate(s.step)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
     sizes = r.corpus.fingerprint()["bytes"]

@@ -57,7 +57,10 @@ def default_folder() -> Path:
 
 
 def _digest(name: str) -> bytes:
-    return hashlib.sha256(name.encode()).digest()
+    """The SHA-256 of a file's relative name, by its bytes on disk: a name that is not
+    UTF-8 (its bytes decoded as surrogates) is digested as it is stored, not refused by
+    the codec ("surrogates not allowed"); a UTF-8 name gives the same digest as before."""
+    return hashlib.sha256(name.encode("utf-8", "surrogateescape")).digest()
 
 
 def _split_of(name: str) -> str:

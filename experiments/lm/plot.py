@@ -146,4 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from experiments.runs.signals import exit_on_signal
+
+    with exit_on_signal("run the same command again"):  # a signal: one line, status 130
+        code = main()
+    raise SystemExit(code)

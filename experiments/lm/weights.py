@@ -35,12 +35,27 @@ class Loaded:
 
 
 def load_model(run: str | os.PathLike) -> Loaded:
-    """The trained model of the run in folder `run`.
+    """The trained model of the run in folder `run`, read consistently while its trainer
+    may replace the checkpoint (`runs.snapshot.read_consistently`).
 
     **Raises:** `UsageError` naming the file if the folder holds no run, no complete
     checkpoint, or a damaged or foreign one.
     """
-    run = Path(run)
+    from ..runs.snapshot import read_consistently
+
+    def busy(attempts: int) -> UsageError:
+        return UsageError(
+            f"--run {str(run)!r}: its checkpoint changed during each of {attempts} reads; run "
+            "the command again, or once the run has stopped."
+        )
+
+    names = ("config.json", "last.json", "last.eqx", "last.prev.json", "last.prev.eqx")
+    return read_consistently(
+        run, names, lambda: _load_model(Path(run)), errors=(UsageError, OSError), busy=busy
+    )
+
+
+def _load_model(run: Path) -> Loaded:
     path = run / "config.json"
     if not path.is_file():
         raise UsageError(

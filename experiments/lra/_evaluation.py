@@ -119,7 +119,10 @@ def outputs(r: Run, carry: Carry, status: str, speed: Speed) -> dict[str, Any]:
         )
     else:
         results.update(_test(r, carry))
-        results["seconds"] = round(time.perf_counter() - r.began, 1)
+        # Every process of the run (a resumed run's earlier ones to their last
+        # checkpoint), and this last one's.
+        results["seconds"] = round(r.seconds_total(), 1)
+        results["seconds_last_process"] = round(time.perf_counter() - r.began, 1)
         if r.primary:
             write_atomic(r.out / "results.json", json.dumps(results, indent=1).encode())
         r.say(

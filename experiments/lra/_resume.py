@@ -26,6 +26,9 @@ def resume(r: Run, carry: Carry) -> Carry:
         return carry
     _check_run(r, pair.meta, pair.json_path)
     (p, s, o, k, step), meta = load_checkpoint(pair, carry.tree(), ("pending", "best"), r.say)
+    before = meta.get("seconds_total")  # (absent in a checkpoint of an older trainer)
+    if isinstance(before, int | float) and not isinstance(before, bool) and before >= 0:
+        r.seconds_before = float(before)
     saved = meta.get("data")
     if saved is not None and saved != r.fingerprint:
         changed = [n for n in r.fingerprint if saved.get(n) != r.fingerprint[n]]

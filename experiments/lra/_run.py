@@ -6,6 +6,7 @@ jitted steps and the metrics log)."""
 import argparse
 import dataclasses
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,13 @@ class Session:
     stop: Stop | None
     on_record: Callable[[dict[str, Any]], Any] | None
     bar: Any = None
+    #: The seconds the run's earlier processes took, to their last checkpoint (`--resume`
+    #: reads them from it; the checkpoints record the total so far).
+    seconds_before: float = 0.0
+
+    def seconds_total(self) -> float:
+        """This process's seconds so far plus the earlier processes'."""
+        return self.seconds_before + (time.perf_counter() - self.began)
 
     def say(self, msg: str) -> None:
         try:

@@ -22,6 +22,7 @@ from ..runs import parallel as par
 from ..runs.atomic import write_atomic
 from ..runs.errors import UsageError
 from ..runs.metrics import MetricsLog
+from ..runs.outputs import CHECKPOINT_FILES, RunFiles, trainer_run
 from ..runs.signals import Stop
 from . import cli, cores, tasks
 from . import config as _config
@@ -166,23 +167,10 @@ def _prepare(
         raise UsageError(str(e)) from None
     if primary:
         _writable_folder(out, "--out")
-        try:  # before anything in the folder is read for the run or written
-            lock = ckpt.RunLock(out).acquire()
-        except ckpt.FolderInUse as e:
-            raise UsageError(str(e)) from None
-        except OSError as e:
-            raise UsageError(
-                f"--out {str(out)!r}: cannot create its lock file ({e.strerror or e})."
-            ) from None
+        lock = ckpt.take_lock(out)  # before anything in the folder is read for the run or written
     try:
-        if not args.resume and (ckpt.exists(out, "last") or (out / "config.json").exists()):
-            if not args.overwrite:
-                raise UsageError(
-                    f"{out} already holds a run. Pass --resume to continue it, --overwrite to "
-                    "replace it with a new one, or choose another --out."
-                )
-            if primary:  # it holds the lock: no other trainer writes there
-                _remove_run(out)
+        if primary:  # it holds the lock: no other trainer writes there
+            run_files(out).claim(resume=args.resume, overwrite=args.overwrite)
         if cfg.cache_dir is not None:
             _writable_folder(Path(cfg.cache_dir).expanduser(), "--cache-dir")
     except BaseException:
@@ -192,19 +180,20 @@ def _prepare(
     return mesh, lock
 
 
-#: The files of a run in its folder that `--overwrite` removes (others stay): checkpoints
-#: first, so that a folder left half-cleaned by a crash holds none to resume.
-_RUN_FILES = tuple(
-    f"{name}{ext}"
-    for name in ("last", "last.prev", "best", "best.prev")
-    for ext in (".json", ".eqx")
-) + ("config.json", "metrics.jsonl", "results.json", "curves.png")
+#: The files of a run in its folder that `--overwrite` removes (with the exports in
+#: `OUT/export/`; others stay): checkpoints first, so that a folder left half-cleaned by a
+#: crash holds none to resume.
+_RUN_FILES = CHECKPOINT_FILES("last", "best") + (
+    "config.json",
+    "metrics.jsonl",
+    "results.json",
+    "curves.png",
+)
 
 
-def _remove_run(out: Path) -> None:
-    """Remove the run in `out` (`--overwrite`)."""
-    for name in _RUN_FILES:
-        (out / name).unlink(missing_ok=True)
+def run_files(out: Path) -> RunFiles:
+    """The LRA trainer's files in `out` (`runs.outputs`)."""
+    return RunFiles(out, "lra.train", _RUN_FILES, legacy=trainer_run(("task", "batch_size")))
 
 
 def _writable_folder(folder: Path, flag: str) -> None:
@@ -290,6 +279,8 @@ def build(s: Session, loaded: Loaded) -> tuple[Run, Carry]:
         write_atomic(
             r.out / "config.json", json.dumps(cfg.to_json(), indent=1, sort_keys=True).encode()
         )
+    if s.stop is not None:  # the run's settings are saved: it can be continued
+        s.stop.go_on("continue with the same command plus --resume")
     r.log.truncate(carry.step)
     on_devices = {
         f: par.replicate(getattr(carry, f), r.mesh)

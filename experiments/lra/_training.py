@@ -160,6 +160,7 @@ class Loop:
             "config": self.cfg.to_json(),
             "data": self.r.fingerprint,
             "run_id": self.cfg.run_id,
+            "seconds_total": round(self.r.seconds_total(), 1),  # every process's, so far
         }
 
         def write():

@@ -3,7 +3,7 @@
 
     python -m experiments.lra.generate --task listops --out DIR [--size N] [--seed S]
         [--min-length 500] [--max-length 2000] [--max-depth 10] [--max-args 10]
-        [--split-sizes TRAIN VAL TEST]
+        [--split-sizes TRAIN VAL TEST] [--overwrite]
     python -m experiments.lra.generate --task pathfinder --out DIR [--size N] [--seed S]
         [--resolution 32] [--images-per-batch 1000] [--workers 1] [--overwrite]
 
@@ -70,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
         type=positive,
         nargs=3,
         metavar=("TRAIN", "VAL", "TEST"),
-        help="explicit split sizes instead of --size split 96/2/2 [none]",
+        help="explicit split sizes instead of --size's: val and test 2,000 each, or 10%% "
+        "each where that is fewer, never below 2%% (96/2/2 at 100,000) [none]",
     )
     pathfinder = parser.add_argument_group(tasks.PATHFINDER)
     pathfinder.add_argument(
@@ -158,4 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from experiments.runs.signals import exit_on_signal
+
+    with exit_on_signal(
+        "run the same command again, with --overwrite"
+    ):  # a signal: one line, status 130
+        code = main()
+    raise SystemExit(code)

@@ -220,8 +220,52 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_devices(parser: argparse.ArgumentParser, wanted: list[int]) -> None:
+    """`--sequence-parallel N` needs N devices: one `error:` line (status 2) otherwise."""
+    import jax
+
+    have = jax.device_count()
+    if max(wanted) > have:
+        parser.error(
+            f"argument --sequence-parallel: {max(wanted)} devices asked for, this machine "
+            f"has {have} ({jax.default_backend()}); on a CPU, set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={max(wanted)} first, or give "
+            f"N <= {have}"
+        )
+
+
+def _sequence_parallel_table(args: argparse.Namespace) -> int:
+    """`--sequence-parallel`'s table on stdout; status 2 (one line) for a split the mesh
+    cannot make."""
+    print(
+        "| task | batch | L | remat | devices (N) | temp GB per device | vs N = first | "
+        "arguments GB |\n|---|---|---|---|---|---|---|---|",
+        flush=True,
+    )
+    for task in args.tasks:
+        first = None
+        for n in args.sequence_parallel:
+            try:
+                m = measure_sequence_parallel(task, n, length=args.length, batch=args.batch)
+            except ValueError as e:  # a length or batch the mesh cannot split
+                print(f"error: --sequence-parallel {n} on {task}: {e}", file=sys.stderr)
+                return 2
+            first = first or m["temp_gb"]
+            print(
+                f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} "
+                f"| {n} | {m['temp_gb']:.2f} | {m['temp_gb'] / first:.2f}x "
+                f"| {m['args_gb']:.3f} |",
+                flush=True,
+            )
+            print(f"<!-- compile {m['compile_s']:.0f}s -->", file=sys.stderr, flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)  # every flag checked here, before any work
+    parser = _parser()
+    args = parser.parse_args(argv)  # every flag checked here, before any work
+    if args.sequence_parallel:
+        _check_devices(parser, args.sequence_parallel)
     print(f"# {machine()}", flush=True)
     if args.probe:
         print("| toy (6 blocks x 4 layers) | XLA temp MB |\n|---|---|")
@@ -229,24 +273,7 @@ def main(argv=None) -> int:
             print(f"| {name} | {mb:.1f} |")
         return 0
     if args.sequence_parallel:
-        print(
-            "| task | batch | L | remat | devices (N) | temp GB per device | vs N = first | "
-            "arguments GB |\n|---|---|---|---|---|---|---|---|",
-            flush=True,
-        )
-        for task in args.tasks:
-            first = None
-            for n in args.sequence_parallel:
-                m = measure_sequence_parallel(task, n, length=args.length, batch=args.batch)
-                first = first or m["temp_gb"]
-                print(
-                    f"| {task} | {m['batch']} | {m['length']} | {'on' if m['remat'] else 'off'} "
-                    f"| {n} | {m['temp_gb']:.2f} | {m['temp_gb'] / first:.2f}x "
-                    f"| {m['args_gb']:.3f} |",
-                    flush=True,
-                )
-                print(f"<!-- compile {m['compile_s']:.0f}s -->", file=sys.stderr, flush=True)
-        return 0
+        return _sequence_parallel_table(args)
     if args.time:
         print(
             "| task | batch | L | step, no remat (s) | step, remat (s) | ratio |\n"
@@ -284,4 +311,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from experiments.runs.signals import exit_on_signal
+
+    with exit_on_signal("run the same command again"):  # a signal: one line, status 130
+        code = main()
+    raise SystemExit(code)

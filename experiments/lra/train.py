@@ -78,6 +78,7 @@ def run(
     started: float | None = None,
     hard_abort: bool = False,
     on_record: Callable[[dict[str, Any]], Any] | None = None,
+    hint: str | None = None,
 ) -> dict[str, Any]:
     """Train (or continue) one run; the body of the CLI.
 
@@ -93,6 +94,7 @@ def run(
         (`os._exit(130)`, the CLI) instead of raising `Abort` (see `runs.signals.Stop`).
     - `on_record`: called with each record of `OUT/metrics.jsonl` as it is written (to
         forward metrics to TensorBoard, W&B...; `runs.metrics.MetricsLog`).
+    - `hint`: how to go on after a signal before training (the demo's; `Stop.go_on`).
 
     **Returns:** a dict: `status` (`"finished"`, `"stopped"` by `--stop-at` or
     `--time-limit`, or `"interrupted"`), `step`, `steps_per_sec`, `best_val_accuracy`,
@@ -111,6 +113,7 @@ def run(
     from ._training import train_until_stop
 
     with Stop(hard_abort=hard_abort) as stop:  # signals: flags; before training they end the run
+        stop.go_on(hint, fixed=True) if hint is not None else None
         s = set_up(args, started=started, stop=stop, on_record=on_record)
         stop.watch(s.cfg.save_signals)
         r = None
@@ -194,4 +197,8 @@ def _unexpected(e: BaseException) -> tuple[str, int]:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(started=time.monotonic() - process_age(), hard_abort=True))
+    from ..runs.signals import exit_on_signal
+
+    with exit_on_signal("run the same command again"):  # until the trainer's own handlers
+        code = main(started=time.monotonic() - process_age(), hard_abort=True)
+    raise SystemExit(code)

@@ -15,7 +15,10 @@ holds in every command that uses it.
 - `env`: the process environment set and checked before JAX starts its backend;
 - `parallel`, `multiprocess`, `watchdog`: devices, meshes and batch sharding, processes
   that agree or fail together, and peers that die or never connect;
-- `atomic`: files written whole or not at all; `flags`: argparse types and output paths.
+- `atomic`: files written whole or not at all; `flags`: argparse types and output paths;
+- `outputs`: whose files a folder holds (a command's record of its outputs): what a new
+  run refuses, what `--overwrite` removes; `snapshot`: a consistent read of files a live
+  trainer replaces.
 
 `runs` imports neither trainer (`experiments.lra`, `experiments.lm`). Importing it does
 not import JAX: the names below are loaded on first use (a command's `--help` stays fast).
@@ -33,9 +36,11 @@ if TYPE_CHECKING:
     from . import flags as flags
     from . import metrics as metrics
     from . import multiprocess as multiprocess
+    from . import outputs as outputs
     from . import parallel as parallel
     from . import resume as resume
     from . import signals as signals
+    from . import snapshot as snapshot
     from . import timing as timing
     from . import watchdog as watchdog
     from .atomic import write_atomic as write_atomic
@@ -95,9 +100,11 @@ _MODULES = (
     "flags",
     "metrics",
     "multiprocess",
+    "outputs",
     "parallel",
     "resume",
     "signals",
+    "snapshot",
     "timing",
     "watchdog",
 )
@@ -133,9 +140,11 @@ __all__ = [
     "flags",
     "metrics",
     "multiprocess",
+    "outputs",
     "parallel",
     "resume",
     "signals",
+    "snapshot",
     "timing",
     "watchdog",
 ]

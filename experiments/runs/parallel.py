@@ -35,6 +35,7 @@ over the rows. Keep N within the devices of one process (rows are consecutive de
 
 import os
 import socket
+import sys
 from collections.abc import Mapping
 
 import jax
@@ -108,6 +109,31 @@ def distributed_env() -> str | None:
     return found[0] if found is not None and found[1] > 1 else None
 
 
+def say(text: str) -> None:
+    """One line on stderr at once (a process that waits says so)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def _check_coordinator() -> None:
+    """`--distributed on` needs a coordinator or a cluster launch: one line otherwise."""
+    if distributed_env() is None and cluster() is None:
+        raise UsageError(
+            "--distributed on: no coordinator to connect to: set JAX_COORDINATOR_ADDRESS "
+            "(host:port of process 0) with JAX_NUM_PROCESSES and JAX_PROCESS_ID on every "
+            "process, or launch under SLURM or Open MPI; for one process, use --distributed "
+            "off (or auto)."
+        )
+
+
+def _say_waiting(rank: int | None, count: int | None, where: str, connect: int) -> None:
+    """What a process waits for, and how long, before it waits."""
+    say(
+        f"process {'?' if rank is None else rank}: waiting for the "
+        f"{'' if count is None else f'{count} '}processes of this run to connect to {where}; "
+        f"up to {connect} s ({INIT_ENV}), then it stops with one line."
+    )
+
+
 def initialize_distributed(mode: str = "auto") -> bool:
     """Start `jax.distributed` if `mode == "on"`, or if `"auto"` and `distributed_env()`.
 
@@ -126,6 +152,7 @@ def initialize_distributed(mode: str = "auto") -> bool:
         raise ValueError(f"distributed mode must be 'auto', 'on' or 'off', got {mode!r}.")
     if mode == "off" or (mode == "auto" and distributed_env() is None):
         return False
+    _check_coordinator()
     kwargs = {}
     for env, arg in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
         if os.environ.get(env):
@@ -148,6 +175,7 @@ def initialize_distributed(mode: str = "auto") -> bool:
         "has another JAX_COORDINATOR_ADDRESS or JAX_NUM_PROCESSES. Start every process "
         "with the same values."
     )
+    _say_waiting(kwargs.get("process_id"), kwargs.get("num_processes"), where, connect)
     with _watchdog.before(connect, message):
         jax.distributed.initialize(
             initialization_timeout=connect + 30, heartbeat_timeout_seconds=heartbeat + 30, **kwargs

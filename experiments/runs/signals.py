@@ -18,7 +18,7 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["SIGNALS", "WARNINGS", "parse_signals", "Abort", "Stop"]
+__all__ = ["SIGNALS", "WARNINGS", "parse_signals", "Abort", "Stop", "exit_on_signal"]
 
 #: The signals that stop a run cleanly: Ctrl-C, `kill`/batch schedulers, a closed terminal.
 SIGNALS = tuple(
@@ -58,7 +58,10 @@ class Stop:
     happens inside the handler.
 
     - Before training (`training` False: loading data, compiling): the first signal raises
-      `Abort` there and then (nothing to save yet).
+      `Abort` there and then (nothing to save yet); with `hard_abort` (the command line) it
+      ends the process at once (`os._exit(130)`) after one line naming the signal and how
+      to go on (`hint`): an exception raised there could land where Python only prints
+      "Exception ignored" (a finaliser, a callback) and the start-up would go on.
     - While training: the first signal sets `reason`; the loop finishes its step, writes a
       checkpoint and exits with status 130.
     - A second signal during a checkpoint write (`with stop.saving():`) waits for the write
@@ -76,6 +79,22 @@ class Stop:
         self._saving = 0
         self._abort: str | None = None
         self._previous: dict[int, Any] = {}
+        #: How to go on after a signal before training (`go_on`).
+        self.hint = "run the same command again"
+        self._hint_fixed = False
+
+    def go_on(self, hint: str, *, fixed: bool = False) -> None:
+        """Say `hint` after a signal before training from now on (a trainer, once the run
+        can be resumed); `fixed`: the caller's (a command that runs the trainer), kept."""
+        if fixed or not self._hint_fixed:
+            self.hint, self._hint_fixed = hint, fixed or self._hint_fixed
+
+    def _before_training(self, name: str):
+        self.reason = name
+        if self.hard_abort:
+            self._say(f"\n{name} before training started: stopped, nothing to save; {self.hint}.\n")
+            os._exit(130)
+        raise Abort(f"{name} before training started; nothing to save")
 
     def _say(self, text: str) -> None:
         with contextlib.suppress(OSError):
@@ -93,8 +112,7 @@ class Stop:
     def _warn(self, signum, frame):
         name = signal.Signals(signum).name
         if not self.training:
-            self.reason = name
-            raise Abort(f"{name} before training started; nothing to save")
+            self._before_training(name)
         if self.reason is None and self.warned is None:
             self.warned = name
             self._say(
@@ -105,8 +123,7 @@ class Stop:
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if not self.training:
-            self.reason = name
-            raise Abort(f"{name} before training started; nothing to save")
+            self._before_training(name)
         if self.reason is None:
             self.reason = name
             self._say(
@@ -147,3 +164,27 @@ class Stop:
             signal.signal(sig, handler)
         self._previous.clear()
         return False
+
+
+@contextlib.contextmanager
+def exit_on_signal(hint: str, *, what: str = "stopped"):
+    """While in the block, SIGINT, SIGTERM and SIGHUP end the process at once (status
+    130) after one line, `NAME: WHAT; HINT.` (a command's start-up, or a part with
+    nothing to save: its files are written atomically). The handlers before are put back
+    after. (Outside the main thread: nothing.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, frame):
+        name = signal.Signals(signum).name
+        with contextlib.suppress(OSError):
+            os.write(2, f"\n{name}: {what}; {hint}.\n".encode())
+        os._exit(130)
+
+    previous = {sig: signal.signal(sig, handle) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

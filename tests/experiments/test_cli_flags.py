@@ -107,3 +107,19 @@ def test_bench_resume_with_a_damaged_results_file_is_one_line(tmp_path, capsys):
     assert _status(bench.main, ["--quick", "--json", str(results), "--resume"]) == 2
     assert "is not a valid results file" in _one_error_line(capsys)
     assert results.read_text() == '{"memory": {'  # left as it was
+
+
+def test_the_demo_recognises_its_folder_by_its_record_not_by_names(tmp_path, capsys):
+    """The demo called any `data/`, `complex/` or `real/` in --out its own, and with
+    --overwrite removed them whole (`shutil.rmtree`), the user's files in them too."""
+    from experiments import demo
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "mine.txt").write_text("mine")
+    for extra in ([], ["--overwrite"]):
+        with pytest.raises(SystemExit) as e:
+            demo.main(["--out", str(tmp_path), *extra])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{tmp_path / 'data'} exists and was not written by `demo`" in err, err
+    assert (tmp_path / "data" / "mine.txt").read_text() == "mine"

@@ -276,6 +276,9 @@ def test_a_peer_that_never_starts_or_a_port_in_use_is_one_line(data, tmp_path):
     )
     assert time.monotonic() - started < 60
     assert code == 1 and "did not all connect to" in _error_line(text)
+    # It says what it waits for, and how long, before it waits (it printed nothing).
+    waits = "process 0: waiting for the 2 processes of this run to connect to 127.0.0.1:"
+    assert waits in text and "up to 5 s (LRA_INIT_TIMEOUT)" in text, text
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -455,3 +458,20 @@ def test_a_slurm_launch_is_found_by_jax_itself(tmp_path):
     for code, text in _finish(procs, tmp_path, timeout=240):
         assert code == 0, text[-3000:]
         assert "ranks 2 0,1" in text, text[-3000:]
+
+
+@pytest.mark.usefixtures("restore_backend_env")
+def test_distributed_on_without_a_coordinator_is_one_line(data, tmp_path, monkeypatch, capsys):
+    """It ended in a traceback from `jax.distributed.initialize`."""
+    from experiments.lra import train
+
+    for name in (
+        "JAX_COORDINATOR_ADDRESS",
+        "SLURM_JOB_ID",
+        "SLURM_NTASKS",
+        "OMPI_MCA_orte_hnp_uri",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    assert train.main([*_args(data, tmp_path / "run"), "--distributed", "on"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error: --distributed on: no coordinator" in err, err

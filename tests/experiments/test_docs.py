@@ -380,3 +380,21 @@ def test_the_demo_is_not_a_benchmark():
     assert "steps/s" not in table and "15.2" not in table, table
     assert "not a speed comparison" in table and "experiments.bench" in table, table
     assert not re.search(r"\d\s*minutes", demo.__doc__), demo.__doc__
+
+
+def test_the_generators_usage_lines_name_every_flag_of_their_task():
+    """data.md's ListOps line omitted --overwrite (the command refuses existing files
+    without it). Each `--task` line of the page and of the module's docstring names every
+    flag of its task's group and the shared ones."""
+    from experiments.lra import generate
+
+    parser = generate._parser()
+    groups = {g.title: g for g in parser._action_groups}
+    shared = [a for a in groups["options"]._group_actions if a.option_strings[0] != "-h"]
+    for text in ((DOCS / "guides" / "data.md").read_text(), generate.__doc__ or ""):
+        for task in ("listops", "pathfinder"):
+            start = text.index(f"python -m experiments.lra.generate --task {task}")
+            line = re.split(r"python -m|\n\n", text[start + 10 :])[0]
+            for action in [*groups[task]._group_actions, *shared]:
+                flag = action.option_strings[-1]
+                assert flag in line or action.dest == "task", (task, flag, line)

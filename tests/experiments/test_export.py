@@ -410,6 +410,39 @@ def test_a_crash_mid_save_loads_the_previous_best(crash, last, run, tmp_path):
     _equal(loaded.state, state)
 
 
+def test_a_checkpoint_written_during_the_read_is_read_again_not_an_alarm(
+    run, tmp_path, monkeypatch
+):
+    """An export while the run trained failed now and then with a false "holds the weights
+    of step ..." alarm: the trainer replaced `best.*` and then `last.*` between the
+    export's read of `last.json` and its read of `best.*`. The trainer's save is made to
+    happen there, once."""
+    _, model, state = run
+    cfg, digest = _bound_copy(run, tmp_path)
+    record = {"best": _BEST, "best_sha256": digest, "config": cfg, "run_id": RUN_ID}
+    ckpt.save(tmp_path, "last", (np.zeros(3, np.float32),), {"step": 7, **record})
+    real, saves = ckpt.load_pair, []
+
+    def load_pair(*args, **kwargs):
+        if not saves:  # the trainer's next checkpoint, B of step 9, lands mid-read
+            newer = jax.tree_util.tree_map(
+                lambda x: np.asarray(x) + 1 if eqx.is_inexact_array(x) else x, model
+            )
+            best = {**_BEST, "step": 9}
+            saves.append(
+                ckpt.save(
+                    tmp_path, "best", (newer, state), {**best, "config": cfg, "run_id": RUN_ID}
+                )
+            )
+            new = {**record, "best": best, "best_sha256": saves[0]}
+            ckpt.save(tmp_path, "last", (np.zeros(3, np.float32),), {"step": 9, **new})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "load_pair", load_pair)
+    loaded = export.load_run(tmp_path)
+    assert saves and loaded.meta["step"] == 9 and loaded.checkpoint.name == "best.eqx"
+
+
 @pytest.mark.slow
 def test_a_crash_mid_save_exports_the_previous_best(run, tmp_path, capsys):
     """The command, end to end, after a crash between writing `best.*` and `last.*`: the

@@ -43,11 +43,36 @@ def test_help_answers_without_jax_and_shows_every_default():
     text = " ".join(result.stdout.split())
     for flag, default in (
         ("--budget SECONDS", "[480: 8 minutes on one H100]"),
-        ("--out FOLDER", "[runs/gpu-check in the repository]"),
+        ("--out FOLDER", "[runs/gpu-check in the repository; with --dry-run,"),
         ("--dry-run", "[off]"),
         ("--parts LIST", "[all]"),
     ):
         assert flag in text and default in text, (flag, default)
+
+
+def test_the_dry_run_writes_to_its_own_default_folder(monkeypatch):
+    """`--dry-run` wrote to the real check's default folder, so the first real check on a
+    GPU was refused until --overwrite or --out."""
+    from experiments.gpu_check import _cli
+
+    seen = []
+    monkeypatch.setattr(_cli, "_check_out", lambda p, out: seen.append(out) or _stop())
+    for extra in ([], ["--dry-run"]):
+        with pytest.raises(_Stopped):
+            _cli.main(extra)
+    assert seen[0].name == "gpu-check" and seen[1].name == "gpu-check-dry-run"
+    assert seen[0].parent == seen[1].parent
+    with pytest.raises(_Stopped):
+        _cli.main(["--dry-run", "--out", "elsewhere"])
+    assert str(seen[2]) == "elsewhere"
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _stop():
+    raise _Stopped
 
 
 @pytest.mark.parametrize(

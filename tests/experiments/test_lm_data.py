@@ -125,3 +125,18 @@ def test_baselines_match_their_formulas():
     ):
         np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-12)
         assert np.all(probs > 0)
+
+
+def test_a_file_name_that_is_not_utf8_is_read_like_any_other(tmp_path):
+    """A corpus file whose name is not UTF-8 ended the run with the codec's words
+    ("surrogates not allowed"); it is read, digested by its name's bytes, and a UTF-8
+    name's split is unchanged."""
+    import os
+
+    folder = write_corpus(tmp_path / "c")
+    before = read_corpus(folder, {"train": 100, "val": 10, "test": 10})
+    odd = folder / os.fsdecode(b"caf\xe9.py")
+    odd.write_text("# caf\n")
+    after = read_corpus(folder, {"train": 100, "val": 10, "test": 10})
+    assert sum(after.files.values()) >= sum(before.files.values())
+    assert after.train.size == before.train.size

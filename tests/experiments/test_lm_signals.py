@@ -209,3 +209,29 @@ def test_a_full_disk_under_export_is_one_line_and_writes_nothing(reference, tmp_
     assert code == 2 and len(lines) == 1 and "No space left on device" in lines[0], err.getvalue()
     assert "Traceback" not in err.getvalue()
     assert [p.name for p in dest.iterdir() if not p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize(
+    "sig, when, said",
+    [
+        # While JAX loads: "Exception ignored ... KeyboardInterrupt", and training went on.
+        (signal.SIGINT, "importing", "SIGINT: stopped; run the same command again."),
+        # In the trainer's start-up (its folder claimed, the corpus read or compiling).
+        (signal.SIGTERM, "set up", "SIGTERM before training started: stopped, nothing to save"),
+    ],
+)
+def test_a_signal_in_the_start_up_stops_the_trainer_in_one_line(sig, when, said, corpus, tmp_path):
+    out, log = tmp_path / "run", tmp_path / "stderr.txt"
+    proc = _spawn(["-m", "experiments.lm", "train", *_argv(corpus, out)], log)
+    try:
+        if when == "importing":
+            time.sleep(1.0)  # (Python starts in well under a second; JAX takes longer)
+        else:
+            _wait_for((out / ".outputs.json").exists, proc, log, START)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=STOP) == 130, log.read_text()[-3000:]
+    finally:
+        _end(proc)
+    text = log.read_text()
+    assert said in text and "Traceback" not in text and "ignored" not in text, text
+    assert not (out / "metrics.jsonl").exists() or not _metrics(out)

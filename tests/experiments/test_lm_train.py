@@ -210,3 +210,61 @@ def test_export_step_follows_the_model(fmt, reference, tmp_path):
     for t, byte in enumerate(text):
         y_t, *carry = run(np.full(2, byte, np.int32), *carry)
         np.testing.assert_allclose(y_t[1], want[t], rtol=1e-4, atol=1e-4)
+
+
+def _plant_export(folder) -> None:
+    """An artifact and manifest in `folder` as `eqx_lru.export.write` leaves them (its
+    manifest's entries, the artifact's SHA-256): what `--overwrite` recognises by content."""
+    import hashlib
+
+    folder.mkdir(parents=True, exist_ok=True)
+    data = b"old weights"
+    (folder / "model.stablehlo").write_bytes(data)
+    manifest = {
+        "format": "stablehlo",
+        "eqx_lru": "0",
+        "artifact": "model.stablehlo",
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    (folder / "model.stablehlo.json").write_text(json.dumps(manifest))
+
+
+def test_a_folder_of_the_users_files_is_not_a_run_and_overwrite_removes_only_the_runs(
+    corpus, reference, tmp_path, capsys
+):
+    """A folder holding only the user's own config.json and results.json was called "a
+    run", and the --overwrite that the refusal advised deleted both; a replaced run kept
+    its old RUN/export/ (weights a server would still read)."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "settings"}')
+    (mine / "results.json").write_text('{"my": "results"}')
+    for extra in ([], ["--overwrite"]):
+        assert train.main(["train", *lm_argv(corpus, mine, *extra)]) == 2
+        err = capsys.readouterr().err
+        assert "config.json exists and was not written by `lm train`" in err, err
+    assert (mine / "config.json").read_text() == '{"my": "settings"}'
+    assert (mine / "results.json").read_text() == '{"my": "results"}'
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    _plant_export(out / "export")
+    (out / "export" / "notes.txt").write_text("mine")
+    (out / "notes.txt").write_text("mine")
+    # The new run's folder is cleaned, then it stops at its corpus (a chunk too long).
+    assert train.main(["train", *lm_argv(corpus, out, "--overwrite", chunk=100_000)]) == 2
+    capsys.readouterr()
+    assert not (out / "export" / "model.stablehlo").exists()
+    assert not (out / "export" / "model.stablehlo.json").exists()
+    left = sorted(p.name for p in out.iterdir())
+    assert left == [".lock", ".outputs.json", "export", "notes.txt"], left
+    assert (out / "export" / "notes.txt").read_text() == "mine"
+
+
+def test_a_lock_that_is_a_link_loop_is_named(corpus, tmp_path, capsys):
+    """It was "--out is not a writable folder", blaming the folder."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".lock").symlink_to(out / ".lock")
+    assert train.main(["train", *lm_argv(corpus, out)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot open its lock file {out / '.lock'}" in err and "writable" not in err, err

@@ -165,13 +165,13 @@ def test_listops_cli_layout_and_roundtrip(tmp_path):
     splits = ("train", "val", "test")
     lines = {s: (folder / f"basic_{s}.tsv").read_text().splitlines() for s in splits}
     assert all(rows[0] == "Source\tTarget" for rows in lines.values())
-    assert [len(rows) - 1 for rows in lines.values()] == [48, 1, 1]
+    assert [len(rows) - 1 for rows in lines.values()] == [40, 5, 5]  # (--size 50: 10% each)
     for rows in lines.values():
         for row in rows[1:]:
             expr, label = row.split("\t")
             assert int(label) == independent_value(expr) and 20 < listops_length(expr) < 100
     task = load_task("listops", tmp_path / "a")
-    assert [len(task.train), len(task.val), len(task.test)] == [48, 1, 1]
+    assert [len(task.train), len(task.val), len(task.test)] == [40, 5, 5]  # (--size 50: 10% each)
     expected = [int(row.split("\t")[1]) for row in lines["train"][1:]]
     np.testing.assert_array_equal(task.train.labels, expected)
     tokens = {"<pad>", "<unk>", "<eos>", "[MIN", "[MAX", "[MED", "[SM", "X", *"0123456789"}
@@ -188,6 +188,10 @@ def test_listops_cli_layout_and_roundtrip(tmp_path):
 def test_listops_split_sizes():
     assert gen.listops_split_sizes(100_000) == (96_000, 2_000, 2_000)
     assert gen.listops_split_sizes(10) == (8, 1, 1)
+    # The official ratio alone gave 80 validation examples at 4,000.
+    assert gen.listops_split_sizes(4_000) == (3_200, 400, 400)
+    assert gen.listops_split_sizes(20_000) == (16_000, 2_000, 2_000)
+    assert gen.listops_split_sizes(1_000_000) == (960_000, 20_000, 20_000)
     with pytest.raises(ValueError, match="at least 3"):
         gen.listops_split_sizes(2)
 

@@ -44,3 +44,18 @@ def test_pathx_remat_step_temp_within_the_measured_table():
         f"at L = {TABLE_LENGTH}); compare the buffer assignments "
         "(XLA_FLAGS=--xla_dump_to=DIR, *jit_train_step*-buffer-assignment.txt)"
     )
+
+
+def test_sequence_parallel_over_more_devices_than_there_are_is_one_line(capsys):
+    """`--sequence-parallel 2` on one device ended in a traceback."""
+    import jax
+
+    from experiments.lra import memory
+
+    n = jax.device_count() + 1
+    with pytest.raises(SystemExit) as e:
+        memory.main(["--sequence-parallel", str(n), "--tasks", "listops"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    assert f"argument --sequence-parallel: {n} devices asked for" in err
+    assert f"xla_force_host_platform_device_count={n}" in err

@@ -134,6 +134,12 @@ def test_resume_after_stop_is_bit_exact(data, reference, tmp_path):
     assert _losses(out) == _losses(reference[1])  # exactly, every step and every eval
     assert _last_tree(out) == _last_tree(reference[1])  # params, BN and optimiser state, key
     assert second["test_accuracy"] == reference[0]["test_accuracy"]
+    # The seconds of both processes (it recorded the resumed process's alone), and the last's.
+    before = json.loads((out / "last.json").read_text())  # (rewritten by the second run)
+    saved = json.loads((out / "results.json").read_text())
+    first_total = saved["seconds"] - saved["seconds_last_process"]
+    assert first_total > 0.05 and before["seconds_total"] >= first_total - 0.11
+    assert saved["seconds"] == second["seconds"]
 
 
 @pytest.mark.parametrize("how", ["sigint", "keyboard_interrupt"])
@@ -317,6 +323,14 @@ def test_overwrite_replaces_a_run_and_excludes_resume(data, reference, tmp_path,
         train.run(_args(data, out, "--overwrite", "--batch-size", "200"))
     old = ("config.json", "metrics.jsonl", "results.json", "last.eqx", "last.json", "best.eqx")
     assert not [name for name in old if (out / name).exists()]
+    # A folder of the user's own files is no run: refused, with --overwrite too, untouched.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.json").write_text("mine")
+    for extra in ((), ("--overwrite",)):
+        with pytest.raises(train.UsageError, match="results.json exists and was not written"):
+            train.run(_args(data, mine, *extra))
+    assert (mine / "results.json").read_text() == "mine"
 
 
 def test_checkpoint_detects_a_torn_pair(tmp_path):

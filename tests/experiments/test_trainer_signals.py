@@ -125,3 +125,46 @@ def test_bad_save_signals_are_one_line_at_the_flag(text, data, tmp_path, capsys)
     assert "Traceback" not in err
     (line,) = [x for x in err.splitlines() if "error:" in x]
     assert "argument --save-signals: expected 'none' or signal names from USR1" in line
+
+
+#: The demo at a tiny size (its part 1 skipped), in its own process: `python -m
+#: experiments.demo` but for the sizes.
+_TINY_DEMO = r"""
+import sys
+from experiments import demo
+demo.LISTOPS.update(sizes=(64, 16, 16), min_length=10, max_length=30)
+demo.MODEL.update(depth=1, d_model=8, d_state=8, batch_size=8)
+demo.parity_and_speed = lambda **kwargs: None
+sys.exit(demo.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_sigterm_in_the_demos_first_run_stops_the_demo(tmp_path):
+    """The demo started its second run after the first was stopped, and ended in a
+    `KeyError` traceback."""
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[2]
+    out, log = tmp_path / "demo", tmp_path / "stderr.txt"
+    env = {**os.environ, "PYTHONPATH": str(repo), "JAX_PLATFORMS": "cpu"}
+    argv = [sys.executable, "-c", _TINY_DEMO, "--out", str(out), "--steps", "100000"]
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(argv, cwd=repo, env=env, stderr=f, start_new_session=True)
+    try:
+        end = time.monotonic() + 600
+        while not read_records(out / "complex" / "metrics.jsonl"):
+            assert proc.poll() is None and time.monotonic() < end, log.read_text()[-3000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    text = log.read_text()
+    assert "Traceback" not in text and "the demo stopped during the complex run" in text, text
+    assert "--overwrite" in text and not (out / "real").exists()
+    assert json.loads((out / "complex" / "last.json").read_text())["step"] > 0

@@ -208,10 +208,14 @@ def generate_listops(
 
 
 def listops_split_sizes(total: int) -> tuple[int, int, int]:
-    """Train/val/test sizes in the official 96/2/2 ratio (at least one of each)."""
+    """Train/val/test sizes: val and test get 2,000 examples each (the official count,
+    96/2/2 of the official 100,000) or 10% of `total` each when that is fewer, and never
+    less than 2% of it (nor than one example); train the rest. At `total` 4,000:
+    3,200/400/400 (the official ratio alone gave 80 validation examples, whose accuracy is
+    uncertain by ±5 points); at 100,000: 96,000/2,000/2,000; at 1,000,000: 96/2/2."""
     if total < 3:
         raise ValueError(f"Need at least 3 ListOps examples (one per split), got {total}.")
-    small = max(1, round(total * 0.02))
+    small = max(1, round(total * 0.02), min(2_000, round(total * 0.10)))
     return total - 2 * small, small, small
 
 

@@ -8,6 +8,7 @@ from ..atomic import write_atomic as write_atomic
 from .last_record import check_last as check_last
 from .lock import FolderInUse as FolderInUse
 from .lock import RunLock as RunLock
+from .lock import take_lock as take_lock
 from .store import PREVIOUS as PREVIOUS
 from .store import CheckpointError as CheckpointError
 from .store import Pair as Pair

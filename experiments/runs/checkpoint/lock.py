@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .store import CheckpointError
 
-__all__ = ["FolderInUse", "RunLock"]
+__all__ = ["FolderInUse", "RunLock", "take_lock"]
 
 
 class FolderInUse(CheckpointError):
@@ -109,3 +109,26 @@ class RunLock:
     def __exit__(self, *exc) -> bool:
         self.release()
         return False
+
+
+def take_lock(folder: str | os.PathLike, *, what: str = "--out") -> RunLock:
+    """`RunLock(folder).acquire()`, its refusals one `UsageError` line: another owner, or
+    a lock file that cannot be opened (a symbolic link there, a loop of them), named."""
+    from ..errors import UsageError
+
+    lock = RunLock(folder, what=what)
+    try:
+        return lock.acquire()
+    except FolderInUse as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        link = lock.path.is_symlink()
+        kind = (
+            "a symbolic link; the trainer does not follow links there"
+            if link
+            else (e.strerror or str(e))
+        )
+        raise UsageError(
+            f"{what} {str(folder)!r}: cannot open its lock file {lock.path} ({kind}). Remove "
+            f"{lock.path} (it is recreated), or choose another {what}."
+        ) from None
