@@ -10,6 +10,8 @@ models (training, interop, the ablation ladder, the baselines, export), then the
 import ast
 from pathlib import Path
 
+from import_graph import assert_no_cycle
+
 PACKAGE = Path(__file__).resolve().parents[2] / "eqx_lru"
 #: Each concept folder or top-level name, and its level (higher imports lower).
 LEVELS = {
@@ -81,22 +83,7 @@ def test_every_module_has_a_level_and_the_concepts_have_folders():
 
 def test_no_import_cycle():
     modules = _modules()
-    graph = {m: _imports(m, p, modules) for m, p in modules.items()}
-    done, path = set(), []
-
-    def visit(m):
-        if m in path:
-            raise AssertionError(f"import cycle: {' -> '.join(path[path.index(m) :] + [m])}")
-        if m in done:
-            return
-        path.append(m)
-        for n in sorted(graph[m]):
-            visit(n)
-        path.pop()
-        done.add(m)
-
-    for m in sorted(graph):
-        visit(m)
+    assert_no_cycle({m: _imports(m, p, modules) for m, p in modules.items()})
 
 
 def test_imports_run_only_downwards():
