@@ -6,7 +6,7 @@
 #   ./dev.sh demo   the main job: a short offline demo (no download)
 #   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change):
 #                   tens of minutes on two CPU cores. `test --quick`: the library's fast
-#                   tests only (tests/lib, not marked slow), a few minutes
+#                   tests only (tests/lib, not marked slow)
 #   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository, pyright
 #                   over eqx_lru/ and experiments/
 #   ./dev.sh release-check  build the sdist and wheel, check them (twine, their files, one

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Integer, PRNGKeyArray, PyTree, Shaped, jaxtyped
 
-from .._checks import check_length, check_segment_ids
+from .._checks import check_length, check_not_complex, check_segment_ids
 from .._scan import _sharding as sharding
 from .._surface import checks_first
 
@@ -38,6 +38,19 @@ def check_takes_dt(core: "AbstractRecurrentCore", *args, dt: object = None, **kw
             f"{type(core).__name__} takes no `dt` (time steps): it has no notion of elapsed "
             "time. Cores that take it: ComplexLRU, RealLRU, RGLRU, baselines.S5; or drop `dt`."
         )
+
+
+def check_sequence_args(
+    core: "AbstractRecurrentCore", u, *, segment_ids=None, dt=None, **_
+) -> None:
+    """The checks of a core's sequence call (`run`, `__call__`) before its type check:
+    `dt` taken, a real input, `segment_ids` one integer per position (each a one-line
+    error naming the argument)."""
+    check_takes_dt(core, dt=dt)
+    check_not_complex(u)
+    shape = getattr(u, "shape", None)
+    if segment_ids is not None and shape:
+        check_segment_ids(segment_ids, shape[0])
 
 
 class AbstractRecurrentCore(eqx.Module):
@@ -205,7 +218,7 @@ class AbstractStatesCore(AbstractRecurrentCore):
         """One stored state (of `_states`' result) in `init_state()`'s layout."""
         return state
 
-    @checks_first(check_takes_dt)
+    @checks_first(check_sequence_args)
     @jaxtyped(typechecker=beartype)
     def run(
         self,
@@ -223,6 +236,8 @@ class AbstractStatesCore(AbstractRecurrentCore):
         without time steps, which refuses any other value)."""
         u = jnp.asarray(u)
         segment_ids = check_segment_ids(segment_ids, u.shape[0] if u.ndim else 0)
+        if initial_state is not None:  # nested lists are states too: arrays from here on
+            initial_state = jax.tree.map(jnp.asarray, initial_state)
         states = self._states(u, initial_state, reverse, segment_ids, dt=dt)
         y = self._outputs(states, u, initial_state, reverse, segment_ids)
         axis = sharding.sequence_axis(self)

@@ -11,7 +11,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jaxtyping import Array, ArrayLike, Float, Inexact, Integer, PRNGKeyArray, jaxtyped
+from jaxtyping import Array, ArrayLike, Float, Inexact, Integer, PRNGKeyArray, PyTree, jaxtyped
 
 from .._checks import (
     Dim,
@@ -184,6 +184,8 @@ class AbstractModalCore(AbstractStatesCore):
     def _states(
         self, u, initial_state, reverse, segment_ids, dt=None
     ) -> Float[Array, "length 2 d_state"]:
+        if initial_state is not None:  # a nested list is a state too, as for the call
+            initial_state = jnp.asarray(initial_state)
         return self._state_pairs(u, initial_state, reverse, segment_ids, dt)
 
     def _check_steps(self, dt: ArrayLike | None, length: Dim | None) -> Float[Array, "*n"] | None:
@@ -214,11 +216,30 @@ class AbstractModalCore(AbstractStatesCore):
 
     @checks_first(_check_sequence_call)
     @jaxtyped(typechecker=beartype)
+    def run(
+        self,
+        u: Float[ArrayLike, "length d_model"],
+        *,
+        initial_state: PyTree[ArrayLike] | None = None,
+        reverse: bool = False,
+        length: Integer[ArrayLike, ""] | None = None,
+        segment_ids: Integer[ArrayLike, " length"] | None = None,
+        dt: ArrayLike | None = None,
+    ) -> tuple[Float[Array, "length d_model"], Inexact[Array, "d_state ..."]]:
+        """`(y, final_state)`: see `eqx_lru.AbstractRecurrentCore.run`, the arguments as
+        in `__call__` (checked first, in one line each)."""
+        return super().run(
+            u, initial_state=initial_state, reverse=reverse, length=length,
+            segment_ids=segment_ids, dt=dt,
+        )  # fmt: skip
+
+    @checks_first(_check_sequence_call)
+    @jaxtyped(typechecker=beartype)
     def __call__(
         self,
         u: Float[ArrayLike, "length d_model"],
         *,
-        initial_state: Inexact[ArrayLike, "d_state ..."] | None = None,
+        initial_state: PyTree[ArrayLike] | None = None,
         reverse: bool = False,
         length: Integer[ArrayLike, ""] | None = None,
         segment_ids: Integer[ArrayLike, " length"] | None = None,

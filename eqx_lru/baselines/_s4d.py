@@ -21,7 +21,7 @@ from .._checks import (
     check_steps,
     float_dtype,
 )
-from .._cores._core import check_takes_dt
+from .._cores._core import check_sequence_args
 from .._scan._methods import scan_method
 from .._scan._sequence_parallel import SequenceParallel
 from .._surface import checks_first
@@ -202,7 +202,7 @@ class S4D(AbstractDiagonalSSM):
     def _state_shape(self) -> tuple[int, ...]:
         return self.A_im.shape
 
-    @checks_first(check_takes_dt)
+    @checks_first(check_sequence_args)
     @jaxtyped(typechecker=beartype)
     def __call__(
         self,

@@ -298,12 +298,6 @@ def test_sequential_updates_the_sequence_in_place():
     assert not re.search(full, compiled.as_text())
 
 
-def test_forward_mode_is_not_available():
-    a, b = jnp.full((3,), 0.5), jnp.ones((4, 3))
-    with pytest.raises(TypeError, match="custom_vjp"):
-        jax.jvp(lambda b: eqx_lru.linear_recurrence(a, b, algebra=eqx_lru.Diagonal()), (b,), (b,))
-
-
 # --- RealLRU with a low-precision compute dtype --------------------------------------------
 
 
