@@ -282,14 +282,10 @@ def check_real_input(dtype, expected, name: str) -> None:
 
 
 def check_not_complex(u, name: str = "u") -> None:
-    """A `ValueError` naming `name` if the array `u` holds complex numbers (a core's input
-    is real)."""
+    """`check_real_input`'s error if the array `u` holds complex numbers (a core's input
+    is real; integer inputs meet the same check once the call knows its dtype)."""
     if hasattr(u, "dtype") and jnp.issubdtype(u.dtype, jnp.complexfloating):
-        raise ValueError(
-            f"`{name}` must hold real numbers; got {u.dtype}. A core's input is real (the "
-            "complex LRU's states are internal): pass the real and imaginary parts as "
-            "separate features."
-        )
+        check_real_input(u.dtype, None, name)
 
 
 def check_token(u_t: Array, d_model: int, dtype=None, name: str = "u_t") -> None:
