@@ -8,7 +8,8 @@
 - XLA's deterministic GPU ops are on (appended to `XLA_FLAGS` before JAX starts, unless
   the user chose `--xla_gpu_deterministic_ops` themselves): GPU reductions are otherwise
   not bit-reproducible, and the trainer's resume tests run in this process, whose backend
-  is up before the trainer could set the flag itself. No effect on the CPU.
+  is up before the trainer could set the flag itself. No effect on the CPU. LLVM's
+  optimisation passes are off (`_TEST_XLA_FLAGS`): compiling is most of the suite's time.
 - `@pytest.mark.gpu` tests are skipped, with the reason shown by `-rs`, unless JAX runs
   on a CUDA GPU.
 - JAX's persistent compilation cache is on for the session, the xdist workers and every
@@ -38,9 +39,19 @@ _CACHE = os.environ.get("EQX_LRU_TEST_CACHE", os.path.join(_USER_CACHE, "eqx_lru
 if _CACHE != "off":
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.abspath(_CACHE))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
-if "--xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+#: XLA flags the suite adds before JAX starts, unless the user's `XLA_FLAGS` names them.
+#: The last two make LLVM's code generation cheap (no `-O2` passes): most of the suite's
+#: time is compiling small programs that then run for microseconds. They change how the
+#: machine code is optimised, not the HLO (fusion, buffer assignment and so the compiled
+#: memory budgets are the same); `EQX_LRU_TEST_FULL_OPT=1` leaves them out.
+_TEST_XLA_FLAGS = {"--xla_gpu_deterministic_ops": "true"}
+if os.environ.get("EQX_LRU_TEST_FULL_OPT", "") in ("", "0"):
+    _TEST_XLA_FLAGS["--xla_backend_optimization_level"] = "0"
+    _TEST_XLA_FLAGS["--xla_llvm_disable_expensive_passes"] = "true"
+for _name, _value in _TEST_XLA_FLAGS.items():
     _flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_gpu_deterministic_ops=true".strip()
+    if _name not in _flags:
+        os.environ["XLA_FLAGS"] = f"{_flags} {_name}={_value}".strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -91,7 +91,8 @@ def _start(
     rank_command = rank_command or {}
     env = {**os.environ, **(env or {})}
     env.update(
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
+        f"--xla_force_host_platform_device_count={devices}".strip(),
         JAX_PLATFORMS="cpu",
         PYTHONUNBUFFERED="1",
     )
@@ -433,7 +434,8 @@ def test_a_slurm_launch_is_found_by_jax_itself(tmp_path):
         if not k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR", "JAX_NUM", "JAX_PROCESS"))
     }
     env.update(
-        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
+        "--xla_force_host_platform_device_count=1".strip(),
         JAX_PLATFORMS="cpu",
         LRA_INIT_TIMEOUT="60",
         LRA_HEARTBEAT_TIMEOUT=str(HEARTBEAT),

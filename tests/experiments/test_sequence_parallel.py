@@ -405,7 +405,8 @@ def test_trainer_sequence_parallel(tmp_path):
     length not divisible by 4 are padded), and a run stopped at step 7 and resumed ends
     bit-identical to the uninterrupted one."""
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
+    flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}"
+    env["XLA_FLAGS"] = flags.strip()
     env["JAX_PLATFORMS"] = "cpu"
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(

@@ -25,7 +25,8 @@ DEVICES = 4
 @pytest.mark.slow
 def test_sequence_parallel_edges_on_four_devices():
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
+    flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}"
+    env["XLA_FLAGS"] = flags.strip()
     env["JAX_PLATFORMS"] = "cpu"
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(

@@ -29,7 +29,8 @@ DEVICES = 4
 
 def test_shard_map_defaults_on_four_devices():
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
+    flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}"
+    env["XLA_FLAGS"] = flags.strip()
     env["JAX_PLATFORMS"] = "cpu"
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     tests = os.path.join(repo, "tests")
@@ -57,7 +58,7 @@ def _subprocess_checks():
         core = case.make(*case.sizes, key=key)
         shape = (8, 7) if case.scalar_input else (8, 7, case.sizes[0])
         u = jnp.asarray(rng.normal(size=shape), jnp.float32)
-        expected = jax.vmap(core)(u)
+        expected = jax.jit(jax.vmap(core))(u)
         f = jax.shard_map(jax.vmap(core), mesh=mesh, in_specs=P("data"), out_specs=P("data"))
         try:
             error = float(jnp.max(jnp.abs(jax.jit(f)(u) - expected)))
