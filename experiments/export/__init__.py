@@ -12,8 +12,9 @@ The names below are imported when first used, so that the command line answers `
 and a bad flag before JAX is imported.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from experiments.runs.lazy import lazy
 
 if TYPE_CHECKING:
     from eqx_lru.export import ExportError as ExportError
@@ -47,11 +48,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy(globals(), _HOMES)

@@ -39,20 +39,15 @@ def _sequence_model(model: eqx.Module) -> eqx_lru.LRUModel:
     return cast(eqx_lru.LRUModel, model)  # what `steps.build_model` builds for one sequence
 
 
-def _config(meta: dict[str, Any], path: Path):
-    """The `RunConfig` that `best.json` (`meta`, read from `path`) records, made to scan
-    sequentially (`lax.scan`: the one method that takes a symbolic length; the same
+def _config(settings: dict[str, Any], path: Path):
+    """The `RunConfig` that `best.json` (read from `path`) records (its `settings`), made to
+    scan sequentially (`lax.scan`: the one method that takes a symbolic length; the same
     function) on one device, without remat."""
     from experiments.lra import cores
     from experiments.lra.config import ConfigError, RunConfig
 
-    if not isinstance(meta["config"], dict):
-        raise ExportError(
-            f"{path} is corrupt: its 'config' is not a JSON object. Restore it from a "
-            "backup, or re-train."
-        )
     try:
-        config = RunConfig.from_json(meta["config"], where=str(path))
+        config = RunConfig.from_json(settings, where=str(path))
         scans = cores.get_core(config.core).scan
         return config.replace(
             method="sequential" if scans else None, sequence_parallel=None, remat=False
@@ -112,9 +107,11 @@ def _load_run(run: str | Path) -> Run:
     try:
         pair, expected = _trusted_best(run)
         meta = ckpt.read_json(pair.json_path, required=("step", "config"))
+        settings = ckpt.Record.from_json(meta, where=pair.json_path).config
     except ckpt.CheckpointError as e:
         raise ExportError(str(e)) from None
-    config = _config(meta, pair.json_path)
+    assert settings is not None  # required above
+    config = _config(settings, pair.json_path)
     spec = steps.task_spec(config.task)
     try:
         like = steps.build_model(config, spec, jax.random.PRNGKey(0))

@@ -6,7 +6,6 @@ checkpoint, status 0). Its parts are the LRA trainer's: `Stop` (signals), `Deadl
 save)."""
 
 import dataclasses
-import sys
 import time
 
 import jax
@@ -16,6 +15,7 @@ import numpy as np
 from ..runs import checkpoint as ckpt
 from ..runs.divergence import check_losses, diverged
 from ..runs.errors import RunError
+from ..runs.progress import progress_bar
 from ..runs.resume import write_checkpoint
 from ..runs.signals import Stop
 from ..runs.timing import Deadline, Speed
@@ -142,17 +142,7 @@ def train_until_stop(r: Run, s: TrainState, hook, clock) -> tuple[TrainState, st
     loop = Loop(r, stop_at, hook, Deadline(args.time_limit, clock, started=r.started))
     status = "finished" if stop_at == total else "stopped"
     if not args.no_progress and s.step < stop_at:
-        from tqdm import tqdm
-
-        r.bar = tqdm(
-            total=total,
-            initial=s.step,
-            unit="step",
-            dynamic_ncols=True,
-            desc="lm",
-            file=sys.stderr,
-            disable=None,  # a bar on a terminal only, not in log files
-        )
+        r.bar = progress_bar(total=total, initial=s.step, desc="lm")
     stopper = r.stop if r.stop is not None else Stop()
     stopper.training = True  # from now on a signal stops the run after a checkpoint
     try:

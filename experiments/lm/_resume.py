@@ -9,7 +9,7 @@ from typing import Any
 
 from ..runs import checkpoint as ckpt
 from ..runs.errors import UsageError
-from ..runs.resume import load_checkpoint, newest_checkpoint
+from ..runs.resume import check_bound, load_checkpoint, newest_checkpoint, say_resuming
 from ._run import Session, TrainState
 from .config import TRAINING_KEYS
 
@@ -22,36 +22,31 @@ def resume(r: Session, s: TrainState) -> TrainState:
     pair = newest_checkpoint(r.out, r.say, fields=fields)
     if pair is None:
         return s
-    _check_run(r, pair)
+    check_bound(r.out, pair, run_id=r.cfg.run_id, settings=r.cfg.to_json(), keys=TRAINING_KEYS)
+    _check_corpus(r, pair)
     (params, opt_state, carry, run_key, step), meta = load_checkpoint(
         pair, s.tree(), ("pending",), r.say
     )
-    r.say(f"Resuming {r.out} at step {int(step)}/{r.cfg.steps}.")
-    pending = tuple(map(tuple, meta["pending"]))
+    say_resuming(r.say, r.out, int(step), r.cfg.steps)
+    pending = _record(meta, pair).pending
     return TrainState(int(step), params, opt_state, carry, run_key, pending)
 
 
-def _check_run(r: Session, pair: ckpt.Pair) -> None:
-    """Refuse a checkpoint of another run: other settings or run id
-    (`_checkpoint.check_bound`), or another corpus."""
+def _record(meta: Any, pair: ckpt.Pair) -> ckpt.Record:
+    """`meta`, the JSON of `pair`, read as a checkpoint's record (one line if malformed)."""
     try:
-        ckpt.check_bound(
-            pair.meta,
-            pair.json_path,
-            run_id=r.cfg.run_id,
-            settings=r.cfg.to_json(),
-            keys=TRAINING_KEYS,
-        )
-    except ckpt.NotBound as e:
-        raise UsageError(
-            f"--resume: {e.path} does not belong to the run in {r.out / 'config.json'} "
-            f"({e.what('config.json')}); it was copied from another run, or config.json was "
-            "edited. Restore the run's own files, or start a new run with another --out."
-        ) from None
-    if pair.meta.get("corpus_sha256") not in (None, r.cfg.corpus_sha256):
+        return ckpt.Record.from_json(meta, where=pair.json_path)
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
+
+
+def _check_corpus(r: Session, pair: ckpt.Pair) -> None:
+    """Refuse a checkpoint trained on another corpus than the run's."""
+    recorded = _record(pair.meta, pair).corpus_sha256
+    if recorded is not None and recorded != r.cfg.corpus_sha256:
         raise UsageError(
             f"--resume: {pair.json_path} was trained on another corpus (SHA-256 "
-            f"{str(pair.meta['corpus_sha256'])[:12]}..., config.json says "
+            f"{recorded[:12]}..., config.json says "
             f"{str(r.cfg.corpus_sha256)[:12]}...). Restore the run's own files, or start a "
             "new run with another --out."
         )

@@ -4,7 +4,6 @@ steps (`TrainState`)."""
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 
 from ..runs import checkpoint as ckpt
 from ..runs.metrics import MetricsLog
+from ..runs.progress import say
 from ..runs.signals import Stop
 from .config import LMConfig
 from .corpus import Corpus
@@ -59,13 +59,7 @@ class Session:
     bar: Any = None
 
     def say(self, msg: str) -> None:
-        try:
-            if self.bar is not None:
-                self.bar.write(msg, file=sys.stderr)
-            else:
-                print(msg, file=sys.stderr, flush=True)
-        except OSError:  # a closed terminal (after SIGHUP): the run goes on
-            pass
+        say(msg, self.bar)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ from ..runs.atomic import write_atomic
 from ..runs.errors import UsageError
 from ..runs.metrics import MetricsLog
 from ..runs.outputs import CHECKPOINT_FILES, RunFiles, trainer_run
+from ..runs.resume import saved_settings
 from ..runs.signals import Stop
 from . import baselines, cli
 from . import config as _config
@@ -31,24 +32,10 @@ __all__ = ["set_up", "load_corpus", "build", "run_files"]
 
 def _settings(args) -> _config.LMConfig:
     out, given = Path(args.out), cli.given(args)
-    if args.resume and args.overwrite:
-        raise UsageError(
-            "--resume continues the run in --out and --overwrite replaces it: pass one of them."
-        )
     try:
         if not args.resume:
             return _config.new_run(given)
-        path = out / "config.json"
-        if not path.is_file():
-            raise UsageError(
-                f"--resume: {path} does not exist, so there is no run to continue in {out}. "
-                "Drop --resume to start one."
-            )
-        try:
-            saved = ckpt.read_json(path)
-        except ckpt.CheckpointError as e:
-            raise UsageError(str(e)) from None
-        return _config.resumed_run(saved, given, out=str(out))
+        return _config.resumed_run(saved_settings(out), given, out=str(out))
     except _config.ConfigError as e:
         raise UsageError(str(e)) from None
 

@@ -4,17 +4,20 @@ the command).
 
 `train`'s settings flags are generated from `LMConfig`'s fields (help line, check, choices,
 and the default of each preset); the flags of the invocation (`--out`, `--resume`,
-`--stop-at`, `--time-limit`, `--no-progress`) are not settings of the run. A bad value is
-refused when the command line is parsed, as one `error: argument --flag: ...` line.
+`--stop-at`, `--time-limit`, `--no-progress`) are not settings of the run; both are made
+as the LRA trainer's are (`runs.cli`). A bad value is refused when the command line is
+parsed, as one `error: argument --flag: ...` line.
 """
 
 import argparse
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..runs.flags import NONNEGATIVE_FLOAT32, POSITIVE_INT, SEED, flag, number, output_folder
+from ..runs import cli as run_cli
+from ..runs.flags import NONNEGATIVE_FLOAT32, POSITIVE_INT, SEED, number, output_folder
 from ..runs.numbers import FLOAT32_TINY
-from ..runs.settings import settings, typed
+from ..runs.settings import typed
 from .config import PRESETS, LMConfig, utf8_text
 
 __all__ = ["parser", "parse_args", "given", "text_flag", "utf8_path"]
@@ -54,8 +57,12 @@ def _shown(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _default_text(name: str) -> str:
-    values = {p: getattr(LMConfig(**over), name) for p, over in PRESETS.items()}
+def _default_text(field: dataclasses.Field) -> str:
+    """The default of `field` in words: the standard library (the corpus), else each
+    preset's value."""
+    if field.name == "corpus":
+        return "standard library"
+    values = {p: getattr(LMConfig(**over), field.name) for p, over in PRESETS.items()}
     if len(set(map(repr, values.values()))) == 1:
         return _shown(next(iter(values.values())))
     return ", ".join(f"{p} {_shown(v)}" for p, v in values.items())
@@ -63,44 +70,13 @@ def _default_text(name: str) -> str:
 
 def _settings(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("settings (defaults: the preset's; with --resume the run's)")
-    for field, record in settings(LMConfig):
-        if record.role == "record":
-            continue
-        kwargs: dict[str, Any] = dict(dest=field.name, default=None)
-        if record.allowed() is not None:
-            kwargs["choices"] = record.allowed()
-        elif record.check is not None:
-            kwargs["type"] = typed(record.check)
-        default = "standard library" if field.name == "corpus" else _default_text(field.name)
-        group.add_argument(flag(field.name), help=f"{record.help} [{default}]", **kwargs)
+    run_cli.add_settings(LMConfig, lambda record: group, _default_text)
 
 
 def _train(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--out", required=True, type=text_flag, help="run folder: metrics, curve, checkpoints"
-    )
-    p.add_argument("--resume", action="store_true", help="continue the run in OUT exactly [off]")
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="start a new run in OUT even if it holds one (its checkpoints, metrics and "
-        "results are removed; by default such a folder is refused) [off]",
-    )
-    p.add_argument(
-        "--stop-at", type=POSITIVE_INT, help="checkpoint and exit after this step [never]"
-    )
-    p.add_argument(
-        "--time-limit",
-        type=number(float, low=0, open_low=True),
-        metavar="MINUTES",
-        help="checkpoint and exit (status 0, resumable) before MINUTES have passed since the "
-        "process started [none]",
-    )
-    p.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress bar (shown on a terminal only anyway) [off]",
-    )
+    run_cli.add_run_folder(p, text=text_flag)
+    run_cli.add_stopping(p)
+    run_cli.add_no_progress(p)
     _settings(p)
 
 
@@ -169,10 +145,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return parser().parse_args(argv)
+    """The command line `argv` (default `sys.argv[1:]`) parsed; a bad flag, or `train
+    --resume` with `--overwrite`, is argparse's one `error:` line and `SystemExit(2)`."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command == "train":
+        run_cli.refuse_resume_and_overwrite(p, args)
+    return args
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the command line sets (the unset flags are None)."""
-    names = [f.name for f, s in settings(LMConfig) if s.role != "record"]
-    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    return run_cli.given(args, LMConfig)

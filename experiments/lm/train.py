@@ -11,14 +11,13 @@ streams in `streams.py`, the model and its programs in `model.py`.
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..runs import env as _env
 from ..runs.atomic import write_atomic
-from ..runs.errors import RunError, one_line
+from ..runs.errors import RunError, exit_status, run_status
 from ..runs.metrics import read_records
 from ..runs.signals import Stop
 from ._loop import train_until_stop
@@ -135,7 +134,8 @@ def main(
     a full disk) as one `error:` line and status 2, a failed run status 1, an interrupt
     130. `argv`: the arguments, or parsed ones (`python -m` parses them before importing
     this module); `started`, `hard_abort`: see `run`."""
-    try:
+
+    def command() -> int:
         args = argv if isinstance(argv, argparse.Namespace) else parse_args(argv)
         if args.command == "sample":
             from .sample import sample_main
@@ -145,13 +145,6 @@ def main(
             from .export import export_main
 
             return export_main(args)
-        results = run(args, started=started, hard_abort=hard_abort)
-    except BaseException as e:
-        known = one_line(e)
-        if known is None:
-            raise
-        line, code = known
-        if line:
-            print(line, file=sys.stderr)
-        return code
-    return 130 if results["status"] == "interrupted" else 0
+        return run_status(run(args, started=started, hard_abort=hard_abort))
+
+    return exit_status(command)

@@ -46,10 +46,10 @@ def evaluate(r: Run, params, bn_state, split) -> dict[str, Any]:
     }
 
 
-def _best(r: Run, carry: Carry, template) -> tuple[Any, dict[str, Any]]:
-    """The best-val weights and their JSON, from `OUT/best.eqx` (the run's own, by digest).
-    With several processes, process 0 reads them once every process has finished the last
-    save, and sends the bytes to the others (they need not see its disk)."""
+def _best(r: Run, carry: Carry, template) -> tuple[Any, ckpt.Record]:
+    """The best-val weights and their JSON's record, from `OUT/best.eqx` (the run's own, by
+    digest). With several processes, process 0 reads them once every process has finished
+    the last save, and sends the bytes to the others (they need not see its disk)."""
 
     def read():
         pair = ckpt.locate(r.out, "best", sha256=carry.best_sha256) if carry.best_sha256 else None
@@ -58,25 +58,26 @@ def _best(r: Run, carry: Carry, template) -> tuple[Any, dict[str, Any]]:
         if pair is None:
             raise FileNotFoundError(f"No checkpoint file {str(r.out / 'best.json')!r}.")
         tree, meta = ckpt.load_pair(pair.json_path, pair.eqx_path, template)
-        return tree, meta, pair.eqx_path
+        return tree, meta, pair
 
     if jax.process_count() == 1:
-        return read()[:2]
+        tree, meta, pair = read()
+        return tree, ckpt.Record.from_json(meta, where=pair.json_path)
     blob = None
     if r.primary:
-        _, meta, path = read()
-        blob = json.dumps(meta).encode() + b"\n" + path.read_bytes()
+        _, meta, pair = read()
+        blob = json.dumps(meta).encode() + b"\n" + pair.eqx_path.read_bytes()
     text, data = mp.share(blob).split(b"\n", 1)
-    meta = json.loads(text)
-    if "sha256" in meta and ckpt.sha256(data) != meta["sha256"]:
+    record = ckpt.Record.from_json(json.loads(text), where=r.out / "best.json")
+    if record.sha256 is not None and ckpt.sha256(data) != record.sha256:
         raise RunError("best.eqx changed while process 0 sent it to the others; run again.")
-    return eqx.tree_deserialise_leaves(io.BytesIO(data), ckpt.to_host(template)), meta
+    return eqx.tree_deserialise_leaves(io.BytesIO(data), ckpt.to_host(template)), record
 
 
 def _test(r: Run, carry: Carry) -> dict[str, Any]:
     """Evaluate the best-val weights (`_best`) on test."""
     template = (eqx.combine(carry.params, r.static), carry.bn_state)
-    (model, bn_state), meta = _best(r, carry, template)
+    (model, bn_state), best = _best(r, carry, template)
     params = par.replicate(eqx.filter(model, eqx.is_inexact_array), r.mesh)
     test = evaluate(r, params, par.replicate(bn_state, r.mesh), r.data.test)
     r.log.write(
@@ -84,7 +85,7 @@ def _test(r: Run, carry: Carry) -> dict[str, Any]:
             "split": "test",
             "step": carry.step,
             "checkpoint": "best",
-            "checkpoint_step": meta["step"],
+            "checkpoint_step": best.step,
             **test,
         }
     )

@@ -5,7 +5,6 @@ jitted steps and the metrics log)."""
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from jax.sharding import Mesh
 
 from ..runs import checkpoint as ckpt
 from ..runs.metrics import MetricsLog
+from ..runs.progress import say
 from ..runs.signals import Stop
 from .config import RunConfig
 from .data import TaskData
@@ -51,13 +51,9 @@ class Session:
         return self.seconds_before + (time.perf_counter() - self.began)
 
     def say(self, msg: str) -> None:
-        try:
-            if self.bar is not None:
-                self.bar.write(msg, file=sys.stderr)  # above the bar, not through it
-            elif self.primary:
-                print(msg, file=sys.stderr, flush=True)
-        except OSError:  # a closed terminal (after SIGHUP): the run goes on, files are written
-            pass
+        """`msg` above the progress bar (`runs.progress.say`); process 0's only."""
+        if self.bar is not None or self.primary:
+            say(msg, self.bar)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,6 +23,7 @@ from ..runs.atomic import write_atomic
 from ..runs.errors import UsageError
 from ..runs.metrics import MetricsLog
 from ..runs.outputs import CHECKPOINT_FILES, RunFiles, trainer_run
+from ..runs.resume import saved_settings
 from ..runs.signals import Stop
 from . import cli, cores, tasks
 from . import config as _config
@@ -60,7 +61,9 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     given = cli.given(args)
     try:
         if args.resume:
-            config = _config.resumed_run(_saved_config(out), given, out=str(out))
+            config = _config.resumed_run(
+                saved_settings(out, required=("task",)), given, out=str(out)
+            )
         else:
             config = _config.new_run(args.task, given)
     except _config.ConfigError as e:
@@ -68,19 +71,6 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     if not config.data_root:
         raise UsageError("--data-root is required: the folder holding the task's data.")
     return config
-
-
-def _saved_config(out: Path) -> dict[str, Any]:
-    path = out / "config.json"
-    if not path.is_file():
-        raise UsageError(
-            f"--resume: {path} does not exist, so there is no run to continue in {out}. "
-            "Drop --resume to start one."
-        )
-    try:
-        return ckpt.read_json(path, required=("task",))
-    except ckpt.CheckpointError as e:
-        raise UsageError(str(e)) from None
 
 
 def set_up(

@@ -3,7 +3,6 @@ they fall due, until the end, `--stop-at`, `--time-limit` or a signal."""
 
 import concurrent.futures
 import dataclasses
-import sys
 
 import equinox as eqx
 import jax
@@ -15,6 +14,7 @@ from ..runs import multiprocess as mp
 from ..runs import parallel as par
 from ..runs.divergence import check_losses, diverged
 from ..runs.errors import RunError
+from ..runs.progress import progress_bar
 from ..runs.resume import write_checkpoint
 from ..runs.signals import Stop
 from ..runs.timing import Deadline, Speed
@@ -214,18 +214,7 @@ def train_until_stop(r: Run, carry: Carry, hook, clock) -> tuple[Carry, str, Spe
     loop = Loop(r, stop_at, hook, Deadline(args.time_limit, clock, started=r.started))
     status = "finished" if stop_at == total else "stopped"
     if r.primary and not args.no_progress and carry.step < stop_at:
-        from tqdm import tqdm
-
-        # disable=None: a bar on a terminal only, not in log files.
-        r.bar = tqdm(
-            total=total,
-            initial=carry.step,
-            unit="step",
-            dynamic_ncols=True,
-            desc=f"{r.cfg.task} {r.cfg.core}",
-            file=sys.stderr,
-            disable=None,
-        )
+        r.bar = progress_bar(total=total, initial=carry.step, desc=f"{r.cfg.task} {r.cfg.core}")
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lra-data")
     stopper = r.stop if r.stop is not None else Stop()
     stopper.training = True  # from now on a signal stops the run after a checkpoint

@@ -4,8 +4,9 @@ Every setting of `config.RunConfig` (but the records the trainer writes) is a fl
 its field's help line, check and choices, and the default it takes shown as it is: a
 value, or each task's where the tasks differ (the LRU's; `--core s4d`/`s5` start from
 their authors' settings, `experiments/lra/cores.py`). The flags of the invocation itself
-(`--out`, `--resume`, `--stop-at`, ...) are not settings of the run. `parse_args(argv)`
-parses a list; `given(args)` is the settings it sets (the unset flags are None).
+(`--out`, `--resume`, `--stop-at`, ...) are not settings of the run; those every trainer
+has, and the making of a setting's flag, are `runs.cli`'s. `parse_args(argv)` parses a
+list; `given(args)` is the settings it sets (the unset flags are None).
 """
 
 import argparse
@@ -13,10 +14,11 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..runs.flags import POSITIVE_INT, number, text
-from ..runs.settings import setting_of, settings, typed
+from ..runs import cli as run_cli
+from ..runs.flags import text
+from ..runs.settings import setting_of
 from . import cores, tasks
-from .config import RunConfig, flag
+from .config import RunConfig
 
 __all__ = ["parse_args", "given"]
 
@@ -44,37 +46,15 @@ def _per_task(name: str, configs: list[RunConfig]) -> str:
 
 
 def _default_text(field: dataclasses.Field, defaults: dict[str, list[RunConfig]]) -> str:
-    """The default of `field` in words: its `default_text`, or its value in a new run of
-    each task (the LRU's; for a core setting, that of each core that uses it)."""
-    record = setting_of(field)
-    if record.default_text is not None:
-        return record.default_text
-    if record.group != "core":
+    """The default of `field` in words: its value in a new run of each task (the LRU's;
+    for a core setting, that of each core that uses it)."""
+    if setting_of(field).group != "core":
         return _per_task(field.name, defaults[cores.DEFAULT])
     return "; ".join(
         f"{name}: {_per_task(field.name, defaults[name])}"
         for name in cores.names()
         if field.name in cores.get_core(name).settings
     )
-
-
-def _add(group, field: dataclasses.Field, defaults: dict[str, list[RunConfig]]) -> None:
-    record = setting_of(field)
-    help_text = f"{record.help} [{_default_text(field, defaults)}]"
-    kwargs: dict[str, Any] = dict(dest=field.name, default=None, help=help_text)
-    choices = record.allowed()
-    if field.type is bool:
-        kwargs["action"] = argparse.BooleanOptionalAction
-    elif choices is not None:
-        kwargs["choices"] = choices
-    elif record.check is not None:
-        kwargs["type"] = typed(record.check)
-    options = dict(record.cli or {})
-    names = options.pop("flags", (flag(field.name),))
-    if "action" in options:
-        kwargs.pop("type", None)
-    kwargs.update(options)
-    group.add_argument(*names, **kwargs)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,18 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         "--core s4d/s5: their authors' per-task settings, experiments/lra/cores.py) or, "
         "with --resume, the values saved in OUT/config.json.",
     )
-    p.add_argument(
-        "--out", required=True, type=text, help="output folder: metrics, curves, checkpoints"
-    )
-    p.add_argument(
-        "--resume", action="store_true", help="continue from OUT/last.eqx, exactly [off]"
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="start a new run in OUT even if it holds one (its checkpoints, metrics and "
-        "results are removed first; without it such a folder is refused) [off]",
-    )
+    run_cli.add_run_folder(p, text=text)
     p.add_argument(
         "--allow-data-change",
         action="store_true",
@@ -104,9 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     defaults = {c: [RunConfig.defaults(t, c) for t in tasks.names()] for c in cores.names()}
     groups = {name: p.add_argument_group(title) for name, title in _GROUPS.items()}
-    for field, record in settings(RunConfig):
-        if record.role != "record":
-            _add(groups[record.group], field, defaults)
+    run_cli.add_settings(
+        RunConfig, lambda record: groups[record.group], lambda f: _default_text(f, defaults)
+    )
     _invocation(groups["run"])
     p.epilog = f"cores: {', '.join(cores.names())}; tasks: {', '.join(tasks.names())}."
     return p
@@ -114,16 +83,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _invocation(g) -> None:
     """The flags of this invocation, not settings of the run."""
-    g.add_argument(
-        "--stop-at", type=POSITIVE_INT, help="checkpoint and exit after this step [never]"
-    )
-    g.add_argument(
-        "--time-limit",
-        type=number(float, low=0, open_low=True),
-        metavar="MINUTES",
-        help="checkpoint and exit (status 0, resumable) before MINUTES have passed since the "
-        "process started; a limit too short for one step is an error (status 1) [none]",
-    )
+    run_cli.add_stopping(g)
     g.add_argument(
         "--distributed",
         choices=("auto", "on", "off"),
@@ -131,11 +91,7 @@ def _invocation(g) -> None:
         help="multi-host: call jax.distributed.initialize() ('auto': when "
         "JAX_COORDINATOR_ADDRESS or a SLURM/Open MPI launch with >1 task is detected) [auto]",
     )
-    g.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress bar (it is shown on a terminal only anyway) [off]",
-    )
+    run_cli.add_no_progress(g)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -143,15 +99,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     with `--overwrite`, is argparse's one `error:` line and `SystemExit(2)`."""
     p = _parser()
     args = p.parse_args(argv)
-    if args.resume and args.overwrite:
-        p.error(
-            "argument --overwrite: --resume continues the run in --out and --overwrite "
-            "replaces it; pass one of them"
-        )
+    run_cli.refuse_resume_and_overwrite(p, args)
     return args
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
     """The settings of `RunConfig` that the command line sets (not None)."""
-    names = [f.name for f, s in settings(RunConfig) if s.role != "record"]
-    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    return run_cli.given(args, RunConfig)

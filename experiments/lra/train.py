@@ -12,8 +12,6 @@ metrics log, devices and processes) is in `experiments/runs/`.
 """
 
 import argparse
-import importlib
-import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -21,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..runs import env as _env
 from ..runs import watchdog as _watchdog
-from ..runs.errors import RunError, UsageError, one_line
+from ..runs.errors import RunError, UsageError, exit_status, run_status
+from ..runs.lazy import lazy
 from ..runs.signals import Abort, Stop
 from ..runs.timing import process_age
 from .cli import parse_args
@@ -60,14 +59,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name], __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy(globals(), _LAZY)
 
 
 def run(
@@ -157,27 +149,27 @@ def main(
     In a multi-process run, a failure that this process alone sees (its own error, a lost
     peer, a bug) ends every process: the line is published to the others
     (`_watchdog.Watchdog.fail`) and the process exits at once."""
-    try:
-        results = run(argv, clock=clock, started=started, hard_abort=hard_abort)
-    except BaseException as e:
-        known = one_line(e)
-        dog = _watchdog.current()
-        if dog is not None and not getattr(e, "shared", False):
-            if known is None:
-                known = _unexpected(e)
-            dog.fail(known[0].removeprefix("error: "), known[1])
-        if dog is not None:
-            dog.close()
-        if known is None:
-            raise
-        line, code = known
-        if line:
-            print(line, file=sys.stderr)
-        return code
+    code = exit_status(
+        lambda: run_status(run(argv, clock=clock, started=started, hard_abort=hard_abort)),
+        failed=_fail_together,
+    )
     dog = _watchdog.current()
+    if dog is not None:  # (a failure closed it already)
+        dog.close()
+    return code
+
+
+def _fail_together(e: BaseException, known: tuple[str, int] | None) -> tuple[str, int] | None:
+    """In a multi-process run, end every process with the line of `e` (its `one_line`
+    `known`, or `_unexpected`'s), unless it is a failure every process saw (`shared`)."""
+    dog = _watchdog.current()
+    if dog is not None and not getattr(e, "shared", False):
+        if known is None:
+            known = _unexpected(e)
+        dog.fail(known[0].removeprefix("error: "), known[1])
     if dog is not None:
         dog.close()
-    return 130 if results["status"] == "interrupted" else 0
+    return known
 
 
 def _unexpected(e: BaseException) -> tuple[str, int]:

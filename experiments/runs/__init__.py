@@ -3,19 +3,27 @@ won once (a checkpoint that survives a crash, a signal that saves, an error in o
 holds in every command that uses it.
 
 - `checkpoint`: the checkpoint store (atomic `.eqx` + JSON pairs located by SHA-256), the
-  trust rules (which checkpoint belongs to a run, given the settings that bind it), the
-  `last` record's checks and the run folder's lock;
-- `resume`: the newest complete checkpoint, loaded and verified; a checkpoint written so
-  that a second signal waits for it;
+  trust rules (which checkpoint belongs to a run, given the settings that bind it), a
+  checkpoint's JSON read as a typed `Record`, and the run folder's lock;
+- `records`: a JSON file beside a command's outputs read as a typed record, each field
+  checked (a malformed one refused in one line naming the file and the field);
+- `resume`: the run's saved settings, the newest complete checkpoint, loaded, verified
+  and refused if it is another run's, the line that says where the run goes on; a
+  checkpoint written so that a second signal waits for it;
 - `divergence`: a non-finite loss stops the run with one message;
 - `signals`: SIGINT/TERM/HUP save and exit 130, `--save-signals` (USR1, USR2, XCPU) save
   and exit 0; `timing`: steps per second, `--time-limit`, the age of the process;
 - `metrics`: the JSON-lines metrics log and its learning curve;
-- `errors`: `UsageError` (status 2), `RunError` (status 1), `ConfigError`;
+- `errors`: `UsageError` (status 2), `RunError` (status 1), `ConfigError`; a `main` that
+  prints a failure's one line and returns its status (`exit_status`);
 - `env`: the process environment set and checked before JAX starts its backend;
 - `parallel`, `multiprocess`, `watchdog`: devices, meshes and batch sharding, processes
   that agree or fail together, and peers that die or never connect;
 - `atomic`: files written whole or not at all; `flags`: argparse types and output paths;
+  `cli`: the trainers' flags of an invocation (`--out`, `--resume`, `--stop-at`...), a
+  flag for each setting of a settings record; `settings`: that record's fields;
+- `progress`: a run's progress bar and the lines said above it; `lazy`: a module's names
+  imported when first used (as here);
 - `outputs`: whose files a folder holds (a command's record of its outputs): what a new
   run refuses, what `--overwrite` removes; `snapshot`: a consistent read of files a live
   trainer replaces.
@@ -24,21 +32,27 @@ holds in every command that uses it.
 not import JAX: the names below are loaded on first use (a command's `--help` stays fast).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from . import lazy as _lazy
 
 if TYPE_CHECKING:
     from . import atomic as atomic
     from . import checkpoint as checkpoint
+    from . import cli as cli
     from . import divergence as divergence
     from . import env as env
     from . import errors as errors
     from . import flags as flags
+    from . import lazy as lazy
     from . import metrics as metrics
     from . import multiprocess as multiprocess
     from . import outputs as outputs
     from . import parallel as parallel
+    from . import progress as progress
+    from . import records as records
     from . import resume as resume
+    from . import settings as settings
     from . import signals as signals
     from . import snapshot as snapshot
     from . import timing as timing
@@ -68,32 +82,33 @@ if TYPE_CHECKING:
 
 #: Each public name and the module it lives in.
 _HOMES = {
-    "write_atomic": "atomic",
-    "CheckpointError": "checkpoint",
-    "RunLock": "checkpoint",
-    "check_losses": "divergence",
-    "diverged": "divergence",
-    "ConfigError": "errors",
-    "RunError": "errors",
-    "UsageError": "errors",
-    "flag": "flags",
-    "number": "flags",
-    "MetricsLog": "metrics",
-    "read_records": "metrics",
-    "RunFolder": "resume",
-    "load_checkpoint": "resume",
-    "newest_checkpoint": "resume",
-    "write_checkpoint": "resume",
-    "Abort": "signals",
-    "Stop": "signals",
-    "parse_signals": "signals",
-    "Deadline": "timing",
-    "Speed": "timing",
-    "process_age": "timing",
+    "write_atomic": ".atomic",
+    "CheckpointError": ".checkpoint",
+    "RunLock": ".checkpoint",
+    "check_losses": ".divergence",
+    "diverged": ".divergence",
+    "ConfigError": ".errors",
+    "RunError": ".errors",
+    "UsageError": ".errors",
+    "flag": ".flags",
+    "number": ".flags",
+    "MetricsLog": ".metrics",
+    "read_records": ".metrics",
+    "RunFolder": ".resume",
+    "load_checkpoint": ".resume",
+    "newest_checkpoint": ".resume",
+    "write_checkpoint": ".resume",
+    "Abort": ".signals",
+    "Stop": ".signals",
+    "parse_signals": ".signals",
+    "Deadline": ".timing",
+    "Speed": ".timing",
+    "process_age": ".timing",
 }
 _MODULES = (
     "atomic",
     "checkpoint",
+    "cli",
     "divergence",
     "env",
     "errors",
@@ -102,7 +117,10 @@ _MODULES = (
     "multiprocess",
     "outputs",
     "parallel",
+    "progress",
+    "records",
     "resume",
+    "settings",
     "signals",
     "snapshot",
     "timing",
@@ -134,15 +152,20 @@ __all__ = [
     "process_age",
     "atomic",
     "checkpoint",
+    "cli",
     "divergence",
     "env",
     "errors",
     "flags",
+    "lazy",
     "metrics",
     "multiprocess",
     "outputs",
     "parallel",
+    "progress",
+    "records",
     "resume",
+    "settings",
     "signals",
     "snapshot",
     "timing",
@@ -150,13 +173,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name in _HOMES:
-        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy.lazy(globals(), _HOMES, submodules=_MODULES)

@@ -1,15 +1,22 @@
 """The kinds of error a command reports as one line: the user's (`UsageError`, status 2),
 the run's (`RunError`, status 1), and a setting's (`ConfigError`, which the command line
 turns into a `UsageError`); `one_line`: the line and status a trainer's `main` reports
-for any of them, or for a file-system error the user can fix."""
+for any of them, or for a file-system error the user can fix; `exit_status`: a trainer's
+`main` around its command, which prints that line and returns the status (`run_status`:
+a run's)."""
 
 import errno
 import sys
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .flags import USER_ERRNOS
 from .signals import Abort
 
-__all__ = ["UsageError", "RunError", "ConfigError", "one_line"]
+__all__ = ["UsageError", "RunError", "ConfigError", "one_line", "exit_status", "run_status"]
+
+#: A failure's line and exit status (`one_line`).
+Line = tuple[str, int]
 
 
 class UsageError(Exception):
@@ -53,3 +60,36 @@ def one_line(e: BaseException) -> tuple[str, int] | None:
         if isinstance(e, CheckpointError):
             return f"error: {e}", 2
     return None
+
+
+def exit_status(
+    command: Callable[[], int],
+    *,
+    failed: Callable[[BaseException, Line | None], Line | None] | None = None,
+) -> int:
+    """The exit status of `command()` (a command's body, returning its status): a failure
+    that `one_line` words is printed to stderr as its line, and its status returned; any
+    other (a bug) is raised again, with its traceback.
+
+    **Arguments:**
+
+    - `failed`: called as `failed(error, line)` (the line None for a bug) before the line
+        is printed; returns the line to print and the status (None: raise the error).
+    """
+    try:
+        return command()
+    except BaseException as e:
+        known = one_line(e)
+        if failed is not None:
+            known = failed(e, known)
+        if known is None:
+            raise
+        line, code = known
+        if line:
+            print(line, file=sys.stderr)
+        return code
+
+
+def run_status(results: Mapping[str, Any]) -> int:
+    """The exit status of a run that returned `results`: 130 if interrupted, else 0."""
+    return 130 if results["status"] == "interrupted" else 0

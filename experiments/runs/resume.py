@@ -1,10 +1,12 @@
-"""The generic parts of resuming a run, shared by every trainer: the newest complete `last`
-checkpoint (`newest_checkpoint`), loaded and verified (`load_checkpoint`), and a checkpoint
-written so that a second signal waits for it and a file-system error is one line
-(`write_checkpoint`). What binds a checkpoint to a run (settings, data, best weights) is
-each trainer's own resume."""
+"""The generic parts of resuming a run, shared by every trainer: the run's saved settings
+(`saved_settings`), the newest complete `last` checkpoint (`newest_checkpoint`), loaded and
+verified (`load_checkpoint`), refused if it is another run's (`check_bound`, `not_bound`),
+the line that says where the run goes on (`say_resuming`), and a checkpoint written so that
+a second signal waits for it and a file-system error is one line (`write_checkpoint`).
+Which settings bind a run, and what else binds it (data, corpus, best weights), is each
+trainer's own resume."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -12,7 +14,16 @@ from . import checkpoint as ckpt
 from .errors import RunError, UsageError
 from .signals import Stop
 
-__all__ = ["RunFolder", "newest_checkpoint", "load_checkpoint", "write_checkpoint"]
+__all__ = [
+    "RunFolder",
+    "saved_settings",
+    "newest_checkpoint",
+    "load_checkpoint",
+    "check_bound",
+    "not_bound",
+    "say_resuming",
+    "write_checkpoint",
+]
 
 
 class RunFolder(Protocol):
@@ -23,6 +34,21 @@ class RunFolder(Protocol):
 
     @property
     def stop(self) -> Stop | None: ...
+
+
+def saved_settings(out: Path, *, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The settings `--resume` continues with: `OUT/config.json`, holding `required`.
+    **Raises:** `UsageError`, one line, if it is missing or corrupt."""
+    path = out / "config.json"
+    if not path.is_file():
+        raise UsageError(
+            f"--resume: {path} does not exist, so there is no run to continue in {out}. "
+            "Drop --resume to start one."
+        )
+    try:
+        return ckpt.read_json(path, required=required)
+    except ckpt.CheckpointError as e:
+        raise UsageError(str(e)) from None
 
 
 def newest_checkpoint(out: Path, say: Callable[[str], None], **check: Any) -> ckpt.Pair | None:
@@ -70,6 +96,39 @@ def load_checkpoint(
             f"the previous one ({pair.json_path.name})."
         )
     return tree, meta
+
+
+def not_bound(out: Path, e: ckpt.NotBound) -> UsageError:
+    """`--resume`'s refusal of `e.path`, a checkpoint of another run than the one in
+    `OUT/config.json` (`ckpt.check_bound`), in one line."""
+    what = e.what("config.json: another run with the same settings")
+    return UsageError(
+        f"--resume: {e.path} does not belong to the run in {out / 'config.json'} ({what}); it "
+        "was copied from another run, or config.json was edited. Restore the run's own files, "
+        "or start a new run with another --out."
+    )
+
+
+def check_bound(
+    out: Path,
+    pair: ckpt.Pair,
+    *,
+    run_id: str | None,
+    settings: Mapping[str, Any] | None,
+    keys: Sequence[str],
+) -> None:
+    """Refuse `pair`, the newest checkpoint in `out`, if it is another run's: a setting of
+    `keys` (those that bind the trainer's runs) differs from `settings`, or its run id from
+    `run_id` (`ckpt.check_bound`). **Raises:** `UsageError` (`not_bound`)."""
+    try:
+        ckpt.check_bound(pair.meta, pair.json_path, run_id=run_id, settings=settings, keys=keys)
+    except ckpt.NotBound as e:
+        raise not_bound(out, e) from None
+
+
+def say_resuming(say: Callable[[str], None], out: Path, step: int, steps: int) -> None:
+    """Say that the run in `out` goes on from `step` of `steps`."""
+    say(f"Resuming {out} at step {step}/{steps}.")
 
 
 def write_checkpoint(r: RunFolder, write: Callable[[], Any]):

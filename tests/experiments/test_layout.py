@@ -102,9 +102,12 @@ def test_the_harness_is_below_both_trainers():
 
 
 def test_the_checkpoint_store_imports_neither_the_command_line_nor_the_steps():
+    """The store imports the atomic writes and the typed reading of JSON records, which
+    import nothing else of `experiments`."""
     modules = _modules()
-    store = "experiments.runs.checkpoint.store"
-    assert _imports(store, modules[store], modules) == {"experiments.runs.atomic"}
+    store, records = "experiments.runs.checkpoint.store", "experiments.runs.records"
+    assert _imports(store, modules[store], modules) == {"experiments.runs.atomic", records}
+    assert _imports(records, modules[records], modules) == set()
 
 
 def _redesigned_files():

@@ -1,5 +1,6 @@
 """Tests of `experiments.lra.data` on small files written in the official LRA formats."""
 
+import json
 import logging
 import math
 import pickle
@@ -11,7 +12,7 @@ import pytest
 from PIL import Image
 
 from experiments.lra import data, tasks
-from experiments.lra.data import EOS_ID, PAD_ID, UNK_ID, batch_indices, find_task_dir
+from experiments.lra.data import EOS_ID, PAD_ID, UNK_ID, _cache, batch_indices, find_task_dir
 from experiments.lra.tasks import load_task
 
 
@@ -429,6 +430,63 @@ def test_token_cache_saves_and_reloads_vocab(tmp_path):
     assert_same_task(built, reloaded)
     assert_same_task(built, load_task("text", tmp_path / "data", max_examples=3))
     assert len(built.train) == 3 and built.vocab == ("<pad>", "<unk>", "<eos>", "a", "b", "é")
+
+
+#: A cache's `meta.json` as `load` writes it for a token task (val stored as test).
+CACHE_META = {
+    "version": _cache.CACHE_VERSION,
+    "fingerprint": "f" * 64,
+    "arrays": [f"{s}.{f}" for s in ("test", "train") for f in ("inputs", "labels", "lengths")],
+    "vocab": ["<pad>", "<unk>", "<eos>", "a"],
+    "seq_len": 12,
+    "fields": ["inputs", "lengths", "labels"],
+    "dropped": {},
+    "aliases": {"val": "test"},
+}
+_ABSENT = object()
+# A field of meta.json edited by hand: (field, value, what the line says). When the cache
+# was reopened, each was a traceback (KeyError, TypeError) or was read as it was (a width
+# of "12" or 0, a count of -1).
+MALFORMED_CACHE = [
+    ("seq_len", "12", "its 'seq_len' is \"12\" (a string), not a whole number >= 1"),
+    ("seq_len", 0, "its 'seq_len' is 0 (a number)"),
+    ("fields", ["inputs", "pixels"], "its 'fields' is a list holding \"pixels\""),
+    ("vocab", 5, "its 'vocab' is 5 (a number), not null or a list of tokens"),
+    ("dropped", {"empty_image": -1}, "its 'dropped' is an object whose 'empty_image' is -1"),
+    ("arrays", ["train.inputs"], "its 'arrays' lack 'train.lengths'"),
+    ("aliases", {"val": "dev"}, "its 'aliases' is an object whose 'val' is \"dev\""),
+    ("fields", _ABSENT, "it lacks 'fields'"),
+]
+
+
+@pytest.mark.parametrize("field, value, words", MALFORMED_CACHE)
+def test_a_malformed_cache_record_is_one_line_naming_the_field(field, value, words, tmp_path):
+    path = tmp_path / "meta.json"
+    meta = {k: v for k, v in {**CACHE_META, field: value}.items() if v is not _ABSENT}
+    with pytest.raises(data.DataError) as e:
+        _cache.CacheMeta.from_json(meta, where=path)
+    line = str(e.value)
+    assert "\n" not in line and line.startswith(f"{path} is corrupt: {words}"), line
+    record = _cache.CacheMeta.from_json(CACHE_META, where=path)
+    assert record.vocab == ("<pad>", "<unk>", "<eos>", "a") and record.aliases == {"val": "test"}
+
+
+def test_a_hand_edited_cache_record_is_named_and_the_cache_rebuilt(tmp_path, caplog):
+    write_listops(tmp_path / "data")
+    cache = tmp_path / "cache"
+    built = load_task("listops", tmp_path / "data", cache_dir=cache)
+    path = cache / "listops" / "meta.json"
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**meta, "seq_len": "wide"}), encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        again = load_task("listops", tmp_path / "data", cache_dir=cache)
+    assert_same_task(built, again)
+    warned = [r.getMessage() for r in caplog.records if str(path) in r.getMessage()]
+    assert warned == [
+        f"{path} is corrupt: its 'seq_len' is \"wide\" (a string), not a whole number >= 1; "
+        "it was edited, or written by another tool. The cache is rebuilt."
+    ]
+    assert json.loads(path.read_text(encoding="utf-8")) == meta  # written again as it was
 
 
 # --------------------------------------------------------------------------- batching

@@ -9,6 +9,7 @@ by the module; the settings match `test_lra_train.py`, so the jitted steps compi
 import errno
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -225,6 +226,79 @@ def test_malformed_field_of_last_json_is_one_line(
     assert f"{out / 'last.json'} is corrupt: its {field!r} is " in line, line
     assert shown in line and "start a new run with another --out" in line, line
     _untouched(out, before)
+
+
+#: A `last` record as the trainer writes it (the fields `ckpt.Record` reads).
+LAST_RECORD = {
+    "step": 5,
+    "sha256": "a" * 64,
+    "pending": [[0.5, 0.25, 0.01]],
+    "best": {"step": 4, "val_accuracy": 0.5, "val_loss": 1.5},
+    "best_sha256": "b" * 64,
+    "data": {"train": {"examples": 96, "sha256": "c" * 64}},
+    "config": {"task": "listops"},
+    "run_id": "d" * 32,
+    "seconds_total": 12.5,
+    "corpus_sha256": None,
+}
+#: Beyond `MALFORMED_LAST` (which the trainer's `--resume` reaches): the fields a reader
+#: of a record reads as well, and the one every record has.
+MALFORMED_RECORD = MALFORMED_LAST + [
+    ("sha256", "abc", '"abc" (a string)'),
+    ("seconds_total", -1, "-1 (a number)"),
+    ("seconds_total", "12", '"12" (a string)'),
+    ("corpus_sha256", 5, "5 (a number)"),
+]
+
+
+def test_a_checkpoint_record_reads_every_field():
+    record = ckpt.Record.from_json(LAST_RECORD, where="last.json")
+    assert record == ckpt.Record(
+        step=5,
+        sha256="a" * 64,
+        pending=((0.5, 0.25, 0.01),),
+        best=LAST_RECORD["best"],
+        best_sha256="b" * 64,
+        data=LAST_RECORD["data"],
+        config={"task": "listops"},
+        run_id="d" * 32,
+        seconds_total=12.5,
+    )
+    assert ckpt.Record.from_json({"step": 0}, where="best.json") == ckpt.Record(step=0)
+
+
+@pytest.mark.parametrize("field, value, shown", MALFORMED_RECORD)
+def test_a_malformed_checkpoint_record_is_one_line_naming_the_field(field, value, shown, tmp_path):
+    """`ckpt.Record.from_json`, without training: one line naming the file and the field."""
+    path = tmp_path / "last.json"
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.Record.from_json({**LAST_RECORD, field: value}, where=path)
+    line = str(e.value)
+    assert "\n" not in line and line.startswith(f"{path} is corrupt: its {field!r} is "), line
+    assert shown in line and "start a new run with another --out" in line, line
+
+
+@pytest.mark.parametrize("record, words", [({"pending": []}, "it lacks 'step'"), ([], "list")])
+def test_a_record_without_a_step_or_not_an_object_is_one_line(record, words, tmp_path):
+    where = re.escape(str(tmp_path / "x.json"))
+    with pytest.raises(ckpt.CheckpointError, match=rf"^{where} is corrupt.*{words}"):
+        ckpt.Record.from_json(record, where=tmp_path / "x.json")
+
+
+@pytest.mark.parametrize(
+    "field, value, shown", [("sha256", 5, "5 (a number)"), ("step", "2", '"2" (a string)')]
+)
+def test_the_store_reads_a_checkpoints_digest_and_step_checked(field, value, shown, tmp_path):
+    """A `sha256` that is not a digest was read as "damaged .eqx"; a step "2" as step 2."""
+    tree = (np.zeros(3, np.float32), np.asarray(2, np.int64))
+    ckpt.save(tmp_path, "last", tree, {"step": 2})
+    path = tmp_path / "last.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    words = re.escape(f"{path} is corrupt: its {field!r} is {shown}")
+    with pytest.raises(ckpt.CheckpointError, match=f"^{words}"):
+        pair = ckpt.locate(tmp_path, "last")
+        assert pair is not None
+        ckpt.load_pair(pair.json_path, pair.eqx_path, tree, step_of=lambda t: t[-1])
 
 
 def test_resume_with_changed_data_is_refused_unless_allowed(stopped, data, tmp_path, capsys):

@@ -3,20 +3,24 @@
 Arrays are written under temporary names and moved into place once every one is complete
 (`Store.commit`); `meta.json`, written last, holds a fingerprint of the source files (size,
 modification and change times, inode: `fingerprint`), so a changed source or an
-interrupted build is rebuilt rather than reused.
+interrupted build is rebuilt rather than reused. Its fields are read as a `CacheMeta`,
+each checked: a `meta.json` edited by hand is named with the field in one warning, and
+the cache rebuilt.
 """
 
+import dataclasses
 import hashlib
 import json
 import os
 import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
-from ._common import DataError, write_atomic
+from ...runs.records import TEXT, WHOLE, Fields, Rule, is_int, kind, shown
+from ._common import LOG, SPLITS, DataError, Split, write_atomic
 
 T = TypeVar("T")
 
@@ -61,17 +65,121 @@ def fingerprint(task: str, task_dir: Path, files: Iterable[Path], max_examples: 
     return h.hexdigest()
 
 
-def load_cache(cache: Path, fingerprint: str) -> tuple[dict[str, np.ndarray], dict] | None:
-    """The cached arrays and metadata, or None if absent, stale or unreadable."""
+#: The fields of a `Split`, as a loader's metadata lists them.
+_FIELDS = tuple(f.name for f in dataclasses.fields(Split))
+
+
+def _names(allowed: Callable[[str], bool], what: str) -> Rule:
+    """A list of strings each of which `allowed` accepts (`what`: such a string, in words)."""
+
+    def problem(value: Any) -> str | None:
+        if not isinstance(value, list):
+            return f"{shown(value)} ({kind(value)})"
+        bad = [x for x in value if not (isinstance(x, str) and allowed(x))]
+        return f"a list holding {shown(bad[0])}" if bad else None
+
+    return Rule(problem, f"a list of {what}")
+
+
+def _counts(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return f"{shown(value)} ({kind(value)})"
+    bad = [k for k, v in value.items() if not (is_int(v) and v >= 0)]
+    return f"an object whose {bad[0]!r} is {shown(value[bad[0]])}" if bad else None
+
+
+def _aliases(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return f"{shown(value)} ({kind(value)})"
+    bad = [k for k, v in value.items() if not (k in SPLITS and v in SPLITS)]
+    return f"an object whose {bad[0]!r} is {shown(value[bad[0]])}" if bad else None
+
+
+#: What to do about a malformed `meta.json` (the end of the refusal's line).
+_ADVICE = "it was edited, or written by another tool."
+
+_RULES = {
+    "version": WHOLE,
+    "fingerprint": TEXT,
+    "arrays": _names(
+        lambda x: x.partition(".")[0] in SPLITS and x.partition(".")[2] in _FIELDS,
+        "'<split>.<field>' names",
+    ),
+    "fields": _names(lambda x: x in _FIELDS, f"fields of a split ({', '.join(_FIELDS)})"),
+    "vocab": _names(lambda x: True, "tokens (strings)").or_null(),
+    "seq_len": Rule.of(lambda v: is_int(v) and v >= 1, "a whole number >= 1"),
+    "dropped": Rule(_counts, "an object of counts (whole numbers >= 0)"),
+    "aliases": Rule(_aliases, f"an object naming a split ({', '.join(SPLITS)}) by another"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheMeta:
+    """A task's built arrays described (the cache's `meta.json`, or a fresh build's):
+    `version` (`CACHE_VERSION`) and `fingerprint` (of the sources, `fingerprint`); the
+    names of the `arrays` (`"<split>.<field>"`) and the `fields` of each split; the
+    `vocab` (None for pixel tasks), the padded width `seq_len`, the counts of `dropped`
+    items by reason, and the `aliases` of splits stored as another (`{"val": "test"}`)."""
+
+    version: int
+    fingerprint: str
+    arrays: tuple[str, ...]
+    fields: tuple[str, ...]
+    vocab: tuple[str, ...] | None
+    seq_len: int
+    dropped: dict[str, int]
+    aliases: dict[str, str]
+
+    @classmethod
+    def from_json(cls, obj: Any, *, where: str | os.PathLike, advice: str = _ADVICE) -> "CacheMeta":
+        """The record the JSON object `obj` (read from `where`) holds; `aliases` may be
+        absent (none). **Raises:** `DataError`, one line naming `where` and the field
+        (and ending with `advice`), if a field is missing or does not hold what `load`
+        writes, or a split lacks the array of one of its `fields`."""
+        f = Fields.of(obj, where=where, error=DataError, advice=advice)
+        vocab = f.get("vocab", _RULES["vocab"])
+        meta = cls(
+            version=f.get("version", _RULES["version"]),
+            fingerprint=f.get("fingerprint", _RULES["fingerprint"]),
+            arrays=tuple(f.get("arrays", _RULES["arrays"])),
+            fields=tuple(f.get("fields", _RULES["fields"])),
+            vocab=None if vocab is None else tuple(vocab),
+            seq_len=f.get("seq_len", _RULES["seq_len"]),
+            dropped=dict(f.get("dropped", _RULES["dropped"])),
+            aliases=dict(f.get("aliases", _RULES["aliases"], {})),
+        )
+        stored = sorted({name.partition(".")[0] for name in meta.arrays})
+        needed = [f"{s}.{field}" for s in stored for field in meta.fields]
+        missing = [name for name in needed if name not in meta.arrays]
+        if missing:
+            raise DataError(
+                f"{where} is corrupt: its 'arrays' lack {missing[0]!r} (a field it lists "
+                f"in 'fields'); {advice}"
+            )
+        return meta
+
+
+def load_cache(cache: Path, fingerprint: str) -> tuple[dict[str, np.ndarray], CacheMeta] | None:
+    """The cached arrays and their record, or None if absent, stale or unreadable (then
+    rebuilt; a `meta.json` whose fields are malformed is named in a warning)."""
+    path = cache / "meta.json"
     try:
-        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+        obj = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if meta.get("version") != CACHE_VERSION or meta.get("fingerprint") != fingerprint:
+    if isinstance(obj, dict) and (obj.get("version"), obj.get("fingerprint")) != (
+        CACHE_VERSION,
+        fingerprint,
+    ):
+        return None  # another version of the cache, or the sources changed
+    try:
+        meta = CacheMeta.from_json(obj, where=path)
+    except DataError as e:
+        LOG.warning("%s The cache is rebuilt.", e)
         return None
     try:
-        return open_arrays(cache, meta["arrays"]), meta
-    except (OSError, ValueError, KeyError):
+        return open_arrays(cache, meta.arrays), meta
+    except (OSError, ValueError):
         return None
 
 

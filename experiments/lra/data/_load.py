@@ -108,32 +108,43 @@ def load(
             return _assemble(spec, *cached)
         _cache.cache_io(cache, lambda: (cache / "meta.json").unlink(missing_ok=True))
         LOG.info("Building the %s cache in %s", task, cache)
+    return _build(spec, task_dir, cache, fingerprint, max_examples)
+
+
+def _build(spec, task_dir: Path, cache: Path | None, fingerprint: str, max_examples) -> TaskData:
+    """Build the task's arrays with its loader (into `cache`, or memory), checked, and
+    write the cache's `meta.json` last."""
     store = _cache.Store(cache)
     try:
-        meta = spec.loader(spec, task_dir, store, max_examples)
-        meta.setdefault("aliases", {})
+        made = spec.loader(spec, task_dir, store, max_examples)
+        made.setdefault("aliases", {})
+        written = {
+            "version": _cache.CACHE_VERSION,
+            "fingerprint": fingerprint,
+            "arrays": sorted(store.arrays),
+            **made,
+        }
+        meta = _cache.CacheMeta.from_json(
+            written,
+            where=f"the metadata the {spec.name} loader returned",
+            advice="a bug of the loader (experiments/lra/data).",
+        )
         _check_loader(spec, meta)
         _check_nonempty(spec, task_dir, store.arrays)
         arrays = store.commit()
     except BaseException:
         store.abort()
         raise
-    meta = {
-        "version": _cache.CACHE_VERSION,
-        "fingerprint": fingerprint,
-        "arrays": sorted(arrays),
-        **meta,
-    }
     if cache is not None:
-        _cache.write_meta(cache, meta)
-    if meta["dropped"]:
-        LOG.warning("%s: skipped items %s under %s", task, meta["dropped"], task_dir)
+        _cache.write_meta(cache, written)
+    if meta.dropped:
+        LOG.warning("%s: skipped items %s under %s", spec.name, meta.dropped, task_dir)
     return _assemble(spec, arrays, meta)
 
 
-def _check_loader(spec, meta: Mapping) -> None:
+def _check_loader(spec, meta: _cache.CacheMeta) -> None:
     """The loader's output fits its entry: pairs for the retrieval model, pixels for pixel tasks."""
-    pairs, pixels = "inputs2" in meta.get("fields", ()), meta.get("vocab") is None
+    pairs, pixels = "inputs2" in meta.fields, meta.vocab is None
     if pairs != (spec.model == "retrieval") or pixels != (spec.in_channels is not None):
         raise ValueError(
             f"Task {spec.name!r}: its loader returned {'pairs of' if pairs else 'single'} "
@@ -157,21 +168,20 @@ def _check_nonempty(spec, task_dir: Path, arrays: Mapping[str, np.ndarray]) -> N
         )
 
 
-def _assemble(spec, arrays: Mapping[str, np.ndarray], meta: Mapping) -> TaskData:
+def _assemble(spec, arrays: Mapping[str, np.ndarray], meta: _cache.CacheMeta) -> TaskData:
     stored = {name.split(".")[0] for name in arrays}
-    splits = {s: Split(**{f: arrays[f"{s}.{f}"] for f in meta["fields"]}) for s in sorted(stored)}
-    splits.update({alias: splits[target] for alias, target in meta.get("aliases", {}).items()})
-    vocab = meta["vocab"]
+    splits = {s: Split(**{f: arrays[f"{s}.{f}"] for f in meta.fields}) for s in sorted(stored)}
+    splits.update({alias: splits[target] for alias, target in meta.aliases.items()})
     return TaskData(
         task=spec.name,
         train=splits["train"],
         val=splits["val"],
         test=splits["test"],
         num_classes=spec.num_classes,
-        seq_len=int(meta["seq_len"]),
-        vocab=None if vocab is None else tuple(vocab),
+        seq_len=meta.seq_len,
+        vocab=meta.vocab,
         in_channels=spec.in_channels,
-        dropped=dict(meta["dropped"]),
+        dropped=dict(meta.dropped),
         pixel_mean=spec.pixel_mean,
         pixel_std=spec.pixel_std,
     )

@@ -1,10 +1,12 @@
 """Checkpoints of training runs (every trainer's): the store (`store.py`: atomic pairs of an
 `.eqx` file and its JSON, located by SHA-256), the trust rules (`trust.py`: which
 checkpoint belongs to the run, given the settings that bind it, which best weights a `last`
-checkpoint records; `last_record.py`: its fields checked), and the run folder's lock
-(`lock.py`). The store imports neither a command line nor a step builder."""
+checkpoint records; `last_record.py`: a checkpoint's JSON read as a typed `Record`, its
+fields checked), and the run folder's lock (`lock.py`). The store imports neither a command
+line nor a step builder."""
 
 from ..atomic import write_atomic as write_atomic
+from .last_record import Record as Record
 from .last_record import check_last as check_last
 from .lock import FolderInUse as FolderInUse
 from .lock import RunLock as RunLock
@@ -30,6 +32,7 @@ from .trust import trusted_best as trusted_best
 __all__ = [
     "CheckpointError",
     "FolderInUse",
+    "Record",
     "Pair",
     "RunLock",
     "save",

@@ -1,118 +1,127 @@
-"""The fields of a `last` checkpoint's JSON record, checked before anyone reads them: a
-file edited by hand or written by another tool is refused by name, never read as "nothing
-recorded"."""
+"""The fields of a checkpoint's JSON record (a `last` or `best` checkpoint's), checked
+before anyone reads them: `check_last` checks a record's fields, `Record.from_json` reads
+it as a typed record. A file edited by hand or written by another tool is refused by name
+and field, never read as "nothing recorded" (the rules: `runs.records`)."""
 
-import json
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from .store import CheckpointError
+from ..records import OBJECT, SHA256, TEXT, WHOLE, Fields, Rule, is_int, is_number, kind, shown
+from .store import ADVICE, CheckpointError
 
-__all__ = ["check_last"]
-
-
-def _kind(value: Any) -> str:
-    """The JSON type of `value`, in words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "a list" if isinstance(value, list) else "an object"
-
-
-def _shown(value: Any, limit: int = 60) -> str:
-    """`value` as it reads in the JSON file, cut to `limit` characters."""
-    text = json.dumps(value, allow_nan=True, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_sha256(value: Any) -> bool:
-    return (
-        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
-    )
+__all__ = ["Record", "check_last"]
 
 
 def _best_problem(best: Any) -> str | None:
     if best is None:
         return None
     if not isinstance(best, dict):
-        return f"{_shown(best)} ({_kind(best)})"
-    for key, ok in (("step", _is_int), ("val_accuracy", _is_number)):
+        return f"{shown(best)} ({kind(best)})"
+    for key, ok in (("step", is_int), ("val_accuracy", is_number)):
         if key not in best:
-            return f"{_shown(best)} (an object without {key!r})"
+            return f"{shown(best)} (an object without {key!r})"
         if not ok(best[key]) or (key == "step" and best[key] < 0):
-            return f"{_shown(best)} (its {key!r} is {_kind(best[key])}: {_shown(best[key])})"
+            return f"{shown(best)} (its {key!r} is {kind(best[key])}: {shown(best[key])})"
     return None
 
 
 def _pending_problem(pending: Any) -> str | None:
     if not isinstance(pending, list):
-        return f"{_shown(pending)} ({_kind(pending)})"
+        return f"{shown(pending)} ({kind(pending)})"
     for i, row in enumerate(pending):
-        if not (isinstance(row, list) and len(row) == 3 and all(map(_is_number, row))):
-            return f"a list whose row {i} is {_shown(row)}"
+        if not (isinstance(row, list) and len(row) == 3 and all(map(is_number, row))):
+            return f"a list whose row {i} is {shown(row)}"
     return None
 
 
 def _data_problem(data: Any) -> str | None:
     if not isinstance(data, dict):
-        return f"{_shown(data)} ({_kind(data)})"
+        return f"{shown(data)} ({kind(data)})"
     for split, fingerprint in data.items():
         if not isinstance(fingerprint, dict):
-            return f"an object whose {split!r} is {_shown(fingerprint)} ({_kind(fingerprint)})"
+            return f"an object whose {split!r} is {shown(fingerprint)} ({kind(fingerprint)})"
     return None
 
 
-def _simple(ok) -> Any:
-    return lambda value: None if ok(value) else f"{_shown(value)} ({_kind(value)})"
-
-
-#: The fields of a `last` record `check_last` checks: (what is wrong with a value, or None;
-#: what is expected). An absent field is not checked here (readers say which they need).
-_LAST_FIELDS = {
-    "step": (_simple(lambda v: _is_int(v) and v >= 0), "a whole number >= 0"),
-    "pending": (
-        _pending_problem,
-        "a list of [loss, accuracy, learning rate] rows of 3 numbers each",
+#: The fields of a record and what each must hold. An absent field is not checked by
+#: `check_last` (readers say which they need: `runs.checkpoint.load`'s `required`).
+_FIELDS = {
+    "step": WHOLE,
+    "pending": Rule(
+        _pending_problem, "a list of [loss, accuracy, learning rate] rows of 3 numbers each"
     ),
-    "best": (
-        _best_problem,
-        "null or an object with a whole-number 'step' and a numeric 'val_accuracy'",
+    "best": Rule(
+        _best_problem, "null or an object with a whole-number 'step' and a numeric 'val_accuracy'"
     ),
-    "best_sha256": (
-        _simple(lambda v: v is None or _is_sha256(v)),
-        "null or a SHA-256 (64 lowercase hexadecimal digits)",
+    "best_sha256": SHA256.or_null(),
+    "data": Rule(_data_problem, "an object holding each split's fingerprint (an object)"),
+    "config": Rule(OBJECT.problem, "an object (the run's settings)"),
+    "run_id": Rule(TEXT.problem, "a string (the run's id)"),
+    "sha256": SHA256,
+    "seconds_total": Rule.of(
+        lambda v: is_number(v) and v >= 0, "a number >= 0 (the run's seconds so far)"
     ),
-    "data": (_data_problem, "an object holding each split's fingerprint (an object)"),
-    "config": (_simple(lambda v: isinstance(v, dict)), "an object (the run's settings)"),
-    "run_id": (_simple(lambda v: isinstance(v, str)), "a string (the run's id)"),
+    "corpus_sha256": SHA256.or_null(),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """A checkpoint's JSON record (`NAME.json`), each field checked; a field the file
+    lacks is None (`pending`: empty). A trainer's `last` record:
+
+    - `step`: the step of the weights (the one field every record has);
+    - `sha256`: the digest of the `.eqx` (None: written before digests were recorded);
+    - `pending`: the `(loss, accuracy, lr)` of the steps since the last train record;
+    - `best`: the best validation result (`{"step", "val_accuracy", ...}`), or None;
+      `best_sha256`: the digest of the `best.eqx` that holds its weights;
+    - `data`: each split's fingerprint (the LRA trainer's); `config`: the run's settings;
+      `run_id`: the run's id; `seconds_total`: the seconds of the run's processes to this
+      checkpoint (the LRA trainer's); `corpus_sha256`: the corpus's digest (the language
+      model's).
+    """
+
+    step: int
+    sha256: str | None = None
+    pending: tuple[tuple[float, float, float], ...] = ()
+    best: dict[str, Any] | None = None
+    best_sha256: str | None = None
+    data: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    run_id: str | None = None
+    seconds_total: float | None = None
+    corpus_sha256: str | None = None
+
+    @classmethod
+    def from_json(cls, obj: Any, *, where: str | os.PathLike) -> "Record":
+        """The record the JSON object `obj` (read from the file `where`) holds.
+
+        **Raises:** `CheckpointError`, one line naming `where` and the field, if `obj` is
+        not an object, lacks `step`, or a field does not hold what the trainer writes.
+        """
+        fields = Fields.of(obj, where=where, error=CheckpointError, advice=ADVICE)
+        values = {name: fields.get(name, rule, None) for name, rule in _FIELDS.items()}
+        values["step"] = fields.get("step", _FIELDS["step"])
+        values["pending"] = tuple(tuple(row) for row in values["pending"] or ())
+        if values["seconds_total"] is not None:
+            values["seconds_total"] = float(values["seconds_total"])
+        return cls(**values)
 
 
 def check_last(
     meta: Mapping[str, Any],
     path: str | os.PathLike | None,
     *,
-    fields: tuple[str, ...] = tuple(_LAST_FIELDS),
+    fields: tuple[str, ...] = tuple(_FIELDS),
 ) -> None:
     """Refuse a `last` checkpoint's JSON `meta` (read from `path`) whose fields do not have
     the types and shapes the trainer writes: `step` a whole number >= 0; `pending` a list
     of `[loss, accuracy, lr]` rows of 3 numbers; `best` null or an object with an integer
     `step` and a numeric `val_accuracy`; `best_sha256` null or a SHA-256 hex digest; `data`
-    an object of objects (each split's fingerprint); `config` an object; `run_id` a string.
+    an object of objects (each split's fingerprint); `config` an object; `run_id` a string;
+    `sha256` a SHA-256; `seconds_total` a number >= 0; `corpus_sha256` null or a SHA-256.
     A field that is absent is not checked (the reader requires what it needs).
 
     **Arguments:**
@@ -122,15 +131,7 @@ def check_last(
     **Raises:** `CheckpointError` naming `path`, the field, what it holds and what was
     expected.
     """
+    where = path if path is not None else "the `last` checkpoint's JSON"
+    record = Fields(meta, str(where), CheckpointError, ADVICE)
     for field in fields:
-        if field not in meta:
-            continue
-        problem, expected = _LAST_FIELDS[field]
-        found = problem(meta[field])
-        if found is not None:
-            where = path if path is not None else "the `last` checkpoint's JSON"
-            raise CheckpointError(
-                f"{where} is corrupt: its {field!r} is {found}, not {expected}; it was edited, "
-                "or written by another tool. Restore the run's own files, or start a new run "
-                "with another --out."
-            )
+        record.get(field, _FIELDS[field], None)

@@ -20,7 +20,8 @@ finds the newest complete pair.
 **Integrity.** `load` checks the SHA-256 before reading a leaf, so a truncated or corrupted
 file is reported by name (`CheckpointError`) rather than as a shape mismatch, and
 `finite=True` refuses leaves that hold NaN or infinity. A JSON file that does not parse,
-or lacks a required entry, is reported by name as corrupt (`read_json`). A crash never
+lacks a required entry, or records a step or digest of the wrong kind, is reported by name
+as corrupt (`read_json`; the fields checked as `runs.records` reads them). A crash never
 produces these (every file is replaced whole), so they are refused rather than skipped.
 """
 
@@ -38,6 +39,7 @@ import jax
 import numpy as np
 
 from ..atomic import fsync_folder, write_temp
+from ..records import SHA256, WHOLE, Fields
 
 __all__ = [
     "CheckpointError",
@@ -84,6 +86,25 @@ def read_json(path: str | os.PathLike, *, required: tuple[str, ...] = ()) -> dic
             "backup, or start a new run with another --out."
         )
     return meta
+
+
+#: What to do about a checkpoint's JSON whose fields are malformed (the end of the line).
+ADVICE = (
+    "it was edited, or written by another tool. Restore the run's own files, or start a new "
+    "run with another --out."
+)
+
+
+def _recorded_sha256(meta: Mapping[str, Any], path: str | os.PathLike) -> str | None:
+    """The SHA-256 of the `.eqx` file that the checkpoint JSON `meta` (read from `path`)
+    records; None in a JSON written before digests were recorded. **Raises:**
+    `CheckpointError` naming `path` if it is not a SHA-256."""
+    return Fields(meta, str(path), CheckpointError, ADVICE).get("sha256", SHA256, None)
+
+
+def _recorded_step(meta: Mapping[str, Any], path: str | os.PathLike) -> int:
+    """The step that the checkpoint JSON `meta` (read from `path`) records, a whole number."""
+    return Fields(meta, str(path), CheckpointError, ADVICE).get("step", WHOLE)
 
 
 def nonfinite_leaves(tree: Any) -> list[str]:
@@ -170,10 +191,11 @@ def locate(folder: str | os.PathLike, name: str, *, sha256: str | None = None) -
                 "or start a new run with another --out."
             )
         own = folder / f"{name}{first}.eqx"
-        if "sha256" not in meta:  # written before digests were recorded
+        digest = _recorded_sha256(meta, json_path)
+        if digest is None:  # written before digests were recorded
             return Pair(json_path, own, meta, own.is_file())
         for eqx_path in (own, folder / f"{name}{other}.eqx"):
-            if _digest(eqx_path) == meta["sha256"]:
+            if _digest(eqx_path) == digest:
                 return Pair(json_path, eqx_path, meta, True)
         return Pair(json_path, own, meta, False)
     return None
@@ -184,7 +206,7 @@ def save(folder: str | os.PathLike, name: str, tree: Any, meta: Mapping[str, Any
 
     The newest complete pair already there becomes `name.prev.*` (see the module
     docstring), so a crash at any instant leaves a complete pair for `locate`.
-    `meta["step"]` (an int) is required; it is the consistency check `load` uses, so the
+    `meta`'s `step` (an int) is required; it is the consistency check `load` uses, so the
     caller must also keep the same step inside `tree` (see `load`'s `step_of`).
 
     **Returns:** the SHA-256 of the `.eqx` file (recorded in the JSON as `"sha256"`).
@@ -274,8 +296,9 @@ def load_pair(
         if not path.is_file():
             raise FileNotFoundError(f"No checkpoint file {str(path)!r}.")
     meta = read_json(json_path, required=("step", *required))
+    recorded, step = _recorded_sha256(meta, json_path), _recorded_step(meta, json_path)
     data = eqx_path.read_bytes()
-    intact = "sha256" not in meta or sha256(data) == meta["sha256"]
+    intact = recorded is None or sha256(data) == recorded
     try:
         tree = eqx.tree_deserialise_leaves(io.BytesIO(data), to_host(like))
     except Exception as e:  # shape/dtype/structure mismatch, truncated file
@@ -286,19 +309,19 @@ def load_pair(
             "written with different model settings (task, --core, --form, --d-model, "
             "--d-state, --depth)? Use the same flags as the original run or a fresh --out."
         ) from e
-    if step_of is not None and int(step_of(tree)) != int(meta["step"]):
+    if step_of is not None and int(step_of(tree)) != step:
         if not intact:
             raise _corrupt(
                 eqx_path,
                 json_path,
                 data,
                 f"; it holds step {int(step_of(tree))}, the JSON "
-                f"says {meta['step']}: a damaged file, or the run was killed between "
+                f"says {step}: a damaged file, or the run was killed between "
                 "writing the two files",
             )
         raise CheckpointError(
             f"{eqx_path} holds step {int(step_of(tree))} but {json_path} says step "
-            f"{meta['step']}: the run was killed between writing the two files. Delete "
+            f"{step}: the run was killed between writing the two files. Delete "
             f"{json_path.name} and {eqx_path.name} to restart, or restore them from a backup."
         )
     if not intact:
