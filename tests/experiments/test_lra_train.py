@@ -204,8 +204,7 @@ def test_four_devices_match_one(data, reference, tmp_path):
     args[args.index("--batch-size") + 1] = "BATCH"
     env = {
         **os.environ,
-        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
-        "--xla_force_host_platform_device_count=4",
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4",
         "JAX_PLATFORMS": "cpu",
     }
     proc = subprocess.run(
