@@ -73,7 +73,7 @@ def __dir__() -> list[str]:
 def run(
     args: argparse.Namespace | Sequence[str] | None = None,
     *,
-    hook: Callable[[int], None] | None = None,
+    hook: Callable[[int], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
     started: float | None = None,
     hard_abort: bool = False,
