@@ -8,7 +8,7 @@
 #                   tens of minutes on two CPU cores. `test --quick`: the library's fast
 #                   tests only (tests/lib, not marked slow)
 #   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository, pyright
-#                   over eqx_lru/ and experiments/
+#                   over eqx_lru/, experiments/ and tests/
 #   ./dev.sh release-check  build the sdist and wheel, check them (twine, their files, one
 #                   version everywhere), install the wheel into a fresh virtual environment
 #                   and run the example of its description, PACKAGE.md, there
@@ -138,7 +138,7 @@ case "$job" in
     lint)
         # The settings are in pyproject.toml ([tool.ruff], [tool.pyright]); `ruff format .`
         # and `ruff check --fix .` repair most of what ruff reports. pyright (pinned, with
-        # the Node it brings from PyPI) checks eqx_lru/ and experiments/ against this
+        # the Node it brings from PyPI) checks eqx_lru/, experiments/ and tests/ against this
         # environment's packages; no look-up of newer pyright versions (the network).
         .venv/bin/python -m ruff check .
         .venv/bin/python -m ruff format --check .

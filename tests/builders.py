@@ -16,11 +16,13 @@ so that tests share compiled programs and the suite compiles few distinct ones.
 """
 
 import functools
+from typing import Literal
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
 import eqx_lru
 
@@ -31,13 +33,17 @@ RING = dict(r_min=0.5, r_max=0.95)
 FORMS = {"complex": eqx_lru.ComplexLRU, "real": eqx_lru.RealLRU}
 
 
-def normal(*shape: int, seed: int = 0, dtype=np.float32, scale: float = 1.0) -> np.ndarray:
+def normal(
+    *shape: int, seed: int = 0, dtype: npt.DTypeLike = np.float32, scale: float = 1.0
+) -> np.ndarray:
     """Standard normal draws (times `scale`) of `shape`, from NumPy's generator `seed`."""
     x = np.random.default_rng(seed).normal(size=shape) * scale
     return x.astype(dtype)
 
 
-def uniform(*shape: int, low: float, high: float, seed: int = 0, dtype=np.float32) -> np.ndarray:
+def uniform(
+    *shape: int, low: float, high: float, seed: int = 0, dtype: npt.DTypeLike = np.float32
+) -> np.ndarray:
     """Uniform draws in `[low, high)` of `shape`, from NumPy's generator `seed`."""
     return np.random.default_rng(seed).uniform(low, high, size=shape).astype(dtype)
 
@@ -92,7 +98,7 @@ def block(
 def model(
     form: str = "complex",
     *,
-    encoder: str = "linear",
+    encoder: Literal["embedding", "linear"] = "linear",
     depth: int = 2,
     d_model: int = D_MODEL,
     d_state: int = D_STATE,

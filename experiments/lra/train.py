@@ -65,7 +65,7 @@ __getattr__, __dir__ = lazy(globals(), _LAZY)
 def run(
     args: argparse.Namespace | Sequence[str] | None = None,
     *,
-    hook: Callable[[int], None] | None = None,
+    hook: Callable[[int], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
     started: float | None = None,
     hard_abort: bool = False,

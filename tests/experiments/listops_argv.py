@@ -5,7 +5,7 @@ from pathlib import Path
 
 def listops_argv(
     data: Path,
-    out: Path,
+    out: Path | str,
     *extra: str,
     steps: int = 8,
     d_model: int = 8,

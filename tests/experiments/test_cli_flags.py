@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 
-def _status(main, argv) -> int:
+def _status(main, argv) -> int | str:
     try:
         code = main(argv)
     except SystemExit as e:

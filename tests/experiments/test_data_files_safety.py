@@ -11,6 +11,8 @@ missing file. Issue 27.
 import io
 import os
 import pickle
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -51,6 +53,11 @@ class _Python2Pickler(pickle._Pickler):
     """Protocol 2 as Python 2 wrote the official batches: byte strings as BINSTRING (no
     `_codecs` call, which Python 3 uses for bytes below protocol 3)."""
 
+    # The pure-Python pickler's own methods and table, which typeshed does not describe.
+    write: Callable[[bytes], object]
+    memoize: Callable[[object], None]
+    dispatch: dict[type, Callable[..., None]]
+
     def save_bytes(self, obj):
         self.write(
             pickle.SHORT_BINSTRING + bytes([len(obj)]) + obj
@@ -83,7 +90,7 @@ def test_the_official_layout_loads_in_every_protocol(tmp_path):
     encodings = [_python2_batch(batch)] + [pickle.dumps(batch, protocol=p) for p in (3, 4, 5)]
     assert b"numpy.core.multiarray\n_reconstruct" in encodings[0]
     for encoded in encodings:
-        got = cifar_pickle.load(io.BytesIO(encoded))
+        got = cast(dict[bytes, Any], cifar_pickle.load(io.BytesIO(encoded)))
         assert sorted(got) == sorted(batch) and got[b"labels"] == [3, 0, 9]
         np.testing.assert_array_equal(got[b"data"], batch[b"data"])
     write_cifar(tmp_path, n_per_batch=3)

@@ -79,7 +79,10 @@ def step(self, c, batch, _waited=[]):
 _training.Loop.step = step
 sys.exit(train.main(sys.argv[1:], hard_abort=True))
 """
-_COMMANDS = {"buggy": [sys.executable, "-c", _BUGGY], "late": [sys.executable, "-c", _LATE]}
+_COMMANDS: dict[str | None, list[str]] = {
+    "buggy": [sys.executable, "-c", _BUGGY],
+    "late": [sys.executable, "-c", _LATE],
+}
 
 
 def _start(

@@ -26,6 +26,7 @@ import importlib
 import pathlib
 import re
 import sys
+from typing import cast
 
 import jax
 import numpy as np
@@ -347,7 +348,7 @@ def test_docstrings_with_maths_are_raw():
             for token in tokenize.tokenize(f.readline):
                 if token.type != tokenize.STRING or "$" not in token.string:
                     continue
-                prefix = re.match(r"[A-Za-z]*", token.string)[0].lower()
+                prefix = cast(re.Match[str], re.match(r"[A-Za-z]*", token.string))[0].lower()
                 if "r" not in prefix and changed.search(token.string):
                     plain.append(f"{path.relative_to(ROOT)}:{token.start[0]}")
     assert not plain, f'string literals with TeX escapes that are not raw (r"""): {plain}'
@@ -379,7 +380,7 @@ def test_the_demo_is_not_a_benchmark():
     table = out.getvalue()
     assert "steps/s" not in table and "15.2" not in table, table
     assert "not a speed comparison" in table and "experiments.bench" in table, table
-    assert not re.search(r"\d\s*minutes", demo.__doc__), demo.__doc__
+    assert not re.search(r"\d\s*minutes", cast(str, demo.__doc__)), demo.__doc__
 
 
 def test_the_generators_usage_lines_name_every_flag_of_their_task():

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -60,6 +61,7 @@ def _write_run(
         **overrides,
     }
     spec = steps.TaskSpec(task, classes, 64, vocab, None)
+    model: Any  # an LRUModel, or the two-tower LRURetrievalModel
     model, state = steps.build_model(cfg, spec, jax.random.PRNGKey(3 + seed))
     rng = np.random.default_rng(seed)
     sequence_model = model.encoder if task == "retrieval" else model  # the two-tower one's
@@ -463,7 +465,7 @@ def test_a_crash_mid_save_exports_the_previous_best(run, tmp_path, capsys):
     np.testing.assert_allclose(np.stack(ys, axis=1), expected, rtol=1e-5, atol=1e-6)
     source = json.loads((tmp_path / "export" / "step.stablehlo.json").read_text())["source"]
     assert source["checkpoint"] == str(tmp_path / "best.prev.eqx") and source["step"] == 7
-    assert source["sha256"] == ckpt.locate(tmp_path, "last").meta["best_sha256"]
+    assert source["sha256"] == cast(ckpt.Pair, ckpt.locate(tmp_path, "last")).meta["best_sha256"]
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def _dot_precisions(fn, *args) -> list[str]:
 def test_conftest_sets_highest_matmul_precision():
     """The oracle comparisons rely on it: it must not silently vanish."""
     assert TEST_MATMUL_PRECISION == "highest"
-    assert jax.config.jax_default_matmul_precision == "highest"
+    assert jax.config.jax_default_matmul_precision == "highest"  # pyright: ignore[reportAttributeAccessIssue]
     assert os.environ["JAX_DEFAULT_MATMUL_PRECISION"] == "highest"  # for subprocesses
     assert "--xla_gpu_deterministic_ops" in os.environ["XLA_FLAGS"]  # bit-exact resume tests
     layer = eqx_lru.ComplexLRU(5, 7, key=jax.random.PRNGKey(0))
@@ -330,7 +330,9 @@ def test_every_task_writes_synthetic_data_at_full_length(tmp_path):
     tasks = [t for t in names() if get_task(t).synthetic is not None]
     assert sorted(tasks) == sorted(counts)
     for task in tasks:
-        get_task(task).synthetic(tmp_path, counts[task], seed=0, workers=1)
+        synthetic = get_task(task).synthetic
+        assert synthetic is not None  # `tasks` are those with one
+        synthetic(tmp_path, counts[task], seed=0, workers=1)
     lengths = {"text": 4096, "retrieval": 4000, "image": 1024, "pathfinder": 1024, "pathx": 16384}
     for task in tasks:
         data = load_task(task, tmp_path)
@@ -339,7 +341,7 @@ def test_every_task_writes_synthetic_data_at_full_length(tmp_path):
             assert 500 < data.seq_len <= 2000 and data.sizes == {"train": 3, "val": 1, "test": 1}
         else:
             assert data.seq_len == lengths[task], task
-    assert data.sizes == {"train": 8, "val": 1, "test": 1}  # pathx: 80/10/10 of 10
+    assert data.sizes == {"train": 8, "val": 1, "test": 1}  # pyright: ignore[reportPossiblyUnboundVariable]  # pathx: 80/10/10 of 10
 
 
 def test_bench_traffic_model_counts_passes():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -98,9 +99,9 @@ def test_bad_flags_are_one_line_and_status_2(args, flag):
 def test_no_cuda_reason():
     reason = _machine.no_cuda_reason
     assert reason({"backend": "gpu", "platform_version": "cuda 12030"}) is None
-    assert "backend is cpu" in reason({"backend": "cpu"})
+    assert "backend is cpu" in cast(str, reason({"backend": "cpu"}))
     assert reason({"backend": "gpu", "platform_version": "rocm 6"}) is not None
-    hint = reason({"backend": "cpu", "nvidia_smi": ["NVIDIA H100, 570.1, 80 GiB"]})
+    hint = cast(str, reason({"backend": "cpu", "nvidia_smi": ["NVIDIA H100, 570.1, 80 GiB"]}))
     assert "nvidia-smi sees NVIDIA H100" in hint and "jax[cuda12]" in hint
 
 
@@ -379,7 +380,7 @@ def test_listops_reference_and_flag():
     ]
     bad = _listops.compare({4000: then[4000] - 0.051, 8000: then[8000]}, then)
     assert bad["below"] == [4000] and bad["common"] == 2
-    data = {
+    data: dict[str, Any] = {
         "reference": {
             k: (v if k != "val" else {str(s): a for s, a in v.items()}) for k, v in ref.items()
         }

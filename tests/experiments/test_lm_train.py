@@ -201,7 +201,7 @@ def test_export_step_follows_the_model(fmt, reference, tmp_path):
         for c in manifest["carry"]
     ]
     if fmt == "onnx":
-        session = ort.InferenceSession(str(tmp_path / "step.onnx"))
+        session = ort.InferenceSession(str(tmp_path / "step.onnx"))  # pyright: ignore[reportPossiblyUnboundVariable]
         names = [i.name for i in session.get_inputs()]
         run = lambda *xs: session.run(None, dict(zip(names, xs, strict=True)))  # noqa: E731
     else:

@@ -14,6 +14,7 @@ import pickle
 import re
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
@@ -29,7 +30,7 @@ SETTINGS = settings(
     derandomize=True,
     database=None,
     phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=list(HealthCheck),
+    suppress_health_check=cast("list[HealthCheck]", list(HealthCheck)),
 )
 
 

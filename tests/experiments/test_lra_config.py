@@ -84,6 +84,7 @@ def test_a_new_run_refuses_flags_its_core_would_not_use():
         config.new_run("listops", {"blocks": 4})
     run = config.new_run("listops", {"core": "s5", "blocks": 2})
     assert run.r_min is None and run.blocks == 2 and run.c_init == "lecun_normal"
+    assert run.run_id is not None
     assert len(run.run_id) == 32 and run.eval_batch_size == run.batch_size
 
 
@@ -95,10 +96,12 @@ def test_the_parser_has_a_flag_with_help_and_default_for_every_setting():
             assert field.name not in actions
             continue
         help_text = actions[field.name].help
+        assert help_text is not None, field.name
         assert help_text.endswith("]") and "None" not in help_text, field.name
     assert all(a.help for a in parser._actions), "every flag has a help line"
     assert "(default: None)" not in parser.format_help()
     shown = actions["d_model"].help
+    assert shown is not None
     assert all(f"{t} {tasks.get_task(t).settings['d_model']}" in shown for t in tasks.names())
     argv = ["--out", "o", "--task", "pathx", "--core", "s5", "--blocks", "4", "--no-remat"]
     assert cli.given(parser.parse_args(argv)) == {

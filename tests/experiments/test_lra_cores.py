@@ -5,6 +5,7 @@ task follow their authors' published settings (transcribed here independently of
 
 import json
 import math
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -95,8 +96,9 @@ def _structure(config: RunConfig):
     return eqx.filter_eval_shape(lambda k: steps.build_model(config, spec, k)[0], jax.random.key(0))
 
 
-def _blocks(model):
-    return (model.encoder if isinstance(model, eqx_lru.LRURetrievalModel) else model).blocks
+def _blocks(model) -> tuple[eqx_lru.LRUBlock, ...]:
+    blocks = (model.encoder if isinstance(model, eqx_lru.LRURetrievalModel) else model).blocks
+    return cast("tuple[eqx_lru.LRUBlock, ...]", blocks)  # the LRA models' blocks
 
 
 def _mean_square_c(core) -> float:

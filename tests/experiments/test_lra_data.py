@@ -94,6 +94,7 @@ def test_listops_tokens_vocab_and_padding(tmp_path):
     assert (task.num_classes, task.in_channels, task.dropped) == (10, None, {})
     assert task.seq_len == 2048  # the long test expression is truncated to 2047 + <eos>
     assert [len(task.train), len(task.val), len(task.test)] == [3, 1, 2]
+    assert task.vocab is not None
     ids = {t: i for i, t in enumerate(task.vocab)}
     np.testing.assert_array_equal(task.train.labels, [9, 2, 1])
     np.testing.assert_array_equal(task.train.lengths, [5, 5, 5])
@@ -121,6 +122,7 @@ def test_listops_pads_to_longest_present_and_max_examples(tmp_path):
     assert task.seq_len == 5 and task.train.inputs.shape == (3, 5)
     small = load_task("listops", tmp_path, max_examples=2)
     assert [len(small.train), len(small.val), len(small.test)] == [2, 1, 2]
+    assert small.vocab is not None
     assert "[SM" not in small.vocab  # the vocabulary comes from the kept train rows
     with pytest.raises(ValueError, match="max_examples"):
         load_task("listops", tmp_path, max_examples=0)
@@ -219,6 +221,8 @@ def test_retrieval_two_documents(tmp_path):
     task = load_task("retrieval", tmp_path)
     # counts over train text1 + text2: x 3, y 3, '"' 2, then ' ', a, h, i, s once each
     assert task.vocab == ("<pad>", "<unk>", "<eos>", "x", "y", '"', " ", "a", "h", "i", "s")
+    assert task.vocab is not None and task.train.inputs2 is not None
+    assert task.val.inputs2 is not None
     ids = {t: i for i, t in enumerate(task.vocab)}
     np.testing.assert_array_equal(task.train.labels, [1, 0])
     np.testing.assert_array_equal(task.train.lengths, [9, 3])

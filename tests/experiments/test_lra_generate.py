@@ -175,6 +175,7 @@ def test_listops_cli_layout_and_roundtrip(tmp_path):
     expected = [int(row.split("\t")[1]) for row in lines["train"][1:]]
     np.testing.assert_array_equal(task.train.labels, expected)
     tokens = {"<pad>", "<unk>", "<eos>", "[MIN", "[MAX", "[MED", "[SM", "X", *"0123456789"}
+    assert task.vocab is not None
     assert set(task.vocab) <= tokens
     generate.main([*args, "--out", str(tmp_path / "b")])
     assert files_of(tmp_path / "a") == files_of(tmp_path / "b")

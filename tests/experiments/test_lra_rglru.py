@@ -6,6 +6,7 @@ sequence) to programs that compute the model. The record's derived and checked s
 
 import json
 from pathlib import Path
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from listops_argv import listops_argv
 
+import eqx_lru
 from experiments import export
 from experiments.lra import cores, synthetic, train
 from experiments.lra.config import ConfigError, RunConfig, new_run
@@ -65,7 +67,7 @@ def test_trains_resumes_and_exports(listops, tmp_path):
     assert (saved["core"], saved["form"], saved["d_state"]) == ("rglru", form, 8)
 
     loaded = export.load_run(tmp_path / "run")
-    model, state = loaded.model, loaded.state
+    model, state = cast(eqx_lru.LRUModel, loaded.model), loaded.state
     sequence = export.export_run(tmp_path / "run", "stablehlo")
     step = export.export_run(tmp_path / "run", "stablehlo", step=True)
     x = np.random.default_rng(0).integers(0, loaded.in_size, (2, 9)).astype(np.int32)
@@ -79,7 +81,7 @@ def test_trains_resumes_and_exports(listops, tmp_path):
     for t in range(x.shape[1]):
         y, *carry = stepper.call(x[:, t], *carry)
     full = jax.vmap(call)(x, np.full(2, 9, np.int32))
-    np.testing.assert_allclose(np.asarray(y), full, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(y), full, rtol=1e-5, atol=1e-6)  # pyright: ignore[reportPossiblyUnboundVariable]
 
     ort = pytest.importorskip("onnxruntime")
     onnx_path = export.export_run(tmp_path / "run", "onnx")

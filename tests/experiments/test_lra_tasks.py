@@ -80,7 +80,7 @@ def test_lookups_and_bad_entries_say_what_is_wrong():
     with pytest.raises(ValueError, match="'listops' is already registered; pass replace=True"):
         tasks.register(_entry(name="listops"))
     with pytest.raises(TypeError, match="expects a Task"):
-        tasks.register(tasks.get_task("listops").settings)
+        tasks.register(tasks.get_task("listops").settings)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="token task .* needs vocab_size"):
         _entry(vocab_size=None)
     with pytest.raises(ValueError, match="square image, got 12"):

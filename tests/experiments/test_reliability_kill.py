@@ -131,6 +131,7 @@ def test_a_damaged_newest_checkpoint_is_refused_not_skipped(tmp_path):
     blob = (tmp_path / "last.eqx").read_bytes()
     (tmp_path / "last.eqx").write_bytes(blob[:-3])
     pair = ckpt.locate(tmp_path, "last")
+    assert pair is not None
     assert pair.json_path.name == "last.json" and not pair.intact
     with pytest.raises(ckpt.CheckpointError, match="corrupt or truncated"):
         ckpt.load_pair(pair.json_path, pair.eqx_path, _tree(0))
@@ -160,6 +161,7 @@ def test_a_folder_in_use_is_refused_and_a_dead_owners_lock_taken_over(tmp_path):
         time.sleep(120)
     """)
     owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None  # stdout=PIPE
     try:
         assert owner.stdout.readline().strip() == "locked"
         with pytest.raises(ckpt.FolderInUse, match=rf"pid {owner.pid} on elsewhere"):
@@ -238,6 +240,7 @@ class _Zygote:
     def _line(self, timeout: float) -> str:
         import select
 
+        assert self.proc.stdout is not None  # stdout=PIPE
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         assert ready, f"no answer from the zygote within {timeout} s"
         line = self.proc.stdout.readline()
@@ -245,6 +248,7 @@ class _Zygote:
         return line.strip()
 
     def start(self, argv: list[str], log: Path) -> int:
+        assert self.proc.stdin is not None  # stdin=PIPE
         self.proc.stdin.write(json.dumps([argv, str(log)]) + "\n")
         self.proc.stdin.flush()
         pid = json.loads(self._line(60))["pid"]
@@ -258,6 +262,7 @@ class _Zygote:
         return answer["code"]
 
     def close(self):
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both PIPE
         for pid in self.children:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Literal, cast
 
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def test_sequence_parallel_edges_on_four_devices():
 # ------------------------------------------------------------ the checks (subprocess)
 
 
-def _model(method, pooling, norm="layer"):
+def _model(method, pooling, norm: Literal["batch", "layer"] | None = "layer"):
     import equinox as eqx
     import jax
 
@@ -128,7 +129,7 @@ def _s4d_convolution():
     return [float(jnp.max(jnp.abs(got - expected)))]
 
 
-def _refused(error, match, call):
+def _refused(error, match, call) -> list[float | str]:
     try:
         call()
     except error as e:
@@ -161,7 +162,7 @@ def _chunks():
 
     model, state = _model(eqx_lru.SequenceParallel("seq"), None)
     chunk = lambda x: model.chunk(model.init_carry(), x, state)[1]  # noqa: E731
-    block = model.blocks[0]
+    block = cast(eqx_lru.LRUBlock, model.blocks[0])
     block_chunk = lambda h: block.chunk(block.init_carry(), h, state)[1]  # noqa: E731
     h = np.ones((16, 6), np.float32)
     return _refused(

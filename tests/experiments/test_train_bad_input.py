@@ -112,12 +112,12 @@ def test_non_finite_loss_stops_the_run(data, tmp_path, capsys, monkeypatch):
 
     def poisoned(task, split, idx, *, padded):
         out = host_batch(task, split, idx, padded=padded)
-        if not padded and poisoned.calls >= 5:
+        if not padded and poisoned.calls >= 5:  # pyright: ignore[reportFunctionMemberAccess]
             out["label"] = np.full_like(out["label"], 99)
-        poisoned.calls += not padded
+        poisoned.calls += not padded  # pyright: ignore[reportFunctionMemberAccess]
         return out
 
-    poisoned.calls = 0
+    poisoned.calls = 0  # pyright: ignore[reportFunctionMemberAccess]
     monkeypatch.setattr(_training, "host_batch", poisoned)
     out = tmp_path / "run"
     assert train.main(_args(data / "ok", out, "--log-every", "2")) == 1

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -23,10 +24,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from listops_argv import listops_argv
 
-from experiments.lra import _setup, cli, config, train
+from experiments.lra import _setup, cli, train
 from experiments.lra.config import ConfigError, RunConfig
 from experiments.lra.steps import make_optimizer
-from experiments.runs.numbers import FLOAT32_TINY, INT32_MAX
+from experiments.runs.numbers import FLOAT32_MAX, FLOAT32_TINY, INT32_MAX
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("restore_backend_env")
@@ -95,7 +96,7 @@ def test_the_accepted_extremes_fit_their_dtypes(x64):
         assert int(jnp.asarray(cfg.steps - 1, jnp.int32)) == cfg.steps - 1  # the last step
         _, schedule = make_optimizer(cfg)
         for step in (0, 1, cfg.steps // 2, cfg.steps - 1):
-            assert math.isfinite(float(schedule(step)))
+            assert math.isfinite(float(cast(jax.Array, schedule(step))))
 
 
 # ------------------------------------------------------------------ environment variables
@@ -203,7 +204,7 @@ def _argv(draw):
     derandomize=True,
     database=None,
     phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=list(HealthCheck),
+    suppress_health_check=cast("list[HealthCheck]", list(HealthCheck)),
 )
 @given(_argv())
 def test_every_flag_value_parses_to_a_valid_config_or_one_error_line(argv):
@@ -223,4 +224,4 @@ def test_every_flag_value_parses_to_a_valid_config_or_one_error_line(argv):
         return
     assert RunConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
     assert 0 <= cfg.seed < 2**32 and 1 <= cfg.steps <= INT32_MAX
-    assert FLOAT32_TINY <= cfg.lr * cfg.lr_factor <= config.FLOAT32_MAX
+    assert FLOAT32_TINY <= cfg.lr * cfg.lr_factor <= FLOAT32_MAX

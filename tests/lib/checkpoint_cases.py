@@ -12,6 +12,7 @@ folder names, run with its own `eqx_lru` first on `PYTHONPATH`.
 import functools
 import sys
 from pathlib import Path
+from typing import Literal
 
 import equinox as eqx
 import jax
@@ -40,7 +41,7 @@ def _lds(make):
     return build, run, lambda rng: rng.standard_normal(L).astype(np.float32)
 
 
-def model_case(encoder="embedding", **block_options):
+def model_case(encoder: Literal["embedding", "linear"] = "embedding", **block_options):
     def build(key):
         block = functools.partial(eqx_lru.LRUBlock, **block_options)
         return eqx.nn.make_with_state(eqx_lru.LRUModel)(

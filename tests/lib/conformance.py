@@ -200,7 +200,7 @@ def _dense_reference(core, u):
     """Dense RNN: x_k = σ(A x_{k-1} + B u_k), y_k = C x_k + D u_k."""
     A, B, C, D = (np.asarray(m, np.float64) for m in (core.A, core.B, core.C, core.D))
     sigma = {"tanh": np.tanh, "relu": lambda z: np.maximum(z, 0)}.get(
-        getattr(core, "nonlinearity", None), lambda z: z
+        getattr(core, "nonlinearity", ""), lambda z: z
     )
     x, ys = np.zeros(A.shape[0]), []
     for u_t in u:
@@ -245,7 +245,7 @@ def _rglru_reference(core, u):
 
 def _block_diagonal_transitions(core, u_t):
     """BlockDiagonalLRU's A(u_t) block by block, in NumPy from the parameters."""
-    p = {
+    p: dict[str, Any] = {
         n: None if getattr(core, n) is None else np.asarray(getattr(core, n), np.float64)
         for n in ("rho_logit", "W_A", "A0", "W_beta", "beta0")
     }

@@ -27,7 +27,9 @@ def load() -> types.SimpleNamespace:
     if "recurrentgemma" not in sys.modules:
         # Empty package modules in place of the `__init__` files, so that importing the
         # submodules runs only their own imports.
-        root = importlib.util.find_spec("recurrentgemma").submodule_search_locations[0]
+        spec = importlib.util.find_spec("recurrentgemma")
+        assert spec is not None and spec.submodule_search_locations  # checked above
+        root = spec.submodule_search_locations[0]
         for name, path in (("recurrentgemma", root), ("recurrentgemma.jax", f"{root}/jax")):
             package = types.ModuleType(name)
             package.__path__ = [path]

@@ -6,6 +6,7 @@ an `LRUBlock`, and the names kept at `eqx_lru.*` for one version."""
 import functools
 import inspect
 import math
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -27,10 +28,15 @@ from eqx_lru.ablation import (
     StableExp,
     to_diagonal,
 )
+from eqx_lru.ablation._parameterisation import ParameterisationName
 
 H, N, L = 3, 5, 7  # d_model != d_state != length: a swapped axis cannot hide
 NAMES = tuple(ABLATION_CORES)
-PARAMETERISATIONS = {"real_imag": RealImag, "exp": Exp, "stable_exp": StableExp}
+PARAMETERISATIONS: dict[ParameterisationName, type[ablation.AbstractParameterisation]] = {
+    "real_imag": RealImag,
+    "exp": Exp,
+    "stable_exp": StableExp,
+}
 
 
 def _np(x):
@@ -101,10 +107,10 @@ def test_forward_matches_definition(name, reverse, getkey):
         cls, variant = RUNG_TYPES[name]
         assert type(core) is cls
         if cls is DenseRNN:
-            assert core.nonlinearity == variant
+            assert cast(DenseRNN, core).nonlinearity == variant
         if cls is DiagonalRNN:
-            assert core.parameterisation == variant
-            assert type(core.lambda_) is PARAMETERISATIONS[variant]
+            assert cast(DiagonalRNN, core).parameterisation == variant
+            assert type(cast(DiagonalRNN, core).lambda_) is PARAMETERISATIONS[variant]
         u = np.random.default_rng(0).normal(size=(L, H))
         y = core(jnp.asarray(u), reverse=reverse)
         assert y.shape == (L, H) and y.dtype == jnp.float64
@@ -184,6 +190,7 @@ def test_stable_exp_plus_gamma_is_the_lru(getkey):
     """The last step of the ladder adds γ alone: same parameters, γ = 1 ⇒ same function."""
     key = getkey()
     ring = ABLATION_CORES["diag_stable_exp_ring"](H, N, key=key)
+    assert isinstance(ring, DiagonalRNN) and isinstance(ring.lambda_, StableExp)
     lru = ABLATION_CORES["lru"](H, N, key=key)
     lru = eqx.tree_at(lambda m: m.gamma_log, lru, jnp.zeros(N))
     assert jnp.array_equal(ring.lambda_.nu_log, lru.nu_log)
@@ -265,13 +272,13 @@ def test_errors(getkey):
         DiagonalRNN(H, N, precision="ultra", key=getkey())
     # Under the test suite's jaxtyping hook a Literal mismatch is caught first (TypeError).
     with pytest.raises((ValueError, TypeError), match="parameterisation"):
-        DiagonalRNN(H, N, parameterisation="polar", key=getkey())
+        DiagonalRNN(H, N, parameterisation="polar", key=getkey())  # pyright: ignore[reportArgumentType]
     with pytest.raises((ValueError, TypeError), match="nonlinearity"):
-        DenseRNN(H, N, nonlinearity="sigmoid", key=getkey())
+        DenseRNN(H, N, nonlinearity="sigmoid", key=getkey())  # pyright: ignore[reportArgumentType]
     with pytest.raises((ValueError, TypeError), match="method"):
         LinearDenseRNN(H, N, method="fast", key=getkey())
     with pytest.raises((ValueError, TypeError), match="key"):
-        DenseRNN(H, N, key=0)
+        DenseRNN(H, N, key=0)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="d_model"):
         ABLATION_CORES["rnn_relu"](True, N, key=getkey())
 
@@ -332,6 +339,7 @@ def test_rung_plugs_into_a_block(getkey):
     run = eqx.filter_jit(lambda block, x: block(x, state)[0])  # one compilation for both
     y = run(block, x)
     # The core is what the block runs: a different λ gives a different output.
+    assert isinstance(block.core, DiagonalRNN) and isinstance(block.core.lambda_, Exp)
     other = eqx.tree_at(lambda b: b.core.lambda_.nu, block, block.core.lambda_.nu + 1)
     y_other = run(other, x)
     assert y.shape == (L, H) and jnp.all(jnp.isfinite(y))

@@ -8,6 +8,7 @@ hook, as users run the library) are in one subprocess at the end.
 import subprocess
 import sys
 import textwrap
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -77,7 +78,7 @@ def test_real_state_layout_is_checked_and_documented():
             call()
     # With d_state = 2 the two layouts share a shape: documented, loudly.
     for doc in (eqx_lru.RealLRU.__doc__, eqx_lru.AbstractLRU.__call__.__doc__):
-        assert "(d_state, 2)" in doc and "(2, d_state)" in doc
+        assert doc is not None and "(d_state, 2)" in doc and "(2, d_state)" in doc
 
 
 # --- length-0 sequences (item 10) ----------------------------------------------------------
@@ -129,14 +130,14 @@ def test_numpy_integer_sizes_are_accepted():
     size = np.int64(H)
     assert eqx_lru.ComplexLRU(size, np.int32(N), key=KEY).d_model == H
     block = eqx_lru.LRUBlock(size, np.int64(N), norm="layer", key=KEY)
-    assert block.core.d_state == N
+    assert cast(eqx_lru.ComplexLRU, block.core).d_state == N
     model = eqx.nn.make_with_state(eqx_lru.LRUModel)(
         np.int64(VOCAB), np.int64(2), size, np.int64(N), np.int64(1), key=KEY
     )[0]
-    assert type(model.encoder.in_features) is int
+    assert type(cast(eqx.nn.Linear, model.encoder).in_features) is int
     assert eqx_lru.GLU(size, key=KEY).linear.in_features == H
     with pytest.raises((ValueError, TypeError), match="d_model"):
-        eqx_lru.ComplexLRU(np.float64(4.0), N, key=KEY)
+        eqx_lru.ComplexLRU(np.float64(4.0), N, key=KEY)  # pyright: ignore[reportArgumentType]
     with pytest.raises((ValueError, TypeError), match="d_state"):
         eqx_lru.ComplexLRU(H, np.int64(0), key=KEY)
 
@@ -183,7 +184,7 @@ def test_user_level_errors_without_the_test_hook():
 
 def test_model_construction_errors():
     with pytest.raises(TypeError, match="block"):  # the hook in tests, ours for users
-        eqx_lru.LRUModel(VOCAB, 2, H, N, 1, block="lru", key=KEY)
+        eqx_lru.LRUModel(VOCAB, 2, H, N, 1, block="lru", key=KEY)  # pyright: ignore[reportArgumentType]
     with_head = eqx_lru.LRUModel(VOCAB, 2, H, N, 1, encoder="embedding", key=KEY)
     with pytest.raises(ValueError, match="out_size=None"):
         eqx_lru.LRURetrievalModel(with_head, 2, key=KEY)
@@ -191,4 +192,4 @@ def test_model_construction_errors():
     with pytest.raises(ValueError, match="pooling"):
         eqx_lru.LRURetrievalModel(per_step, 2, key=KEY)
     with pytest.raises((ValueError, TypeError), match="core"):
-        eqx_lru.LRUBlock(H, N, core=3, key=KEY)
+        eqx_lru.LRUBlock(H, N, core=3, key=KEY)  # pyright: ignore[reportArgumentType]

@@ -4,6 +4,7 @@ continuous -> discrete formulas (zero-order hold computed independently with
 training run of each core inside `LRUModel`."""
 
 import functools
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -138,13 +139,15 @@ def test_hippo_n_eigenbasis():
     lam, v = hippo_n_modes(size)
     half = v @ np.diag(lam) @ v.conj().T
     np.testing.assert_allclose(half + half.conj(), s, atol=1e-10)
-    assert np.all(lam.imag > 0) and np.allclose(lam.real, -0.5)
+    assert np.all(np.imag(lam) > 0) and np.allclose(np.real(lam), -0.5)
     lam2, v2 = s5_eigenbasis(2 * size, 2)  # two blocks: block-diagonal, eigenvalues repeated
     np.testing.assert_allclose(lam2, np.tile(lam, 2))
     full = v2 @ np.diag(lam2) @ v2.conj().T
-    np.testing.assert_allclose((full + full.conj()).real, scipy.linalg.block_diag(s, s), atol=1e-10)
+    np.testing.assert_allclose(
+        np.real(full + full.conj()), np.asarray(scipy.linalg.block_diag(s, s)), atol=1e-10
+    )
     core = S5(H, 2 * size, blocks=2, key=jax.random.PRNGKey(0))
-    np.testing.assert_allclose(core.Lambda_im, lam2.imag, rtol=1e-6)
+    np.testing.assert_allclose(core.Lambda_im, np.imag(lam2), rtol=1e-6)
 
 
 def test_init_under_vmap():
@@ -304,7 +307,9 @@ def test_trains_in_lru_model(name):
         key=jax.random.PRNGKey(0),
         block=functools.partial(eqx_lru.LRUBlock, core=make),
     )
-    assert isinstance(model.blocks[0].core, type(make(2, 4, key=jax.random.PRNGKey(0))))
+    assert isinstance(
+        cast(eqx_lru.LRUBlock, model.blocks[0]).core, type(make(2, 4, key=jax.random.PRNGKey(0)))
+    )
     optim = eqx_lru.lru_optimizer(
         learning_rate=2e-2, total_steps=STEPS, lr_factor=0.5, warmup_fraction=0.0
     )

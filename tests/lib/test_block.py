@@ -4,7 +4,7 @@ Sizes are distinct (d_model=6, d_state=5, length=9) so a swapped axis cannot hid
 """
 
 import functools
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import equinox as eqx
 import jax
@@ -101,11 +101,11 @@ class DecayCore(eqx_lru.AbstractRecurrentCore):
         a = jax.nn.sigmoid(self.logit)
         h = eqx_lru.linear_recurrence(
             a,
-            u,
+            cast(jax.Array, u),
             algebra=eqx_lru.Diagonal(),
             initial_state=initial_state,
             reverse=reverse,
-            segment_ids=segment_ids,
+            segment_ids=cast("jax.Array | None", segment_ids),
         )
         return h, h[0] if reverse else h[-1 if length is None else length - 1]
 
@@ -119,7 +119,7 @@ def test_custom_core():
     x = _inputs(batch=1)[0]
     y, _ = block(x, state)
     # The block is the formula of Fig. 1 with the sum of both directions.
-    z = jax.vmap(block.norm)(x)
+    z = jax.vmap(cast(eqx.nn.LayerNorm, block.norm))(x)
     h = block.core(z) + block.reverse_core(z, reverse=True)
     expected = x + jax.vmap(block.glu)(jax.nn.gelu(h))
     assert max_rel_err(y, expected) < 1e-6
@@ -128,7 +128,7 @@ def test_custom_core():
 def test_custom_core_errors():
     key = jax.random.PRNGKey(0)
     with pytest.raises(TypeError, match="AbstractRecurrentCore"):
-        eqx_lru.LRUBlock(H, N, core=lambda h, n, *, key: lambda u, reverse=False: u, key=key)
+        eqx_lru.LRUBlock(H, N, core=lambda h, n, *, key: lambda u, reverse=False: u, key=key)  # pyright: ignore[reportArgumentType]
 
     class NotACore(eqx.Module):  # a module called like a core, but not a subclass
         w: jax.Array
@@ -137,20 +137,20 @@ def test_custom_core_errors():
             return u @ self.w
 
     with pytest.raises(TypeError, match="Subclass eqx_lru.AbstractRecurrentCore"):
-        eqx_lru.LRUBlock(H, N, core=lambda h, n, *, key: NotACore(jnp.ones((h, n))), key=key)
+        eqx_lru.LRUBlock(H, N, core=lambda h, n, *, key: NotACore(jnp.ones((h, n))), key=key)  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="dtype"):  # the block passes its dtype to the core
         eqx_lru.LRUBlock(H, N, core=DecayCore, dtype=jnp.float32, key=key)
     # (TypeError: in the test suite jaxtyping's hook type-checks the Literal first.)
     with pytest.raises((ValueError, TypeError), match="core"):
-        eqx_lru.LRUBlock(H, N, core="quaternion", key=key)
+        eqx_lru.LRUBlock(H, N, core="quaternion", key=key)  # pyright: ignore[reportArgumentType]
     with pytest.raises((ValueError, TypeError), match="norm"):
-        eqx_lru.LRUBlock(H, N, norm="group", key=key)
+        eqx_lru.LRUBlock(H, N, norm="group", key=key)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="dropout"):
         eqx_lru.LRUBlock(H, N, dropout=1.0, key=key)
     with pytest.raises(ValueError, match="r_max"):
         eqx_lru.LRUBlock(H, N, core=functools.partial(eqx_lru.ComplexLRU, r_max=1.5), key=key)
     with pytest.raises(TypeError, match="r_min"):  # ring options belong to the core now
-        eqx_lru.LRUBlock(H, N, r_min=0.5, key=key)
+        eqx_lru.LRUBlock(H, N, r_min=0.5, key=key)  # pyright: ignore[reportCallIssue]
 
 
 def test_core_options_are_set_on_the_core():
@@ -165,6 +165,7 @@ def test_core_options_are_set_on_the_core():
         precision="highest",
     )
     block = eqx_lru.LRUBlock(H, 64, core=core, key=jax.random.PRNGKey(0))
+    assert isinstance(block.core, eqx_lru.RealLRU)
     modulus, phase = block.core.modulus(), block.core.phase()
     assert 0.9 <= float(modulus.min()) and float(modulus.max()) <= 0.95 + 1e-6
     assert float(phase.max()) <= 0.1 + 1e-6
@@ -181,12 +182,12 @@ def test_core_options_are_set_on_the_core():
 def test_glu_variants():
     y = jax.random.normal(jax.random.PRNGKey(1), (H,))
     full = eqx_lru.GLU(H, "full", key=jax.random.PRNGKey(0))
-    w, b = full.linear.weight, full.linear.bias
+    w, b = full.linear.weight, cast(jax.Array, full.linear.bias)
     expected = (w[:H] @ y + b[:H]) * jax.nn.sigmoid(w[H:] @ y + b[H:])
     assert max_rel_err(full(y), expected) < 1e-6
     half = eqx_lru.GLU(H, "half", key=jax.random.PRNGKey(0))
     assert half.linear.weight.shape == (H, H)
-    expected = y * jax.nn.sigmoid(half.linear.weight @ y + half.linear.bias)
+    expected = y * jax.nn.sigmoid(half.linear.weight @ y + cast(jax.Array, half.linear.bias))
     assert max_rel_err(half(y), expected) < 1e-6
 
 

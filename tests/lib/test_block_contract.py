@@ -6,6 +6,8 @@ a block that does not subclass the contract is refused at construction.
 Sizes are distinct: IN 5, OUT 3, H 4, L 11, depth 2.
 """
 
+from typing import cast
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -65,6 +67,7 @@ class CumSum(eqx_lru.AbstractStreamingBlock):
     ):
         del inference, key, carry_gradient
         assert segment_ids is None and reset is None and dt is None
+        x = cast(jax.Array, x)
         mask = eqx_lru.valid_mask(length, x.shape[0])
         x = eqx_lru.where_valid(mask, x)
         sums = carry + jnp.cumsum(x, axis=0)  # pads add zero: the last row is the carry
@@ -105,7 +108,7 @@ def test_lru_block_subclasses_the_contract():
     assert issubclass(eqx_lru.AbstractStreamingBlock, eqx_lru.AbstractBlock)
     for abstract in (eqx_lru.AbstractBlock, eqx_lru.AbstractStreamingBlock):
         with pytest.raises(TypeError, match="abstract"):
-            abstract()
+            abstract()  # pyright: ignore[reportAbstractUsage]
 
 
 @pytest.mark.parametrize("remat", [False, True])
@@ -150,4 +153,4 @@ def test_a_block_that_is_not_an_abstract_block_is_refused():
             return x, state
 
     with pytest.raises(TypeError, match=r"block 0 .*Plain.*Subclass eqx_lru\.AbstractBlock"):
-        eqx_lru.LRUModel(IN, OUT, H, N, DEPTH, block=Plain, key=KEY)
+        eqx_lru.LRUModel(IN, OUT, H, N, DEPTH, block=Plain, key=KEY)  # pyright: ignore[reportArgumentType]

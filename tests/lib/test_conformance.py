@@ -2,6 +2,7 @@
 entry of the list that it selects, and one entry added to the list reaches all of them."""
 
 import importlib
+from typing import Any, cast
 
 import conformance
 import pytest
@@ -38,7 +39,7 @@ def _params(fn) -> list[dict]:
     return sets
 
 
-def _coverage() -> dict[str, dict[str, set]]:
+def _coverage() -> dict[str, dict[str, Any]]:
     """What each conformance test runs over, read off its parametrisation."""
     tests = {name: importlib.import_module(name) for name in MODULES}
 
@@ -83,7 +84,7 @@ def _coverage() -> dict[str, dict[str, set]]:
     }
 
 
-def _expected() -> dict[str, dict[str, set]]:
+def _expected() -> dict[str, dict[str, Any]]:
     """What each conformance test must run over, by the list."""
     grid = set(select(METHODS, grid=True))
     return {
@@ -119,7 +120,7 @@ def test_one_entry_reaches_every_conformance_test():
     )
     try:
         for table, entry in entries:
-            table["new"] = entry
+            cast(dict[str, Any], table)["new"] = entry
         for name in MODULES:
             importlib.reload(importlib.import_module(name))
         coverage = _coverage()

@@ -14,6 +14,7 @@ Sizes are distinct (d_model=3, d_state=4, length=7; the conformance sizes for th
 
 import functools
 import inspect
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -133,9 +134,9 @@ def test_a_core_without_dt_in_its_run_is_refused_at_definition():
                 return jnp.zeros(())
 
             def step(self, state, u_t, *, dt=None):
-                return state, u_t
+                return state, cast(jax.Array, u_t)
 
-            def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):
+            def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None):  # pyright: ignore[reportIncompatibleMethodOverride]
                 return u, jnp.zeros(())
 
 

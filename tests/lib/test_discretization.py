@@ -13,6 +13,7 @@ d_model 4 (2 complex modes with its phase); the model's input 3, output 2, width
 state 5."""
 
 import functools
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -86,7 +87,9 @@ def rglru_oracle(p, x, dt, discretization, *, c=8.0):
 
 def _lrus(dtype=jnp.float64):
     key = jax.random.PRNGKey(2)
-    ring = dict(r_min=0.5, r_max=0.97, max_phase=2.0, method="sequential", dtype=dtype)
+    ring: dict[str, Any] = dict(
+        r_min=0.5, r_max=0.97, max_phase=2.0, method="sequential", dtype=dtype
+    )
     return {
         f"{form.__name__}/{d}": form(H, N, discretization=d, key=key, **ring)
         for form in FORMS
@@ -392,7 +395,7 @@ def test_export_keeps_the_choice(fmt):
     x_half = np.repeat(x, 2, axis=1)  # the model test's shapes: its compiled runs
     half = np.full((1, 12), 0.5, np.float32)
     unit, _, pooled, streamed = _model_runs(model, state, x[0], x_half[0])
-    tolerance = dict(rtol=1e-5, atol=1e-5)
+    tolerance: dict[str, Any] = dict(rtol=1e-5, atol=1e-5)
     got = program(x_half, np.array([12], np.int32), half, *zero_carry(sequence.manifest, 1))[0]
     np.testing.assert_allclose(got[0], pooled[1], **tolerance)
     np.testing.assert_allclose(got[0, 1::2], unit, rtol=1e-4, atol=1e-5)

@@ -3,6 +3,8 @@ recurrence and the kernel at the true time lags), gradients (Δt included) again
 differences of the oracle, Δt ≡ 1 against the plain call, splitting a step, packing, chunks,
 `step`, and bad `dt`."""
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -259,7 +261,7 @@ def test_dt_with_bfloat16_storage():
     """`RealLRU(compute_dtype=bfloat16)` with `dt`: the transitions stay in float32 (only
     the stored states and projection operands are rounded), `step` matches the parallel
     call, and the output is within bfloat16 rounding of the float32 layer's."""
-    kwargs = dict(r_min=0.5, r_max=0.95, key=jax.random.PRNGKey(0))
+    kwargs: dict[str, Any] = dict(r_min=0.5, r_max=0.95, key=jax.random.PRNGKey(0))
     low = eqx_lru.RealLRU(H, N, compute_dtype=jnp.bfloat16, **kwargs)
     full = eqx_lru.RealLRU(H, N, **kwargs)
     u, dt = _data(jnp.float32)

@@ -11,6 +11,7 @@ The time-steps page's half-rate claim under `"zoh"`: exact for one block, approx
 Sizes are distinct: IN 5, OUT 3, H 4, N 6, L 11, depth 2."""
 
 import functools
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -25,7 +26,14 @@ IN, OUT, H, N, L, DEPTH = 5, 3, 4, 6, 11, 2
 CORE = functools.partial(eqx_lru.ComplexLRU, r_min=0.5, r_max=0.95)
 
 
-def _model(bidirectional=True, norm=None, core=CORE, remat=False, dtype=jnp.float32, **kw):
+def _model(
+    bidirectional=True,
+    norm=None,
+    core: Callable[..., eqx_lru.AbstractRecurrentCore] = CORE,
+    remat=False,
+    dtype=jnp.float32,
+    **kw,
+):
     block = functools.partial(
         eqx_lru.LRUBlock, core=core, norm=norm, bidirectional=bidirectional, **kw
     )

@@ -7,6 +7,7 @@ argument. Distinct sizes: H = 4, N = 3, L = 6.
 """
 
 import math
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -85,7 +86,9 @@ def test_numpy_integers_are_sizes_everywhere_and_bools_nowhere():
     assert type(eqx_lru.Sequential(np.int64(2)).unroll) is int
     assert eqx_lru.PallasScan(chunk=np.int32(4), block=np.int64(16)) == eqx_lru.PallasScan(4, 16)
     schedule = eqx_lru.lru_schedule(1e-3, np.int64(10))
-    assert float(schedule(5)) == float(eqx_lru.lru_schedule(1e-3, 10)(5))
+    assert float(cast(jax.Array, schedule(5))) == float(
+        cast(jax.Array, eqx_lru.lru_schedule(1e-3, 10)(5))
+    )
     with pytest.raises(ValueError) as excinfo:
         eqx_lru.Sequential(True)
     _one_line(excinfo, "`unroll`")
@@ -113,7 +116,7 @@ def test_dtypes_as_objects_or_names():
     by_object = eqx_lru.RealLRU(H, N, dtype=jnp.float32, compute_dtype=jnp.bfloat16, key=KEY)
     assert eqx.tree_equal(by_name, by_object)
     block, _ = eqx.nn.make_with_state(eqx_lru.LRUBlock)(H, N, dtype="float32", key=KEY)
-    assert block.core.nu_log.dtype == jnp.float32
+    assert cast(eqx_lru.ComplexLRU, block.core).nu_log.dtype == jnp.float32
     model, _ = eqx.nn.make_with_state(eqx_lru.LRUModel)(
         5, 2, H, N, 1, dtype=np.dtype("float32"), key=KEY
     )

@@ -9,6 +9,7 @@ Sizes are distinct: IN 3, OUT 5, H = N 6 (the RG-LRU's state has its input's wid
 depth 2, lengths 7 and 11, batches 2 and 3."""
 
 import functools
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -86,7 +87,7 @@ def test_programs_take_dt(fmt, model):
     stepper = export_session(fmt, step.data)
     specs = [(tuple(c["shape"][1:]), np.dtype(c["dtype"])) for c in step.manifest["carry"]]
     same_form = step.manifest["exported_form"] == "complex"  # the model's: its carry too
-    tolerance = dict(rtol=1e-5, atol=FORMATS[fmt].atol)
+    tolerance: dict[str, Any] = dict(rtol=1e-5, atol=FORMATS[fmt].atol)
     for batch, length, seed in ((2, 7, 1), (3, 11, 2)):
         x, lengths, dt = _inputs(batch, length, seed)
         calls, streamed, carry = _expected(model, state, x, lengths, dt)

@@ -49,7 +49,8 @@ def test_rewrites_its_own_pair_and_keeps_the_permissions(tmp_path):
     os.chmod(path, 0o640)
     eqx_lru.export.write(_exported(b"second"), path)  # ours: replaced without overwrite
     data, info = _pair(path)
-    assert data == b"second" and info["artifact"] == "model.stablehlo" and _consistent(path)
+    assert data == b"second" and info is not None and info["artifact"] == "model.stablehlo"
+    assert _consistent(path)
     assert (os.stat(path).st_mode & 0o777) == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.stablehlo", "model.stablehlo.json"]
 

@@ -177,8 +177,8 @@ def test_reads_records(size, dtype):
     integer = not isinstance(size, bool) and isinstance(size, int | np.integer)
     positive = integer and 1 <= size < 2**31  # ids and sizes are int32
     for make, names in (
-        (lambda: Tokens(size), ["`vocab_size`"]),
-        (lambda: Features(size, dtype), ["`size`", "`dtype`"]),
+        (lambda: Tokens(size), ["`vocab_size`"]),  # pyright: ignore[reportArgumentType]
+        (lambda: Features(size, dtype), ["`size`", "`dtype`"]),  # pyright: ignore[reportArgumentType]
     ):
         try:
             reads = make()

@@ -4,6 +4,7 @@ float64 NumPy loop (plain, packed, padded, with `dt`, two cores), streaming by `
 remat), over a sequence split into chunks (a named vmap axis), and bad arguments."""
 
 import functools
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -13,6 +14,8 @@ import pytest
 from reference import hawk_loop, rglru_loop
 
 import eqx_lru
+import eqx_lru._blocks._gated_mlp
+from eqx_lru._cores._core_factory import Core
 
 H, N, L, K, E = 6, 8, 13, 3, 10  # d_model, d_state, length, conv taps, MLP width
 CORES = {
@@ -21,9 +24,9 @@ CORES = {
 }
 
 
-def _block(core="rglru", dtype=jnp.float64, seed=0, **options):
+def _block(core: Any = "rglru", dtype=jnp.float64, seed=0, **options):
     block = eqx_lru.HawkBlock(
-        H, N, core=CORES.get(core, core), conv_width=K, mlp_width=E, dtype=dtype,
+        H, N, core=cast(Core, CORES.get(core, core)), conv_width=K, mlp_width=E, dtype=dtype,
         key=jax.random.PRNGKey(seed), **options,
     )  # fmt: skip
     # Non-trivial norms, biases and convolution, so that every parameter matters.
@@ -90,7 +93,7 @@ def test_matches_float64_loop(core):
         x, dt = _data()
         p = _params(block)
         plain, packed, padded = _plain_packed_padded(block, x, dt, jnp.asarray(IDS))
-        tol = dict(rtol=1e-10, atol=1e-10)
+        tol: dict[str, Any] = dict(rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(plain, hawk_loop(p, x, _oracle_core(block.core)), **tol)
         expected = hawk_loop(p, x, _oracle_core(block.core, dt), segment_ids=IDS)
         np.testing.assert_allclose(packed, expected, **tol)
@@ -183,7 +186,7 @@ def test_in_model_streams_and_remats():
     build = functools.partial(eqx_lru.LRUModel, 5, 4, H, N, 2, pooling=None, block=make, key=key)
     model, state = eqx.nn.make_with_state(build)()
     remat_model = build(remat=True)
-    assert isinstance(model.blocks[0].core, eqx_lru.RGLRU)  # the default core
+    assert isinstance(cast(eqx_lru.HawkBlock, model.blocks[0]).core, eqx_lru.RGLRU)  # default core
     x = jnp.asarray(np.random.default_rng(0).normal(size=(L, 5)), jnp.float32)
 
     @eqx.filter_jit

@@ -6,6 +6,7 @@ where recurrentgemma is installed (`./dev.sh` installs it), its own `ResidualBlo
 packed documents of 4096 positions: outputs and gradients."""
 
 import functools
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -20,7 +21,7 @@ import eqx_lru
 H, N, E, K, HEADS = 6, 8, 10, 4, 2  # width, lru_width, MLP width, taps, heads
 
 
-def their_params(variant: str, seed: int = 0, dtype=np.float32) -> dict:
+def their_params(variant: str, seed: int = 0, dtype: type[np.floating] = np.float32) -> dict:
     """Random parameters in recurrentgemma's `ResidualBlock` layout (recurrent block),
     spread so that every parameter matters."""
     rng = np.random.default_rng(seed)
@@ -206,6 +207,7 @@ def test_recurrentgemma_init_distribution():
         return make(init="recurrentgemma", final_scale=s, key=key), make(key=key)
 
     block, default = both(jax.random.PRNGKey(0))
+    assert isinstance(block.core, eqx_lru.RGLRU)
     expected = {
         "linear_x": (block.linear_x.weight, 1 / h), "linear_y": (block.linear_y.weight, 1 / h),
         "linear_out": (block.linear_out.weight, s / n), "up": (block.mlp.up.weight, 1 / (2 * h)),
@@ -256,7 +258,7 @@ def test_bad_trees_and_blocks():
     with pytest.raises(ValueError, match="c=4.0"):
         eqx_lru.recurrentgemma.rglru_to_recurrentgemma(shapes(eqx_lru.RGLRU, N, c=4.0, key=key))
     with pytest.raises((ValueError, TypeError), match="init"):
-        eqx_lru.HawkBlock(H, N, init="lecun", key=key)
+        eqx_lru.HawkBlock(H, N, init="lecun", key=key)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="needs `init='recurrentgemma'`"):
         eqx_lru.HawkBlock(H, N, final_scale=0.5, key=key)
     with pytest.raises(ValueError, match="`final_scale` must be a positive"):
@@ -391,9 +393,10 @@ def test_round_trip_to_recurrentgemma_is_exact_at_document_starts():
     rng = np.random.default_rng(8)
     x = jnp.asarray(rng.normal(size=(ids.size, H)), jnp.float32)
     u = jnp.asarray(rng.normal(size=(ids.size, N)), jnp.float32)
-    start = dict(document_start="unnormalised")
+    start: dict[str, Any] = dict(document_start="unnormalised")
     core = functools.partial(eqx_lru.RGLRU, heads=HEADS, **start)
     block = eqx_lru.HawkBlock(H, N, core=core, conv_width=K, mlp_width=E, key=jax.random.PRNGKey(3))
+    assert isinstance(block.core, eqx_lru.RGLRU)
     block = eqx.tree_at(
         lambda b: (b.norm.weight, b.mlp_norm.weight, b.core.b_a), block,
         (jnp.asarray(rng.uniform(0.5, 2, H), jnp.float32),

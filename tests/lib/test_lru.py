@@ -144,7 +144,7 @@ def test_conversions_round_trip_exactly():
     u = _input(jnp.float32)
     assert max_rel_err(r(u), c(u)) <= 1e-6
     with pytest.raises(TypeError):  # jaxtyping in tests, our own check for users
-        eqx_lru.RealLRU.from_complex(eqx.nn.Linear(2, 2, key=jax.random.PRNGKey(0)))
+        eqx_lru.RealLRU.from_complex(eqx.nn.Linear(2, 2, key=jax.random.PRNGKey(0)))  # pyright: ignore[reportArgumentType]
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import eqx_lru
+from eqx_lru._models._model_io import Pooling
 
 VOCAB, OUT, H, N, DEPTH, STREAMS, T, CHUNK, CALLS = 9, 3, 5, 6, 2, 4, 17, 5, 6
 
@@ -43,6 +44,7 @@ def _model(name, seed=0):
     )  # fmt: skip
     rng = np.random.default_rng(seed + 1)
     for blk in model.blocks:  # running statistics off their init
+        assert isinstance(blk, eqx_lru.LRUBlock)
         if isinstance(blk.norm, eqx_lru.MaskedBatchNorm):
             steps, mean, var = state.get(blk.norm.state_index)
             state = state.set(blk.norm.state_index, (
@@ -293,7 +295,7 @@ def test_pool_errors():
     with pytest.raises(ValueError, match="one entry per slot"):
         pool.step(model, jnp.zeros(4, jnp.int32), state)
     with pytest.raises(TypeError, match="model"):
-        eqx_lru.StreamPool(object(), 2)
+        eqx_lru.StreamPool(object(), 2)  # pyright: ignore[reportArgumentType]
     with pytest.raises((ValueError, TypeError), match="reset"):
         model.step(model.init_carry(), jnp.asarray(1), state, reset=jnp.ones(2, bool))
     with pytest.raises(Exception, match="between 0"):
@@ -303,7 +305,7 @@ def test_pool_errors():
 # --- time steps per slot, and counters that cannot wrap -----------------------------------
 
 
-def _small(pooling="mean"):
+def _small(pooling: Pooling = "mean"):
     """One block, no norm: the cheapest model whose cores take `dt`."""
     core = functools.partial(eqx_lru.ComplexLRU, r_min=0.5, r_max=0.95)
     block = functools.partial(eqx_lru.LRUBlock, core=core, norm=None)
@@ -370,6 +372,7 @@ def test_mean_pooling_count_saturates_instead_of_wrapping():
     expected = (mean.astype(np.float64) * count + added) / (count + CHUNK)
     got = np.asarray(new["sum"], np.float64) / int(new["count"])
     np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert model.head is not None
     np.testing.assert_allclose(out, model.head(jnp.asarray(expected, jnp.float32)), rtol=1e-5)
     later, out = model.step(new, jnp.asarray(1), state)
     assert int(later["count"]) == 2**31 - 1 and np.all(np.isfinite(out))

@@ -1,7 +1,7 @@
 """`lru_param_labels`, `lru_schedule`, `lru_optimizer` (paper §D.2)."""
 
 import functools
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 import equinox as eqx
 import jax
@@ -56,7 +56,7 @@ def test_labels_of_an_lru_model(decay_norm_and_bias):
 class DenseCore(eqx_lru.AbstractRecurrentCore):
     """A custom core: a subclass of the contract, its recurrent group declared by field."""
 
-    recurrent_fields: ClassVar = ("A",)
+    recurrent_fields: ClassVar[tuple[str, ...]] = ("A",)
     A: jax.Array
     C: jax.Array
 
@@ -64,10 +64,10 @@ class DenseCore(eqx_lru.AbstractRecurrentCore):
         return jnp.zeros(self.A.shape[0])
 
     def step(self, state, u_t, *, dt=None):
-        return state, u_t
+        return state, cast(jax.Array, u_t)
 
     def run(self, u, *, initial_state=None, reverse=False, length=None, segment_ids=None, dt=None):
-        return u, self.init_state()
+        return cast(jax.Array, u), self.init_state()
 
 
 def test_labels_of_any_pytree():
@@ -86,7 +86,7 @@ def test_labels_of_any_pytree():
     assert labels["steps"] is None and labels["name"] is None
 
     class Wrong(DenseCore):
-        recurrent_fields: ClassVar = ("Lambda",)
+        recurrent_fields: ClassVar[tuple[str, ...]] = ("Lambda",)
 
     with pytest.raises(ValueError, match="Lambda"):
         eqx_lru.lru_param_labels(Wrong(jnp.eye(2), jnp.ones(2)))
@@ -97,7 +97,7 @@ def test_schedule_shape():
     schedule = eqx_lru.lru_schedule(peak, total)
 
     def at(s):
-        return float(schedule(s))
+        return float(cast(jax.Array, schedule(s)))
 
     np.testing.assert_allclose(at(0), 1e-7, rtol=1e-5)
     np.testing.assert_allclose(at(50), (peak + 1e-7) / 2, rtol=1e-4)  # linear warmup
@@ -126,6 +126,7 @@ def test_optimizer_groups_and_weight_decay():
     lr, factor, wd = 1e-2, 0.25, 0.1
     tree = _tree()
     params = eqx.filter(tree, eqx.is_inexact_array)
+    updates: Any  # optax's update tree: here a dict like `params`
     with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts
         for decay_norm_and_bias in (True, False):
             optim = eqx_lru.lru_optimizer(
@@ -203,6 +204,9 @@ def test_a_core_moves_single_fields_to_other_groups():
     optim = eqx_lru.lru_optimizer(
         learning_rate=lr, total_steps=10, lr_factor=factor, weight_decay=wd, warmup_fraction=0.0
     )
+    updates: Any  # optax's update tree: here a dict like `params`
+    state: Any  # optax's states: `PartitionState`s
+    plain: Any
     with jax.numpy_dtype_promotion("standard"):
         state = optim.init(params)
         updates, _ = optim.update(params, state, params)

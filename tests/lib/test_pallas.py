@@ -17,6 +17,7 @@ import re
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -35,7 +36,7 @@ from eqx_lru._scan._storage import Cast, ComplexPairs, Identity
 # length 11 = 2 chunks of 4 + a tail of 3; channel tiles of 4 over 5 (or 3) channels, the
 # last one partial (masked on GPUs).
 LENGTH, CHUNK, BLOCK = 11, 4, 4
-KW = dict(chunk=CHUNK, block=BLOCK)
+KW: dict[str, Any] = dict(chunk=CHUNK, block=BLOCK)
 
 
 def loop(a, x, h0, *, reverse, pair):
@@ -152,7 +153,7 @@ def test_lowers_for_cuda():
 def _triton_irs(fn, *args) -> list[str]:
     """The Triton IR (text) of every Pallas kernel in `fn`, lowered for CUDA on this
     machine."""
-    lowering = _pallas._triton_registration.lowering
+    lowering = _pallas._triton_registration.lowering  # pyright: ignore[reportPrivateImportUsage]
     captured, original = [], lowering.lower_jaxpr_to_triton_module
 
     def spy(*a, **k):
@@ -215,9 +216,12 @@ def _compile_sm90(ttir: str, num_warps: int) -> dict:
             timeout=600,
         ).stderr
         seconds = time.perf_counter() - start
+    kernel = re.search(r"entry function '(\w+)'", log)
+    registers = re.search(r"Used (\d+) registers", log)
+    assert kernel and registers, log
     return dict(
-        kernel=re.search(r"entry function '(\w+)'", log).group(1),
-        registers=int(re.search(r"Used (\d+) registers", log).group(1)),
+        kernel=kernel.group(1),
+        registers=int(registers.group(1)),
         spilled=sum(map(int, re.findall(r"(\d+) bytes spill (?:stores|loads)", log))),
         seconds=round(seconds, 1),
     )

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import traceback
 import warnings
+from typing import cast
 
 import numpy as np
 import pytest
@@ -192,7 +193,7 @@ def _settings(examples: int):
         derandomize=True,
         database=None,
         phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
+        suppress_health_check=cast("list[HealthCheck]", list(HealthCheck)),
     )
 
 
@@ -382,7 +383,10 @@ def block_constructors_and_calls():
                 dtype=dtype,
                 key=jax.random.PRNGKey(0),
             )
-            x = _input((4, block.core.d_model) if shape == "width" else shape, "float32")
+            x = _input(
+                (4, cast(eqx_lru.AbstractLRU, block.core).d_model) if shape == "width" else shape,
+                "float32",
+            )
             return block(x, state, length=length, inference=True)
 
         _outcome(build, signature_ok=True)
@@ -422,7 +426,11 @@ def model_constructors_and_calls():
                 encoder=encoder,
                 key=jax.random.PRNGKey(0),
             )
-            right = jnp.ones((4, model.encoder.in_features)) if encoder == "linear" else None
+            right = (
+                jnp.ones((4, cast(eqx.nn.Linear, model.encoder).in_features))
+                if encoder == "linear"
+                else None
+            )
             x = {
                 "right": jnp.arange(4) % 2 if right is None else right,
                 "negative tokens": -jnp.arange(4),

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import tomllib
+from typing import cast
 
 import eqx_lru
 from eqx_lru import _version
@@ -95,7 +96,7 @@ def test_extras_mean_something_to_a_package_user():
     groups = set(pyproject["dependency-groups"])
     assert {"experiments", "test", "docs", "release"} <= groups
     dev = (ROOT / "dev.sh").read_text()
-    installed = set(re.search(r'^groups="([^"]*)"', dev, re.M)[1].split())
+    installed = set(cast(re.Match[str], re.search(r'^groups="([^"]*)"', dev, re.M))[1].split())
     assert installed == groups, f"dev.sh installs the groups {installed}, pyproject has {groups}"
     assert "-e . --group test" in dev, "test-newest installs the test group"
     as_extras = re.compile(r"""(?:eqx_lru|\.)\[[^\]]*\b(?:experiments|test|docs|release)\b""")

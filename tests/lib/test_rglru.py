@@ -174,6 +174,7 @@ def test_initialisation():
     assert not np.allclose(core.W_a, core.W_x)
     phased = eqx_lru.RGLRU(64, phase=True, max_phase=0.3, key=jax.random.PRNGKey(1))
     assert phased.Lambda.shape == (32,) and phased.W_a.shape == (1, 64, 32)
+    assert phased.theta is not None
     assert 0 <= float(phased.theta.min()) and float(phased.theta.max()) <= 0.3
     assert phased.init_state().dtype == jnp.complex64
     assert phased.to_form("real").init_state().shape == (2, 32)

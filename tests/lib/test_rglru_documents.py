@@ -5,6 +5,7 @@ chunks and packing against the call, a sequence split across devices, and the op
 through `HawkBlock` and `LRUBlock` (call, `step`, `chunk`, `reset`)."""
 
 import functools
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -15,6 +16,8 @@ from core_runs import packed_chunked_streamed
 from reference import hawk_loop
 
 import eqx_lru
+from eqx_lru._cores._rglru import DocumentStart
+from eqx_lru._scan._recurrence import ScanMethod
 
 H, L, HEADS = 8, 11, 2  # d_model ≠ length; 8 modes, or 4 with phase
 VARIANTS = {
@@ -62,7 +65,13 @@ def documents_loop(p, x, *, dt=None, h0=None, started=None, reverse=False, segme
     return y, states
 
 
-def _core(variant, dtype=jnp.float64, method="sequential", seed=0, start="unnormalised"):
+def _core(
+    variant,
+    dtype=jnp.float64,
+    method: ScanMethod = "sequential",
+    seed=0,
+    start: DocumentStart = "unnormalised",
+):
     core = eqx_lru.RGLRU(
         H, heads=HEADS, method=method, dtype=dtype, key=jax.random.PRNGKey(seed),
         document_start=start, **VARIANTS[variant],
@@ -298,7 +307,7 @@ def test_through_hawk_block():
         def oracle_core(steps):
             return lambda u, seg, h0: documents_loop(core, u, dt=steps, segment_ids=seg, h0=h0)[0]
 
-        tol = dict(rtol=1e-10, atol=1e-10)
+        tol: dict[str, Any] = dict(rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(plain, hawk_loop(p, x, oracle_core(None)), **tol)
         expected = hawk_loop(p, x, oracle_core(dt), segment_ids=IDS)
         np.testing.assert_allclose(packed, expected, **tol)
@@ -331,4 +340,4 @@ def test_through_lru_block_streams_like_the_call():
 
 def test_bad_document_start():
     with pytest.raises((ValueError, TypeError), match="document_start"):
-        eqx_lru.RGLRU(H, document_start="raw", key=jax.random.PRNGKey(0))
+        eqx_lru.RGLRU(H, document_start="raw", key=jax.random.PRNGKey(0))  # pyright: ignore[reportArgumentType]

@@ -161,4 +161,4 @@ def test_default_is_positive_and_zoh_refused():
     with pytest.raises(ValueError, match="zoh.*eigenvalues='signed'"):
         eqx_lru.RGLRU(H, eigenvalues="signed", discretization="zoh", key=key)
     with pytest.raises((ValueError, TypeError), match="eigenvalues"):
-        eqx_lru.RGLRU(H, eigenvalues="negative", key=key)
+        eqx_lru.RGLRU(H, eigenvalues="negative", key=key)  # pyright: ignore[reportArgumentType]

@@ -100,7 +100,7 @@ def test_scan_method_shortcuts_and_errors():
         scan_method("fast")
     # A TypeError naming `method` (under the test suite's beartype hook: its own error).
     with pytest.raises(Exception, match="method"):
-        scan_method(4)
+        scan_method(4)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="`unroll`"):
         eqx_lru.Sequential(unroll=0)
 

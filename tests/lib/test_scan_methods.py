@@ -8,6 +8,7 @@ returns the forward pass and the gradients for all four (reverse, initial_state)
 
 import itertools
 import re
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -144,8 +145,8 @@ def test_sequential_blocks_and_tails(unroll, length):
                 )
 
             def both(a, b, h0, shared=shared, algebra=algebra, weights=weights):
-                def reference(*args):
-                    return _loop(*args[:3], _zeros_if_none(args[3], args[2]), *args[4:])
+                def reference(algebra, a, b, h0, *rest):
+                    return _loop(algebra, a, b, _zeros_if_none(h0, b), *rest)
 
                 return [
                     _all_variants(fn, algebra, a, b, h0, weights, shared)
@@ -226,7 +227,8 @@ def test_complex_pairs_storage_matches_complex_states():
                 out[method] = (
                     via_pairs(a, pairs, h0, method),
                     jax.grad(
-                        lambda *x, method=method: _loss(via_pairs(*x, method), w), argnums=(0, 1, 2)
+                        lambda *x, method=method: _loss(via_pairs(*x, method=method), w),
+                        argnums=(0, 1, 2),
                     )(a, pairs, h0),
                 )
             out["reference"] = (
@@ -281,12 +283,14 @@ def test_backward_keeps_only_the_states(method):
     input and output."""
     compiled, state_bytes = _compiled_grad(method)
     reference, _ = _compiled_grad(method, reference=True)
-    temp = compiled.memory_analysis().temp_size_in_bytes
+    memory, reference_memory = compiled.memory_analysis(), reference.memory_analysis()
+    assert memory is not None and reference_memory is not None
+    temp = memory.temp_size_in_bytes
     assert temp <= (0.25 if method == "sequential" else ASSOCIATIVE_TEMP_STATES) * state_bytes
     # Against autodiff's tree, what the scan itself keeps (less the states buffer that
     # newer XLA keeps for both).
     kept = (ASSOCIATIVE_TEMP_STATES - 4) * state_bytes if method == "associative" else 0
-    assert temp - kept < 0.8 * reference.memory_analysis().temp_size_in_bytes
+    assert temp - kept < 0.8 * reference_memory.temp_size_in_bytes
 
 
 def test_sequential_updates_the_sequence_in_place():
@@ -295,7 +299,7 @@ def test_sequential_updates_the_sequence_in_place():
     inside the loop would copy the sequence at every iteration)."""
     compiled, _ = _compiled_grad("sequential")
     full = r"f32\[2,128,16,2\]\{[\d,]+\} copy\("
-    assert not re.search(full, compiled.as_text())
+    assert not re.search(full, cast(str, compiled.as_text()))
 
 
 # --- RealLRU with a low-precision compute dtype --------------------------------------------
@@ -303,7 +307,7 @@ def test_sequential_updates_the_sequence_in_place():
 
 def _lru_pair(form=eqx_lru.RealLRU, **kwargs):
     key = jax.random.PRNGKey(0)
-    ring = dict(r_min=0.9, r_max=0.999)
+    ring: dict[str, Any] = dict(r_min=0.9, r_max=0.999)
     return form(6, 5, **ring, key=key), form(6, 5, **ring, key=key, **kwargs)
 
 
@@ -427,7 +431,9 @@ def _layer_grad_temp(cls, compute_dtype=None) -> int:
     u = jnp.zeros((2, 1024, 24))
     layer = cls(24, 16, compute_dtype=compute_dtype, method="sequential", key=jax.random.PRNGKey(0))
     grad = jax.grad(lambda p, u: jnp.mean(jax.vmap(p)(u)), argnums=(0, 1))
-    return jax.jit(grad).lower(layer, u).compile().memory_analysis().temp_size_in_bytes
+    memory = jax.jit(grad).lower(layer, u).compile().memory_analysis()
+    assert memory is not None
+    return memory.temp_size_in_bytes
 
 
 @pytest.mark.slow

@@ -20,6 +20,8 @@ L 13, depth 2, 3 streams.
 """
 
 import functools
+from collections.abc import Callable
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -282,7 +284,7 @@ def _core_step(core, x, u):
     return core.step(x, u)
 
 
-def _core_np(core):
+def _core_np(core) -> tuple[Any, Callable[[Any, Any], Any], Callable[[Any], Any]]:
     """`(init, step, to_carry)`: the core's recurrence in float64, and its state in the
     core's layout."""
     if isinstance(core, eqx_lru.AbstractLRU):
@@ -572,7 +574,7 @@ def test_streaming_errors():
         def __call__(
             self, x, state, *, length=None, segment_ids=None, dt=None, key=None, inference=None
         ):
-            return jax.vmap(self.linear)(x), state
+            return jax.vmap(self.linear)(cast(jax.Array, x)), state
 
     model = eqx_lru.LRUModel(IN, OUT, H, N, DEPTH, block=PlainBlock, key=key)
     with pytest.raises(TypeError, match="block 0.*init_carry"):

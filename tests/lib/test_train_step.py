@@ -2,6 +2,8 @@
 their outputs, loss and update equal the model called per example with its row of time
 steps, and the time steps change them (so they are not dropped on the way)."""
 
+from typing import cast
+
 import builders
 import equinox as eqx
 import jax
@@ -38,7 +40,7 @@ def _by_hand(model, state, x, dt, *, key=None, inference):
         lambda x, dt, k: model(x, state, dt=dt, key=k, inference=inference),
         axis_name="batch",
         out_axes=(0, None),
-    )(x, jnp.asarray(dt), None if key is None else jnp.stack(keys))
+    )(x, jnp.asarray(dt), None if key is None else jnp.stack(cast(list[jax.Array], keys)))
     return outputs, new_state
 
 

@@ -20,6 +20,7 @@ depth 2.
 """
 
 import functools
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -246,7 +247,7 @@ def test_training_chunk_refuses_batch_norm():
     x = jnp.zeros(CHUNK, jnp.int32)
     with pytest.raises(ValueError, match=r"batch norm.*norm='layer'.*norm=None"):
         model.chunk(model.init_carry(), x, state, inference=False)
-    block = model.blocks[0]
+    block = cast(eqx_lru.LRUBlock, model.blocks[0])
     with pytest.raises(ValueError, match=r"batch norm.*whole sequences"):
         block.chunk(block.init_carry(), jnp.zeros((CHUNK, H)), state, inference=False)
     model.chunk(model.init_carry(), x, state)  # inference mode: running statistics, fine
@@ -269,7 +270,7 @@ def test_block_without_norm_is_the_formula():
     normed = eqx_lru.LRUBlock(H, N, norm="layer", key=jax.random.PRNGKey(3))
     assert [f for f in normed.__dataclass_fields__] == [f for f in block.__dataclass_fields__]
     with pytest.raises((ValueError, TypeError), match="norm"):  # TypeError: the test hook
-        eqx_lru.LRUBlock(H, N, norm="group", key=jax.random.PRNGKey(3))
+        eqx_lru.LRUBlock(H, N, norm="group", key=jax.random.PRNGKey(3))  # pyright: ignore[reportArgumentType]
 
 
 # --- learning across chunk boundaries -----------------------------------------------------

@@ -13,6 +13,7 @@ over inside `jit` and through a rematerialised model for every core that takes i
 
 import functools
 import re
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -146,8 +147,8 @@ def _core_class(make):
     while not isinstance(make, type):
         if isinstance(make, functools.partial):
             make = make.func
-        elif getattr(make, "__closure__", None):
-            make = make.__closure__[0].cell_contents
+        elif closure := getattr(make, "__closure__", None):
+            make = closure[0].cell_contents
         else:
             return None
     return make
@@ -161,7 +162,7 @@ DT_CORES = list({
 
 
 def test_the_dt_cores_are_found():
-    names = {_core_class(CORES[n].make).__name__ for n in DT_CORES}
+    names = {cast(type, _core_class(CORES[n].make)).__name__ for n in DT_CORES}
     assert names == {
         "ComplexLRU",
         "RealLRU",

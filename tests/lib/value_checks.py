@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqx_lru
+from eqx_lru._models._model_io import Pooling
 
 VOCAB, H, N, L, SLOTS = 7, 3, 4, 5, 3
 KEY = jax.random.PRNGKey(0)
@@ -41,10 +42,10 @@ class Entry:
     """
 
     call: Callable[[Any], Any]
-    valid: np.ndarray
-    invalid: np.ndarray | None = None
+    valid: np.ndarray | np.generic
+    invalid: np.ndarray | np.generic | None = None
     match: str = ""
-    wide: np.ndarray | None = None
+    wide: np.ndarray | np.generic | None = None
     wide_match: str = ""
 
 
@@ -75,7 +76,7 @@ def _block():
 
 
 @_built_once
-def _model(pooling="mean"):
+def _model(pooling: Pooling = "mean"):
     return eqx.nn.make_with_state(eqx_lru.LRUModel)(
         VOCAB, 2, H, N, 1, encoder="embedding", pooling=pooling, key=KEY
     )
