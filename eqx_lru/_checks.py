@@ -32,13 +32,15 @@ Form = Literal["complex", "real"]
 FORMS: tuple[Form, ...] = ("complex", "real")
 
 
-def check_size(name: str, value: object) -> int:
-    """`value` as an `int`; a `ValueError` naming `name` unless it is a positive integer
-    (Python or NumPy; `bool` is not a size)."""
+def check_size(name: str, value: object, meaning: str | None = None) -> int:
+    """`value` as an `int`; a `ValueError` naming `name` (and its `meaning` for the caller,
+    e.g. `"ComplexLRU: the complex modes N"` for a `d_state`) unless it is a positive
+    integer (Python or NumPy; `bool` is not a size)."""
+    what = "" if meaning is None else f" ({meaning})"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        raise ValueError(f"`{name}` must be a positive integer{what}, got {value!r}.")
     if value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        raise ValueError(f"`{name}` must be a positive integer{what}, got {value!r}.")
     return int(value)
 
 

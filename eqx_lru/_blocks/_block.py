@@ -153,7 +153,10 @@ class LRUBlock(AbstractStreamingBlock):
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters for
             `core="complex"` and `core="real"`.
         """
-        d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+        d_model = check_size("d_model", d_model)
+        d_state = check_size(
+            "d_state", d_state, "LRUBlock: its core's state size, the LRU's complex modes N"
+        )
         check_key(key)
         dtype = None if dtype is None else float_dtype(dtype)  # an object or a name
         check_float("dropout", dropout, low=0, high=1, high_open=True, owner="LRUBlock")

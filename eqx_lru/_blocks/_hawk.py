@@ -9,7 +9,14 @@ y &= r + \operatorname{Dropout}\big(\operatorname{MLP}(\operatorname{RMSNorm}(r)
 \end{aligned}$$
 
 per position except the convolution (`CausalConv`, $K$ taps) and the recurrent core
-`Rec` (the RG-LRU by default), both causal.
+`Rec` (the RG-LRU by default), both causal. Bidirectional (`bidirectional=True`), the
+temporal mixing also runs on the reversed sequence, with its own convolution and core,
+
+$$\operatorname{Rec}(v) = \overrightarrow{\text{core}}(\overrightarrow{\operatorname{Conv}}(v)) +
+\overleftarrow{\text{core}}(\overleftarrow{\operatorname{Conv}}(v)),$$
+
+$\overleftarrow{\operatorname{Conv}}(v)_t = b' + \sum_k w'_k v_{t+k}$ and the reverse core
+scanning from the end ($v = W_x z + b_x$; the projections, the gate and the MLP shared).
 """
 
 from collections.abc import Hashable
@@ -24,6 +31,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Integer, PRNGKeyArray, PyTr
 from .._checks import Size, _check_number, check_key, check_size
 from .._cores._core import AbstractRecurrentCore
 from .._cores._core_factory import Core, build_core, core_factory
+from .._cores._dt import reverse_steps
 from .._cores._rglru import RGLRU
 from .._cores._rglru_init import check_lecun_scale, lecun_linear
 from .._padding import where_valid
@@ -43,12 +51,14 @@ def _check_call(block: "HawkBlock", x, *args, **kwargs) -> None:
 
 def _check_step(block: "HawkBlock", carry, x_t, *args, **kwargs) -> None:
     del args, kwargs
+    block._causal("step")
     check_features(x_t, block.d_model, name="x_t", owner="HawkBlock", position=True)
     check_carry(carry, block.init_carry, "HawkBlock")
 
 
 def _check_chunk(block: "HawkBlock", carry, x, *args, **kwargs) -> None:
     del args, kwargs
+    block._causal("chunk")
     check_features(x, block.d_model, name="x", owner="HawkBlock")
     check_carry(carry, block.init_carry, "HawkBlock")
 
@@ -67,11 +77,25 @@ class HawkBlock(AbstractStreamingBlock):
     `functools.partial(eqx_lru.RGLRU, phase=True, form="real")` or `"complex"` (the LRU
     with $N$ modes).
 
+    **Bidirectional** (`bidirectional=True`). A second convolution and core (own
+    parameters, as `LRUBlock`'s reverse core) run on the reversed sequence and their
+    output is added to the forward one's, before the gate:
+    $h = \overrightarrow{\text{core}}(\overrightarrow{\operatorname{Conv}}(v)) +
+    \overleftarrow{\text{core}}(\overleftarrow{\operatorname{Conv}}(v))$, the reverse
+    convolution reading $v_t, \dots, v_{t+K-1}$ and the reverse core scanning from the
+    end (`core(u, reverse=True)`), so the output at a position depends on the whole
+    sequence. It is the forward run plus the run on the reversed sequence (each packed
+    sequence, the valid positions, reversed), reversed back; the reverse core gets the
+    steps of `reverse_steps` (`dt[k + 1]`, a run's last position its own). It does not
+    stream: `init_carry`, `step` and `chunk` refuse, saying why.
+
     **Padding and packing.** With `length=ℓ` positions `t >= ℓ` never change an output at a
     valid position (the convolution and the core are causal, and the inputs are zeroed
-    there) and the outputs there are zero. With `segment_ids` the convolution reads no
-    input of another packed sequence and the core resets at each boundary, so each
-    sequence's outputs are those of the sequence alone.
+    there; bidirectional, the reverse convolution's inputs are zeroed there too, so it and
+    the reverse scan from the padded end read zeros until `ℓ - 1`) and the outputs there
+    are zero. With `segment_ids` the convolutions read no input of another packed sequence
+    and the cores reset at each boundary, so each sequence's outputs are those of the
+    sequence alone.
 
     **Streaming.** `init_carry()`, then `step` (inference mode) or `chunk` (inference
     mode, or training by chunks with `inference=False`: the norms are per position), as
@@ -83,7 +107,8 @@ class HawkBlock(AbstractStreamingBlock):
 
     **Sequence parallelism.** With a core scanning by `eqx_lru.SequenceParallel`, each
     device's chunk reads the previous chunk's last $K - 1$ inputs (a `ppermute`); chunks
-    must hold at least $K - 1$ positions.
+    must hold at least $K - 1$ positions (bidirectional: the reverse convolution reads
+    the next chunk's first $K - 1$, and the reverse core's steps the next chunk's first).
 
     **Initialisation** (`init=`). The norms' weights are 1 and the core initialises itself
     (the RG-LRU as recurrentgemma does) either way. `"equinox"` (default): the dense layers
@@ -106,6 +131,8 @@ class HawkBlock(AbstractStreamingBlock):
     linear_y: eqx.nn.Linear
     conv: CausalConv
     core: AbstractRecurrentCore
+    reverse_conv: CausalConv | None
+    reverse_core: AbstractRecurrentCore | None
     linear_out: eqx.nn.Linear
     mlp_norm: eqx.nn.RMSNorm
     mlp: GatedMLP
@@ -119,6 +146,7 @@ class HawkBlock(AbstractStreamingBlock):
         core: Core = RGLRU,
         conv_width: Size = 4,
         mlp_width: Size | None = None,
+        bidirectional: bool = False,
         dropout: float = 0.0,
         init: Literal["equinox", "recurrentgemma"] = "equinox",
         final_scale: float = 1.0,
@@ -134,6 +162,8 @@ class HawkBlock(AbstractStreamingBlock):
             `"real"` (see above); default `eqx_lru.RGLRU`.
         - `conv_width`: $K$, the convolution's taps (4 in Griffin).
         - `mlp_width`: $E$, the MLP's hidden features (default $3H$, Griffin's expansion).
+        - `bidirectional`: add a reverse convolution and core (own parameters) run on the
+            reversed sequence, summed with the forward ones (see above); default `False`.
         - `dropout`: rate on each residual branch (training mode only).
         - `init`: `"equinox"` (default) or `"recurrentgemma"` (see above).
         - `final_scale`: with `init="recurrentgemma"`, the variance scale of the layers
@@ -141,7 +171,8 @@ class HawkBlock(AbstractStreamingBlock):
         - `dtype`: of every parameter (passed to the core as `dtype=` when not `None`).
         - `key`: a `jax.random.PRNGKey`.
         """
-        d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+        d_model = check_size("d_model", d_model)
+        d_state = check_size("d_state", d_state, "HawkBlock: the recurrence width N")
         conv_width = check_size("conv_width", conv_width)
         mlp_width = 3 * d_model if mlp_width is None else check_size("mlp_width", mlp_width)
         check_key(key)
@@ -164,6 +195,13 @@ class HawkBlock(AbstractStreamingBlock):
                 f"HawkBlock needs a causal core; {type(self.core).__name__} declares "
                 "`causal = False`."
             )
+        self.reverse_conv = self.reverse_core = None
+        if bidirectional:  # keys of their own: the forward parameters are those of `key`
+            conv_key, core_key = jax.random.split(jax.random.fold_in(key, 1))
+            self.reverse_conv = CausalConv(
+                d_state, conv_width, identity=identity, dtype=dtype, key=conv_key
+            )
+            self.reverse_core = build_core(core, d_state, d_state, dtype=dtype, key=core_key)
         self.linear_out = _dense(init, d_state, d_model, final_scale, dtype, keys[4])
         self.mlp_norm = eqx.nn.RMSNorm(d_model, eps=1e-6, use_bias=False, dtype=dtype)
         self.mlp = GatedMLP(
@@ -174,6 +212,21 @@ class HawkBlock(AbstractStreamingBlock):
     @property
     def d_model(self) -> int:
         return int(self.linear_x.in_features)
+
+    @property
+    def bidirectional(self) -> bool:
+        return self.reverse_core is not None
+
+    def _causal(self, method: str) -> None:
+        """A `ValueError` saying why a bidirectional block cannot run `method`."""
+        if self.reverse_core is not None:
+            raise ValueError(
+                f"`HawkBlock.{method}` needs a causal block, and this one is bidirectional "
+                "(`bidirectional=True`): its reverse convolution and core read the sequence "
+                "from the end, so the output at a position depends on later positions, "
+                "which no carry from earlier ones can provide. Stream with "
+                "`bidirectional=False`, or run whole sequences with the block's call."
+            )
 
     @checks_first(_check_call)
     @jaxtyped(typechecker=beartype)
@@ -204,13 +257,16 @@ class HawkBlock(AbstractStreamingBlock):
         u = self.conv(v, history=history, segment_ids=c.segment_ids, history_ids=history_ids)
         u = where_valid(c.mask, u)
         h = self.core(u, segment_ids=c.segment_ids, dt=c.dt)
+        if self.reverse_core is not None:
+            h = h + _reverse_run(self, v, c.segment_ids, c.dt, c.mask, c.axis)
         return _mix_out(self, c.x, h, gate, c.mask, key, inference, c.axis), state
 
     # --- streaming ---------------------------------------------------------------------
 
     def init_carry(self) -> PyTree[Array]:
         """`{"conv": the last K - 1 inputs of the convolution (zeros), "core": the core's
-        init_state()}`."""
+        init_state()}`. A bidirectional block raises a `ValueError` (it cannot stream)."""
+        self._causal("init_carry")
         return {"conv": self.conv.init_history(), "core": self.core.init_state()}
 
     @checks_first(_check_step)
@@ -310,10 +366,30 @@ def _mix_out(block: HawkBlock, x, h, gate, mask, key, inference, axis: Hashable 
     return where_valid(mask, r + block.dropout(m, key=keys[1], inference=inference))
 
 
-def _halo(block: HawkBlock, v: Array, segment_ids, axis: Hashable | None):
+def _reverse_run(block: HawkBlock, v: Array, segment_ids, dt, mask, axis: Hashable | None):
+    r"""$\overleftarrow{\text{core}}(\overleftarrow{\operatorname{Conv}}(v))$: the reverse
+    convolution as the causal one on the reversed sequence (pads zeroed first, so that
+    at the end they read as the zeros after a sequence), then the reverse core from the
+    end, with the steps of a reverse run (`reverse_steps`)."""
+    assert block.reverse_conv is not None and block.reverse_core is not None
+    flipped = where_valid(mask, v)[::-1]
+    flipped_ids = None if segment_ids is None else segment_ids[::-1]
+    history, history_ids = _halo(block, flipped, flipped_ids, axis, reverse=True)
+    conv = block.reverse_conv(
+        flipped, history=history, segment_ids=flipped_ids, history_ids=history_ids
+    )
+    u = where_valid(mask, conv[::-1])
+    steps = dt
+    if dt is not None and jnp.ndim(dt) == 1:
+        steps = reverse_steps(dt, axis=axis, segment_ids=segment_ids, mask=mask)
+    return block.reverse_core(u, reverse=True, segment_ids=segment_ids, dt=steps)
+
+
+def _halo(block: HawkBlock, v: Array, segment_ids, axis: Hashable | None, reverse=False):
     """Over a sequence split across devices: the previous chunk's last `K - 1` inputs of
     the convolution (zeros on the first chunk) and their segment ids; `(None, None)` on
-    one device."""
+    one device. `reverse`: `v` is this device's chunk reversed, and the previous chunk
+    is the next device's, reversed (zeros on the last device)."""
     past = block.conv.width - 1
     if axis is None or past == 0:
         return None, None
@@ -324,8 +400,8 @@ def _halo(block: HawkBlock, v: Array, segment_ids, axis: Hashable | None):
             f"got chunks of {v.shape[0]}. Use fewer devices or a longer sequence."
         )
     n = jax.lax.axis_size(axis)
-    perm = [(d, (d + 1) % n) for d in range(n)]
-    first = jax.lax.axis_index(axis) == 0
+    perm = [(d, (d - 1 if reverse else d + 1) % n) for d in range(n)]
+    first = jax.lax.axis_index(axis) == (n - 1 if reverse else 0)
     tail = v[v.shape[0] - past :]
     history = jnp.where(first, jnp.zeros_like(tail), jax.lax.ppermute(tail, axis, perm))
     if segment_ids is None:

@@ -146,7 +146,8 @@ class BlockDiagonalLRU(AbstractStatesCore):
         - `dtype`: the parameters' real dtype (default float32, float64 with x64).
         - `key`: a `jax.random` key.
         """
-        d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+        d_model = check_size("d_model", d_model)
+        d_state = check_size("d_state", d_state, "BlockDiagonalLRU: the real state size N")
         block_size = check_size("block_size", block_size)
         if d_state % block_size:
             raise ValueError(

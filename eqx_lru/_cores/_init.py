@@ -31,7 +31,7 @@ def ring_init(
     **Returns:** `(nu_log, theta_log)` $= (\log\nu, \log\theta)$, so that
     $\lambda = \exp(-e^{\nu_{\log}} + i e^{\theta_{\log}})$.
     """
-    d_state = check_size("d_state", d_state)
+    d_state = check_size("d_state", d_state, "the LRU's complex modes N")
     check_key(key)
     dtype = float_dtype(dtype)
     check_ring(r_min, r_max, max_phase, dtype)
@@ -69,7 +69,8 @@ def projection_init(
     $C_\text{re}, C_\text{im} \sim \mathcal N(0, \tfrac1N)$ of shape `(d_model, d_state)`,
     $D \sim \mathcal N(0, 1)$ of shape `(d_model,)`.
     """
-    d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+    d_model = check_size("d_model", d_model)
+    d_state = check_size("d_state", d_state, "the LRU's complex modes N")
     check_key(key)
     dtype = float_dtype(dtype)
     owner = f"projection_init(d_model={d_model}, d_state={d_state})"
@@ -95,7 +96,8 @@ def lru_init(
     left out), which samples `nu_log` and `theta_log`; `gamma_log` is `gamma_log_init`'s
     and the projections `projection_init`'s.
     """
-    d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+    d_model = check_size("d_model", d_model)
+    d_state = check_size("d_state", d_state, "the LRU's complex modes N")
     check_key(key)
     dtype = float_dtype(dtype)
     owner = f"An LRU with d_model={d_model}, d_state={d_state}"

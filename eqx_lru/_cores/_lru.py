@@ -160,7 +160,8 @@ class AbstractLRU(AbstractModalCore):
             it keeps the function). See the concepts page on time steps.
         - `key`: a `jax.random.PRNGKey`. The same key gives the same parameters in both forms.
         """
-        d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+        d_model = check_size("d_model", d_model)
+        d_state = check_size("d_state", d_state, f"{type(self).__name__}: the complex modes N")
         check_key(key)
         discretization = check_discretization(
             discretization, ("impulse", "zoh"), type(self).__name__

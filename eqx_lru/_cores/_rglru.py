@@ -62,6 +62,7 @@ from typing import ClassVar, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from beartype import beartype
 from jaxtyping import (
     Array,
@@ -220,7 +221,8 @@ class RGLRU(AbstractStatesCore):
             the gates' matmuls').
         """
         d_model, heads = check_size("d_model", d_model), check_size("heads", heads)
-        if d_state is not None and check_size("d_state", d_state) != d_model:
+        bad = isinstance(d_state, bool) or not isinstance(d_state, int | np.integer)
+        if d_state is not None and (bad or d_state != d_model):
             raise ValueError(
                 f"RGLRU's state has the width of its input, so `d_state` must be None or "
                 f"d_model={d_model}; got d_state={d_state}. For a wider recurrence, project "

@@ -37,24 +37,21 @@ from ._discretization import hold_weight, hold_weight_real
 SQRT_MAX_GRADIENT = 1000.0
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def bounded_sqrt(x: Array, max_gradient: float) -> Array:
-    r"""$\sqrt x$, with a derivative at most `max_gradient` (the cotangent is computed at
-    $\max(x, 1/(4 \cdot \text{max_gradient}^2))$)."""
+    r"""$\sqrt x$, with a derivative at most `max_gradient` (computed at
+    $\max(x, 1/(4 \cdot \text{max_gradient}^2))$). A custom JVP, linear in the tangent,
+    so forward mode (`jax.jvp`, `jax.jacfwd`) and reverse mode (its transpose) both use
+    the bounded derivative."""
     del max_gradient
     return jnp.sqrt(x)
 
 
-def _bounded_sqrt_fwd(x, max_gradient):
-    return jnp.sqrt(x), x
-
-
-def _bounded_sqrt_bwd(max_gradient, x, g):
+@bounded_sqrt.defjvp
+def _bounded_sqrt_jvp(max_gradient, primals, tangents):
+    (x,), (dx,) = primals, tangents
     floor = jnp.asarray(1 / (4 * max_gradient**2), x.dtype)
-    return (g / (2 * jnp.sqrt(jnp.maximum(x, floor))),)
-
-
-bounded_sqrt.defvjp(_bounded_sqrt_fwd, _bounded_sqrt_bwd)
+    return jnp.sqrt(x), dx / (2 * jnp.sqrt(jnp.maximum(x, floor)))
 
 
 def modulus_and_gain(log_modulus: Array, unit: Array, signed: bool) -> tuple[Array, Array]:

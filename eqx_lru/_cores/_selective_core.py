@@ -146,7 +146,8 @@ class AbstractSelectiveLRU(AbstractStatesCore):
             every projection's and gate's matmul). The same key gives the same parameters
             in both forms.
         """
-        d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+        d_model = check_size("d_model", d_model)
+        d_state = check_size("d_state", d_state, f"{type(self).__name__}: the complex modes N")
         check_key(key)
         if not (isinstance(max_phase, (int, float)) and 0 < max_phase < math.inf):
             raise ValueError(

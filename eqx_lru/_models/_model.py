@@ -149,7 +149,8 @@ class LRUModel(eqx.Module):
         """
         in_size, d_model = check_size("in_size", in_size), check_size("d_model", d_model)
         out_size = None if out_size is None else check_size("out_size", out_size)
-        d_state, depth = check_size("d_state", d_state), check_size("depth", depth)
+        d_state = check_size("d_state", d_state, "LRUModel: every block's d_state")
+        depth = check_size("depth", depth)
         check_key(key)
         dtype = None if dtype is None else float_dtype(dtype)  # an object or a name
         if pooling not in ("mean", "last", None):

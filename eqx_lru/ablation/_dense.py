@@ -42,7 +42,8 @@ def _glorot(key: PRNGKeyArray, shape: tuple[int, int], dtype) -> Array:
 
 def _dense_init(d_model: Size, d_state: Size, dtype, key: PRNGKeyArray) -> tuple[Array, ...]:
     """`(A, B, C, D)` of `AbstractDenseRNN`, from one key."""
-    d_model, d_state = check_size("d_model", d_model), check_size("d_state", d_state)
+    d_model = check_size("d_model", d_model)
+    d_state = check_size("d_state", d_state, "a dense RNN: the real state size N")
     check_key(key)
     dtype = float_dtype(dtype)
     owner = f"A dense RNN with d_model={d_model}, d_state={d_state}"

@@ -6,10 +6,11 @@ from jaxtyping import Array
 from .._checks import check_size
 
 
-def check_even_state(d_state: int, per: int = 1, what: str = "") -> None:
+def check_even_state(d_state: int, per: int = 1, what: str = "", *, owner: str) -> None:
     """`d_state` counts real state dimensions of a conjugate-symmetric system: it must be a
-    positive multiple of `2 * per` (each kept complex mode stands for a conjugate pair)."""
-    check_size("d_state", d_state)
+    positive multiple of `2 * per` (each kept complex mode stands for a conjugate pair);
+    `owner` names the layer in the error."""
+    check_size("d_state", d_state, f"{owner}: the real state size N, N/2 complex modes kept")
     if d_state % (2 * per):
         raise ValueError(
             f"`d_state` must be a multiple of {2 * per}{what}: it is the size N of the real "

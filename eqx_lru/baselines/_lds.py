@@ -251,7 +251,7 @@ class StandardSIMOLDS(AbstractSIMOLDS):
         r"""**Arguments:** `d_state` ($n$), `d_out` ($m$), `reals` (how many eigenvalues are
         real: $n \bmod 2$ by default; of $n$'s parity, at most $n$), `method`, `dtype`,
         `key`."""
-        d_state = check_size("d_state", d_state)
+        d_state = check_size("d_state", d_state, "an LDS: the state size n")
         check_size("d_out", d_out)
         reals = d_state % 2 if reals is None else _check_reals(reals, d_state)
         dtype = complex_float_dtype(dtype, "StandardSIMOLDS", "a float32/float64 `dtype`")
@@ -292,7 +292,7 @@ class UnitSIMOLDS(AbstractSIMOLDS):
         self, d_state: int, d_out: int, *, method: Any = "auto", dtype=None, key: PRNGKeyArray
     ):
         """**Arguments:** `d_state` ($n$, even), `d_out` ($m$), `method`, `dtype`, `key`."""
-        check_size("d_state", d_state)
+        check_size("d_state", d_state, "an LDS: the state size n")
         check_size("d_out", d_out)
         if d_state % 2:
             raise ValueError(

@@ -155,7 +155,7 @@ class S4D(AbstractDiagonalSSM):
         see above; kept as sorted pairs), `dtype` (real floating; default JAX's float),
         `key`."""
         check_size("d_model", d_model)
-        check_even_state(d_state)
+        check_even_state(d_state, owner="S4D")
         check_steps(dt_min, dt_max, dtype)
         check_choice("init", init, _INITS)
         check_choice("mode", mode, _MODES)

@@ -168,7 +168,8 @@ class S5(AbstractDiagonalSSM):
         floating; default JAX's float), `key`."""
         check_size("d_model", d_model)
         check_size("blocks", blocks)
-        check_even_state(d_state, blocks, f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)")
+        what = f" (2 x blocks={blocks}: even-sized HiPPO-N blocks)"
+        check_even_state(d_state, blocks, what, owner="S5")
         check_steps(dt_min, dt_max, dtype)
         check_choice("C_init", C_init, C_INITS)
         groups = check_param_groups("S5", param_groups, _FIELDS)

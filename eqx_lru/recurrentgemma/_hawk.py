@@ -118,6 +118,13 @@ def hawk_block_to_recurrentgemma(block: HawkBlock, *, exact: bool = True) -> dic
             f"recurrentgemma's recurrent block runs an RG-LRU; this HawkBlock's core is "
             f"{type(block.core).__name__}."
         )
+    if block.bidirectional:
+        raise ValueError(
+            "hawk_block_to_recurrentgemma: recurrentgemma's recurrent block is causal, and "
+            "this HawkBlock is bidirectional (`bidirectional=True`): its reverse "
+            "convolution and core have no place there. Convert a block built with "
+            "`bidirectional=False`."
+        )
     check_exact(block.core, exact, "hawk_block_to_recurrentgemma")
     E = block.mlp.down.weight.shape[1]
     up_w, up_b = block.mlp.up.weight, _present(block.mlp.up.bias)

@@ -4,6 +4,7 @@ float64 NumPy loop (plain, packed, padded, with `dt`, two cores), streaming by `
 remat), over a sequence split into chunks (a named vmap axis), and bad arguments."""
 
 import functools
+import re
 from typing import Any, cast
 
 import equinox as eqx
@@ -100,6 +101,104 @@ def test_matches_float64_loop(core):
         expected = hawk_loop(p, x[:9], _oracle_core(block.core))
         np.testing.assert_allclose(padded[:9], expected, **tol)
         assert np.all(np.asarray(padded[9:]) == 0)
+
+
+def _reverse_steps(dt, ids):
+    """The steps of the run on the reversed sequence, in its order: position k's gap
+    to the next, `dt[k + 1]`, or its own `dt[k]` at the end of a packed sequence."""
+    ends = np.append(ids[1:] != ids[:-1], True)
+    return np.where(ends, dt, np.append(dt[1:], 0.0))[::-1]
+
+
+def _bidirectional_oracle(block, x, dt=None, ids=None):
+    """A bidirectional block by its definition, in float64 NumPy: the forward run, plus
+    the run of the reverse convolution and core on the reversed sequence (`x`, `ids`
+    and the reverse-run steps reversed), reversed back, added before the gate."""
+    assert block.reverse_conv is not None and block.reverse_core is not None
+    x = np.asarray(x, np.float64)
+    ids = np.zeros(x.shape[0], int) if ids is None else np.asarray(ids)
+    dt = None if dt is None else np.asarray(dt, np.float64)
+    p = _params(block)
+    conv = block.reverse_conv
+    mirrored = {**p, "conv_w": np.asarray(conv.weight, np.float64),
+                "conv_b": np.asarray(conv.bias, np.float64)}  # fmt: skip
+    steps = None if dt is None else _reverse_steps(dt, ids)
+    reverse_core = _oracle_core(block.reverse_core, steps)
+    reversed_h = []
+
+    def keep(u, i, h0):  # the reversed run's recurrence output, kept
+        reversed_h.append(reverse_core(u, i, h0))
+        return reversed_h[0]
+
+    hawk_loop(mirrored, x[::-1], keep, segment_ids=ids[::-1])
+    forward = _oracle_core(block.core, dt)
+    core = lambda u, i, h0: forward(u, i, h0) + reversed_h[0][::-1]  # noqa: E731
+    return hawk_loop(p, x, core, segment_ids=ids)
+
+
+def _bidirectional_block(core, seed=0):
+    """`_block(core, bidirectional=True)` with the reverse convolution's taps and bias
+    and the reverse core's gate biases drawn too, so that every reverse parameter
+    matters (and differs from the forward one)."""
+    block = _block(core, bidirectional=True, seed=seed)
+    rng = np.random.default_rng(seed + 9)
+
+    def leaves(b):
+        return b.reverse_conv.weight, b.reverse_conv.bias, b.reverse_core.b_a, b.reverse_core.b_x
+
+    new = [jnp.asarray(rng.normal(size=a.shape) * 0.5, a.dtype) for a in leaves(block)]
+    return eqx.tree_at(leaves, block, new)
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_bidirectional_matches_forward_plus_reversed_run(core):
+    """`bidirectional=True`: the forward run plus the run on the reversed sequence
+    (float64 loop), plain, packed with time steps, and padded with garbage after
+    `length` (which changes no valid output, and gives zeros there)."""
+    with jax.enable_x64(True):
+        block = _bidirectional_block(core)
+        x, dt = _data()
+        plain, packed, padded = _plain_packed_padded(block, x, dt, jnp.asarray(IDS))
+        tol = dict(rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(plain, _bidirectional_oracle(block, x), **tol)
+        np.testing.assert_allclose(packed, _bidirectional_oracle(block, x, dt, IDS), **tol)
+        np.testing.assert_allclose(padded[:9], _bidirectional_oracle(block, x[:9]), **tol)
+        assert np.all(np.asarray(padded[9:]) == 0)
+        # The forward parameters are those of the key alone (the reverse ones draw keys
+        # of their own), and the reverse direction matters: the forward block alone is
+        # another function.
+        forward = _block(core)
+        same = lambda b: (b.norm, b.linear_x, b.linear_y, b.conv, b.core, b.linear_out, b.mlp)  # noqa: E731
+        assert bool(eqx.tree_equal(same(forward), same(block)))
+        alone = eqx.filter_jit(lambda b, x: b(x, eqx.nn.State(b))[0])(forward, x)
+        assert np.max(np.abs(np.asarray(plain) - np.asarray(alone))) > 1e-3
+
+
+def test_bidirectional_refuses_streaming_by_name():
+    """`init_carry`, `step` and `chunk` of a bidirectional block, a model of them, and
+    the conversion to recurrentgemma's causal block refuse, saying why (before reading
+    a parameter: the block is built by shape only)."""
+    key = jax.random.PRNGKey(0)
+    block = eqx.filter_eval_shape(eqx_lru.HawkBlock, H, N, bidirectional=True, key=key)
+    assert block.bidirectional
+    state = eqx.nn.State(block)
+    x, _ = _data(dtype=jnp.float32)
+    carry = {"conv": jnp.zeros((3, N)), "core": jnp.zeros(N)}
+    for name, run in [
+        ("init_carry", block.init_carry),
+        ("step", lambda: block.step(carry, x[0], state)),
+        ("chunk", lambda: block.chunk(carry, x, state)),
+    ]:
+        with pytest.raises(
+            ValueError, match=rf"`HawkBlock.{name}` needs a causal block.*bidirectional"
+        ):
+            run()
+    make = functools.partial(eqx_lru.HawkBlock, conv_width=K, bidirectional=True)
+    model = eqx.filter_eval_shape(eqx_lru.LRUModel, 5, 4, H, N, 1, block=make, key=key)
+    with pytest.raises(ValueError, match="bidirectional"):
+        model.init_carry()
+    with pytest.raises(ValueError, match="bidirectional"):
+        eqx_lru.recurrentgemma.hawk_block_to_recurrentgemma(block)
 
 
 @eqx.filter_jit
@@ -206,26 +305,31 @@ def test_in_model_streams_and_remats():
     assert labels.blocks[0].conv.weight != "recurrent"
 
 
-def test_sequence_split_across_chunks():
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_sequence_split_across_chunks(bidirectional):
     """Four chunks of a named vmap axis (the collectives of `SequenceParallel` and the
     convolution's halo work over it as over a mesh axis) give the one-device call, with
-    padding and packed sequences that cross chunk boundaries."""
+    padding, time steps and packed sequences that cross chunk boundaries; bidirectional,
+    the reverse convolution's halo (the next chunk's first inputs) and the reverse
+    core's steps cross them the other way."""
     chunks, length = 4, 16
     split = functools.partial(CORES["rglru"], method=eqx_lru.SequenceParallel("seq"))
-    one, many = _block(dtype=jnp.float32), _block(split, dtype=jnp.float32)
+    options = dict(dtype=jnp.float32, bidirectional=bidirectional)
+    one, many = _block(**options), _block(split, **options)
     state = eqx.nn.State(one)
-    x, _ = _data(length=length, dtype=jnp.float32)
+    x, dt = _data(length=length, dtype=jnp.float32)
     ids = jnp.asarray([0] * 3 + [1] * 6 + [2] * 7)  # boundaries inside chunks 0 and 2
 
     @eqx.filter_jit
-    def split_and_whole(one, many, x, ids):
-        def run(x, ids):
-            return many(x, state, length=14, segment_ids=ids)[0]
+    def split_and_whole(one, many, x, ids, dt):
+        def run(x, ids, dt):
+            return many(x, state, length=14, segment_ids=ids, dt=dt)[0]
 
-        y = jax.vmap(run, axis_name="seq")(x.reshape(chunks, -1, H), ids.reshape(chunks, -1))
-        return y, one(x, state, length=14, segment_ids=ids)[0]
+        parts = (x.reshape(chunks, -1, H), ids.reshape(chunks, -1), dt.reshape(chunks, -1))
+        y = jax.vmap(run, axis_name="seq")(*parts)
+        return y, one(x, state, length=14, segment_ids=ids, dt=dt)[0]
 
-    y, expected = split_and_whole(one, many, x, ids)
+    y, expected = split_and_whole(one, many, x, ids, dt)
     np.testing.assert_allclose(y.reshape(length, H), expected, rtol=1e-5, atol=1e-6)
 
 
@@ -246,6 +350,25 @@ def test_bad_arguments():
         block(x[:, :4], state)
     with pytest.raises(ValueError, match=r"carry\['conv'\]"):
         block.step({"conv": jnp.zeros((K, N)), "core": block.core.init_state()}, x[0], state)
+
+
+@pytest.mark.parametrize(
+    "make, meaning",
+    [
+        (eqx_lru.ComplexLRU, r"\(ComplexLRU: the complex modes N\)"),
+        (eqx_lru.baselines.S4D, r"\(S4D: the real state size N, N/2 complex modes kept\)"),
+        (eqx_lru.HawkBlock, r"\(HawkBlock: the recurrence width N\)"),
+        (eqx_lru.RGLRU, r"width of its input, so `d_state` must be None or d_model=3"),
+    ],
+    ids=["lru-complex-modes", "s4d-real-state", "hawk-width", "rglru-d_model"],
+)  # fmt: skip
+def test_wrong_d_state_names_its_meaning(make, meaning):
+    """`d_state` means four things (complex modes, a real state size, a recurrence width,
+    a bare RG-LRU's d_model; the table on the concepts page on cores): the error for a
+    wrong one says which, in one line naming the argument."""
+    with pytest.raises(ValueError, match=r"`d_state`") as info:
+        make(3, 0, key=jax.random.PRNGKey(0))
+    assert re.search(meaning, str(info.value)) and "\n" not in str(info.value)
 
 
 _KEY = jax.random.PRNGKey(0)
