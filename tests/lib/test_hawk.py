@@ -159,7 +159,7 @@ def test_bidirectional_matches_forward_plus_reversed_run(core):
         block = _bidirectional_block(core)
         x, dt = _data()
         plain, packed, padded = _plain_packed_padded(block, x, dt, jnp.asarray(IDS))
-        tol = dict(rtol=1e-10, atol=1e-10)
+        tol: dict[str, Any] = dict(rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(plain, _bidirectional_oracle(block, x), **tol)
         np.testing.assert_allclose(packed, _bidirectional_oracle(block, x, dt, IDS), **tol)
         np.testing.assert_allclose(padded[:9], _bidirectional_oracle(block, x[:9]), **tol)
