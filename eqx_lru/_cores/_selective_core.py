@@ -4,27 +4,43 @@ Per position $t$ and mode $n$ (`d_state` modes, `d_model` inputs),
 
 $$\Delta_t = \operatorname{softplus}(W_r u_t + b_r), \qquad
 \log r_t = -e^{\nu_{\log}} \odot \Delta_t, \qquad
-\theta_t = \phi_\max\, \sigma(W_\theta u_t + b_\theta),$$
+\theta_t = \phi_\max\, \sigma\big(c_\theta (W_\theta u_t + b_\theta)\big),$$
 $$\lambda_t = r_t e^{i\theta_t}, \qquad
-x_t = \lambda_t \odot x_{t-1} + \sqrt{1 - |\lambda_t|^2} \odot (B u_t), \qquad
+x_t = \lambda_t \odot x_{t-1} + g_t \odot (B u_t), \qquad
 y_t = \operatorname{Re}(C x_t) + D \odot u_t,$$
 
 $B = B_\text{re} + i B_\text{im}$, $C = C_\text{re} + i C_\text{im}$, $\phi_\max$ =
-`max_phase`. The modulus lives in log space: $\log r_t < 0$, so $0 < r_t < 1$ for every
-input (the state cannot blow up), and $\Delta_t$ is a learned, input-dependent step (as in
-Mamba): $\Delta_t \to 0$ keeps the state ($r_t \to 1$), a large $\Delta_t$ forgets it. The
-phase is input dependent in $(0, \phi_\max)$. The input normalisation
-$\sqrt{1 - r_t^2} = \sqrt{-\operatorname{expm1}(2 \log r_t)}$ (computed in log space,
-accurate as $r_t \to 1$, with a bounded derivative, `bounded_sqrt`) keeps the state's
-variance under unit white-noise inputs whatever $r_t$.
+`max_phase`, $c_\theta$ = `phase_gate_scale`. The modulus lives in log space:
+$\log r_t < 0$, so $0 < r_t < 1$ for every input (the state cannot blow up), and
+$\Delta_t$ is a learned, input-dependent step (as in Mamba): $\Delta_t \to 0$ keeps the
+state ($r_t \to 1$), a large $\Delta_t$ forgets it. The phase is input dependent in
+$(0, \phi_\max)$.
+
+**Input normalisation** $g_t$ (`normalisation=`; both computed in log space, accurate as
+$r \to 1$, with a bounded derivative, `bounded_sqrt`):
+
+- `"selective"` (default): $g_t = \sqrt{1 - r_t^2} = \sqrt{-\operatorname{expm1}(2 \log
+  r_t)}$, the position's own modulus: the state's variance under unit white-noise inputs
+  is kept whatever $r_t$, and a token that holds the state ($r_t \to 1$) writes nothing
+  ($g_t \to 0$).
+- `"fixed"`: $g = \sqrt{1 - \bar r^2}$, $\bar r = e^{-e^{\nu_{\log}}}$ the mode's modulus
+  at $\Delta = 1$ (its ring value at initialisation), the same at every position: the
+  LRU's $\gamma$ (eq. 7). Holding and writing are then independent, which exact counting
+  needs: for parity, $\lambda(1) = -1$, $\lambda(0) = +1$ and $B u(0) = 0$ give the state
+  $g B u(1)$ after an odd number of ones and 0 after an even one, at any length; with
+  `"selective"` the token that writes must have $r < 1$, so the count decays ($r^k$
+  after $k$ ones). As $r_t \to 1$ the state is bounded by $t\, g \max_s |B u_s|$, not by
+  a constant.
 
 **Initialisation** (`r_min`, `r_max`, `max_phase`): at zero input the layer is the LRU of
 the same key's ring (Lemma 3.2, `eqx_lru.ring_init`): $b_r = \log(e - 1)$ gives
 $\Delta = 1$, so $r = e^{-e^{\nu_{\log}}}$ with the ring's $\nu_{\log}$, and
 $b_\theta = \operatorname{logit}(\theta_\text{ring}/\phi_\max)$ gives the ring's phases,
-uniform on $[0, \phi_\max]$; its normalisation is the LRU's $\gamma$ (eq. 7). The
-selection weights $W_r, W_\theta$ start small ($\mathcal N(0, 1/(2H))$, as $B$), so the
-layer starts near that LRU.
+uniform on $[0, \phi_\max]$; its normalisation is the LRU's $\gamma$ (eq. 7), under both
+`normalisation`s. The selection weights $W_r, W_\theta$ start small ($\mathcal N(0,
+1/(2H))$, as $B$), so the layer starts near that LRU. $W_\theta$ and $b_\theta$ are stored
+divided by $c_\theta$, so the layer at initialisation does not depend on $c_\theta$ (bit
+for bit when it is a power of two).
 
 **Phase range.** `max_phase` (default $\pi$) bounds the phase, $\theta_t \in (0, \phi_\max)$.
 At the default, $\lambda_t = +r_t$ and $\lambda_t = -r_t$ (the signed real eigenvalues that
@@ -33,6 +49,14 @@ training keeps driving a gate towards them as the loss falls (Adam's steps do no
 with the gradient), so a parity solution learned on short sequences sharpens and can hold
 on long ones. With `max_phase=2 * math.pi` (the whole circle) $-r_t$ sits at the gate's
 centre, where nothing sharpens it. See the documentation's layers page for the parity runs.
+
+**Phase gate scale** ($c_\theta$, `phase_gate_scale`, default 8, as Griffin's $c$). Adam
+moves each parameter by about its learning rate per step whatever the gradient's size, so
+the phase logit moves $c_\theta$ times faster than its stored parameters. The loss at the
+training length $L$ stops pulling the phases once they are within about $1/L$ of their
+targets: with $c_\theta = 1$ the gates of parity runs stalled 1-2% of $\pi$ short of 0
+and $\pi$, an error that adds up over $4L$ tokens; with $c_\theta = 8$ they came within
+$10^{-4}\pi$ in the same steps (the concepts page on state tracking).
 
 **Forms.** `ComplexSelectiveLRU` keeps complex states and builds $\lambda_t$ as complex
 numbers in the forward pass; `RealSelectiveLRU` keeps $(\operatorname{Re} x,
@@ -48,7 +72,7 @@ $\theta_t \Delta t_t$), and the input keeps its weight $\sqrt{1 - r_t^2}$ (the L
 
 import abc
 import math
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 import equinox as eqx
 import jax
@@ -78,6 +102,7 @@ from ._projection import Precision, check_precision
 from ._rglru_terms import SQRT_MAX_GRADIENT, bounded_sqrt
 
 _Selective = TypeVar("_Selective", bound="AbstractSelectiveLRU")
+Normalisation = Literal["selective", "fixed"]
 
 #: $b_r$ at initialisation: $\operatorname{softplus}(b_r) = 1$.
 _UNIT_STEP_BIAS = math.log(math.e - 1)
@@ -91,7 +116,9 @@ class AbstractSelectiveLRU(AbstractStatesCore):
     rate $e^{\nu_{\log}}$), the modulus gate `W_r` `(d_state, d_model)`, `b_r`
     `(d_state,)`, the phase gate `W_theta` `(d_state, d_model)`, `b_theta` `(d_state,)`,
     `B_re`, `B_im` `(d_state, d_model)`, `C_re`, `C_im` `(d_model, d_state)`, `D`
-    `(d_model,)`; static `max_phase`, `method`, `precision`.
+    `(d_model,)`; static `max_phase`, `phase_gate_scale`, `normalisation`, `method`,
+    `precision`. `W_theta`, `b_theta` hold the phase logit divided by
+    `phase_gate_scale`.
 
     `recurrent_fields`: $\nu$, both gates and $B$ (what shapes the recurrence and its input,
     as the LRU's $\nu, \theta, \gamma, B$; smaller learning rate, no weight decay, §D.2).
@@ -108,6 +135,8 @@ class AbstractSelectiveLRU(AbstractStatesCore):
     C_im: Float[Array, "d_model d_state"]
     D: Float[Array, " d_model"]
     max_phase: float = eqx.field(static=True)
+    phase_gate_scale: float = eqx.field(static=True)
+    normalisation: str = eqx.field(static=True)
     method: AbstractScanMethod = eqx.field(static=True)
     precision: jax.lax.Precision | None = eqx.field(static=True)
 
@@ -128,6 +157,8 @@ class AbstractSelectiveLRU(AbstractStatesCore):
         r_min: float = 0.0,
         r_max: float = 1.0,
         max_phase: float = math.pi,
+        phase_gate_scale: float = 8.0,
+        normalisation: Normalisation = "selective",
         method: ScanMethod = "auto",
         precision: Precision = None,
         dtype=None,
@@ -142,6 +173,13 @@ class AbstractSelectiveLRU(AbstractStatesCore):
         - `max_phase`: $\phi_\max$, the phases' range $(0, \phi_\max)$ for every input;
             at zero input they start uniform on $[0, \phi_\max]$. Default $\pi$: the
             gate's two ends are $\lambda = \pm r$ (parity; see the module docstring).
+        - `phase_gate_scale`: $c_\theta > 0$, the phase logit's scale, $\theta_t =
+            \phi_\max \sigma(c_\theta (W_\theta u_t + b_\theta))$ (default 8; the layer at
+            initialisation does not depend on it; see the module docstring).
+        - `normalisation`: the input's weight $g_t$: `"selective"` (default,
+            $\sqrt{1 - r_t^2}$ at each position) or `"fixed"` ($\sqrt{1 -
+            e^{-2 e^{\nu_{\log}}}}$ per mode, whatever the input: a held state still takes
+            its input; see the module docstring).
         - `method`, `precision`, `dtype`, `key`: as `eqx_lru.ComplexLRU` (`precision` is
             every projection's and gate's matmul). The same key gives the same parameters
             in both forms.
@@ -153,6 +191,20 @@ class AbstractSelectiveLRU(AbstractStatesCore):
             raise ValueError(
                 f"`max_phase` must be a positive finite number (the phases' range, e.g. "
                 f"math.pi or 2 * math.pi); got {max_phase!r}."
+            )
+        if not (
+            isinstance(phase_gate_scale, (int, float))
+            and not isinstance(phase_gate_scale, bool)
+            and 0 < phase_gate_scale < math.inf
+        ):
+            raise ValueError(
+                f"`phase_gate_scale` must be a positive finite number (the phase logit's "
+                f"scale, e.g. 8); got {phase_gate_scale!r}."
+            )
+        if normalisation not in ("selective", "fixed"):
+            raise ValueError(
+                "`normalisation` must be 'selective' (sqrt(1 - r_t^2) at each position) or "
+                f"'fixed' (the mode's sqrt(1 - r^2) at Delta = 1); got {normalisation!r}."
             )
         dtype = self._check_dtype(dtype)
         ring_key, r_key, theta_key, proj_key = jax.random.split(key, 4)
@@ -166,11 +218,15 @@ class AbstractSelectiveLRU(AbstractStatesCore):
         self.nu_log = nu_log
         self.W_r = jax.random.normal(r_key, (d_state, d_model), dtype) * scale
         self.b_r = jnp.full((d_state,), _UNIT_STEP_BIAS, dtype)
-        self.W_theta = jax.random.normal(theta_key, (d_state, d_model), dtype) * scale
-        self.b_theta = jnp.log(fraction) - jnp.log1p(-fraction)
+        logit = jnp.log(fraction) - jnp.log1p(-fraction)
+        theta_weight = jax.random.normal(theta_key, (d_state, d_model), dtype) * scale
+        self.W_theta = theta_weight / phase_gate_scale
+        self.b_theta = logit / phase_gate_scale
         self.B_re, self.B_im = params["B_re"], params["B_im"]
         self.C_re, self.C_im, self.D = params["C_re"], params["C_im"], params["D"]
         self.max_phase = float(max_phase)
+        self.phase_gate_scale = float(phase_gate_scale)
+        self.normalisation = normalisation
         self.method = scan_method(method)
         self.precision = check_precision(precision)
 
@@ -189,9 +245,10 @@ class AbstractSelectiveLRU(AbstractStatesCore):
     ) -> tuple[Float[Array, "*length d_state"], Float[Array, "*length d_state"]]:
         r"""$(\log r_t, \theta_t)$ for a sequence or one token: $\log r_t =
         -e^{\nu_{\log}} \operatorname{softplus}(W_r u_t + b_r)$, $\theta_t = \phi_\max
-        \sigma(W_\theta u_t + b_\theta)$."""
+        \sigma(c_\theta (W_\theta u_t + b_\theta))$."""
         z_r = jnp.matmul(u, self.W_r.T, precision=self.precision) + self.b_r
         z_theta = jnp.matmul(u, self.W_theta.T, precision=self.precision) + self.b_theta
+        z_theta = self.phase_gate_scale * z_theta
         log_modulus = -jnp.exp(self.nu_log) * jax.nn.softplus(z_r)
         return log_modulus, self.max_phase * jax.nn.sigmoid(z_theta)
 
@@ -204,9 +261,12 @@ class AbstractSelectiveLRU(AbstractStatesCore):
 
     def _terms(self, u: Array, dt: Array | None) -> tuple[Array, Array]:
         r"""(transitions $\lambda_t^{\Delta t_t}$ in the algebra's layout, drives
-        $\sqrt{1 - r_t^2} B u_t$ as planar pairs), for a sequence or one token."""
+        $g_t B u_t$ as planar pairs), for a sequence or one token."""
         log_modulus, phase = self.selection(u)
-        gain: Array = bounded_sqrt(-jnp.expm1(2 * log_modulus), SQRT_MAX_GRADIENT)
+        written = log_modulus  # "selective": the position's own modulus
+        if self.normalisation == "fixed":  # the mode's modulus at Δ = 1, every position
+            written = jnp.broadcast_to(-jnp.exp(self.nu_log), log_modulus.shape)
+        gain: Array = bounded_sqrt(-jnp.expm1(2 * written), SQRT_MAX_GRADIENT)
         if dt is not None:
             step = dt[..., None]
             log_modulus, phase = log_modulus * step, phase * step
@@ -310,7 +370,7 @@ class AbstractSelectiveLRU(AbstractStatesCore):
         *,
         dt: ArrayLike | None = None,
     ) -> tuple[Inexact[Array, "d_state ..."], Float[Array, " d_model"]]:
-        r"""One token: $x_t = \lambda_t x_{t-1} + \sqrt{1 - r_t^2} B u_t$,
+        r"""One token: $x_t = \lambda_t x_{t-1} + g_t B u_t$,
         $y_t = \operatorname{Re}(C x_t) + D u_t$; `dt` this position's step (a positive
         scalar). Repeated from `init_state()` it equals the parallel call."""
         state, u_t = jnp.asarray(state), jnp.asarray(u_t)

@@ -15,8 +15,8 @@ RUNGS = {
     "lru": "LRU (complex diagonal, input-independent λ)",
     "rglru": "RG-LRU (real diagonal, gated a_t in (0, 1))",
     "rglru_signed": "RG-LRU, eigenvalues='signed' (a_t in (-1, 1))",
-    "selective_complex": "ComplexSelectiveLRU (λ_t = r(u)e^{iθ(u)})",
-    "selective_real": "RealSelectiveLRU (its 2x2 rotation-scaling form)",
+    "selective_complex": "ComplexSelectiveLRU (λ_t = r(u)e^{iθ(u)}), normalisation='fixed'",
+    "selective_real": "RealSelectiveLRU (its 2x2 rotation-scaling form), normalisation='fixed'",
     "block1": "BlockDiagonalLRU, block_size=1 (signed real diagonal, input-dependent)",
     "block2": "BlockDiagonalLRU, block_size=2 (general 2x2 blocks)",
     "block2_householder": "BlockDiagonalLRU, block_size=2, parameterisation='householder'",
@@ -44,6 +44,11 @@ CLAIMS = {
 #: The contractions of the block cores start near 1: a state that must last 4x the
 #: training length.
 RING = dict(r_min=0.999, r_max=0.9999)
+
+#: The selective LRU's input weight per mode, not per position: a token that keeps the
+#: count (|λ| -> 1) can still write to it (the "selective" default would write nothing as
+#: |λ| -> 1, so a count decays with the tokens that change it; see the core's docstring).
+SELECTIVE = dict(normalisation="fixed")
 
 
 def _input_width(make):
@@ -86,7 +91,7 @@ def _make(name: str):
         cls = "ComplexSelectiveLRU" if name == "selective_complex" else "RealSelectiveLRU"
         if not hasattr(eqx_lru, cls):
             return f"eqx_lru.{cls} is not in this version (branch w/sel)"
-        return getattr(eqx_lru, cls)
+        return functools.partial(getattr(eqx_lru, cls), **SELECTIVE)
     if name == "block2_householder":
         return _blocks(2, parameterisation="householder", **RING)
     if name.startswith("block"):

@@ -5,8 +5,9 @@
 Each cell (task, core, seed) is `train.train` with the table's settings; its result is
 appended to `--results` (JSON lines) as soon as it finishes, and a cell found there with the
 same settings is not run again (so a long table can be built in several runs). The table
-reads every row of `--results`: per task and core, the test accuracy at 4x the training
-length over the seeds (mean, and min-max), beside the claim of the paper it tests.
+reads every row of `--results`: per task, core and settings (one line each), the test
+accuracy at 4x the training length over the seeds (mean, and min-max), beside the claim of
+the paper it tests.
 """
 
 import argparse
@@ -32,6 +33,10 @@ PUBLISHED = {
 }
 
 SETTINGS = ("steps", "train_length", "d_model", "d_state", "depth", "batch")
+#: The optimiser's settings, with the values of rows written before they were recorded.
+TRAINING = dict(learning_rate=3e-3, weight_decay=0.01, label_smoothing=0.0)
+#: What a table line shows of its settings.
+SHOWN = ("steps", "train_length", "d_model", "d_state", "depth", *TRAINING)
 
 
 def _commit() -> str:
@@ -44,8 +49,12 @@ def _commit() -> str:
         return "unknown"
 
 
+def _settings(row: dict) -> tuple:
+    return (*(row[k] for k in SETTINGS), *(row.get(k, v) for k, v in TRAINING.items()))
+
+
 def _key(row: dict) -> tuple:
-    return (row["task"], row["core"], row["seed"], *(row[k] for k in SETTINGS))
+    return (row["task"], row["core"], row["seed"], *_settings(row))
 
 
 def render(rows: list[dict], *, command: str) -> str:
@@ -61,24 +70,26 @@ def render(rows: list[dict], *, command: str) -> str:
         "chance is 1/classes. `in-length`: the same at positions < L.",
         "",
     ]
-    by_task: dict[str, dict[str, list[dict]]] = {}
+    by_task: dict[str, dict[tuple, list[dict]]] = {}
     for row in rows:
-        by_task.setdefault(row["task"], {}).setdefault(row["core"], []).append(row)
+        line = (row["core"], _settings(row))
+        by_task.setdefault(row["task"], {}).setdefault(line, []).append(row)
+    order = {core: i for i, core in enumerate(rungs.RUNGS)}
     for name in [t for t in tasks.TASKS if t in by_task]:
         cells = by_task[name]
         lines += [f"## {name}", "", f"Published: {PUBLISHED[name]}.", ""]
         lines += [
             "| core | transitions | seeds | extrapolated (4L) | in-length "
-            "| steps, L, H, N, depth |",
+            "| steps, L, H, N, depth, lr, wd, ls |",
             "|---|---|---|---|---|---|",
         ]
-        for core in [c for c in rungs.RUNGS if c in cells]:
-            rs = cells[core]
+        known = [line for line in cells if line[0] in order]
+        for core, settings in sorted(known, key=lambda line: (order[line[0]], line[1])):
+            rs = cells[core, settings]
             ex = [r["extrapolated"] for r in rs]
             inl = [r["in_length"] for r in rs]
-            r0 = rs[0]
-            shape = ", ".join(str(r0[k]) for k in ("steps", "train_length", "d_model",
-                                                   "d_state", "depth"))  # fmt: skip
+            shown = {**TRAINING, **rs[0]}
+            shape = ", ".join(f"{shown[k]:g}" for k in SHOWN)
             lines.append(
                 f"| {core} | {rungs.CLAIMS[core]} | {len(rs)} | "
                 f"{100 * statistics.mean(ex):.1f}% [{100 * min(ex):.1f}, {100 * max(ex):.1f}] | "
@@ -105,6 +116,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--d-state", type=F.POSITIVE_INT, default=32, help="d_state [32]")
     p.add_argument("--depth", type=F.POSITIVE_INT, default=1, help="blocks [1]")
     p.add_argument("--batch", type=F.POSITIVE_INT, default=32, help="batch size [32]")
+    p.add_argument("--learning-rate", type=F.POSITIVE_FLOAT32,
+                   default=TRAINING["learning_rate"],
+                   help="AdamW's peak learning rate [0.003]")  # fmt: skip
+    p.add_argument("--weight-decay", type=F.NONNEGATIVE_FLOAT32,
+                   default=TRAINING["weight_decay"],
+                   help="AdamW's weight decay [0.01]")  # fmt: skip
+    p.add_argument("--label-smoothing", type=F.FRACTION, default=TRAINING["label_smoothing"],
+                   help="the targets' label smoothing, in [0, 1) [0: none]")  # fmt: skip
     p.add_argument("--results", type=F.output_file,
                    default=Path("experiments/statetracking/results-cpu.jsonl"),
                    help="the cells' results, JSON lines, appended to and read back "
@@ -131,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()] \
         if results.exists() else []  # fmt: skip
     done = {_key(r) for r in rows}
-    settings = {k: getattr(args, k) for k in SETTINGS}
+    settings = {k: getattr(args, k) for k in (*SETTINGS, *TRAINING)}
     for task in args.tasks:
         for core in cores:
             for seed in range(args.seeds):

@@ -28,7 +28,7 @@ from . import rungs, tasks
 #: The settings of a cell, with their defaults (a few minutes on two CPU cores).
 DEFAULTS = dict(
     train_length=64, test_factor=4, d_model=32, d_state=32, depth=1, batch=32,
-    learning_rate=3e-3, weight_decay=0.01, test_sequences=128,
+    learning_rate=3e-3, weight_decay=0.01, label_smoothing=0.0, test_sequences=128,
 )  # fmt: skip
 
 
@@ -36,7 +36,7 @@ def train(
     task: str, core: str, *, seed: int, steps: int, train_length: int = 64,
     test_factor: int = 4, d_model: int = 32, d_state: int = 32, depth: int = 1,
     batch: int = 32, learning_rate: float = 3e-3, weight_decay: float = 0.01,
-    test_sequences: int = 128,
+    label_smoothing: float = 0.0, test_sequences: int = 128,
 ) -> dict:  # fmt: skip
     """Train the cell and return its result (see the module docstring)."""
     import equinox as eqx
@@ -76,7 +76,10 @@ def train(
     def update(params, opt_state, x, y):
         def loss(params):
             out = logits(params, x)
-            return optax.softmax_cross_entropy_with_integer_labels(out, y).mean()
+            if not label_smoothing:
+                return optax.softmax_cross_entropy_with_integer_labels(out, y).mean()
+            target = optax.smooth_labels(jax.nn.one_hot(y, spec.classes), label_smoothing)
+            return optax.softmax_cross_entropy(out, target).mean()
 
         value, grads = jax.value_and_grad(loss)(params)
         with jax.numpy_dtype_promotion("standard"):  # optax's Python floats vs int32 counts
@@ -103,7 +106,8 @@ def train(
         chance=1 / spec.classes, final_loss=float(np.mean(losses[-max(1, steps // 20):])),
         train_length=train_length, test_length=test_length, d_model=d_model,
         d_state=d_state, depth=depth, batch=batch, learning_rate=learning_rate,
-        weight_decay=weight_decay, wall_s=round(time.perf_counter() - start, 1),
+        weight_decay=weight_decay, label_smoothing=label_smoothing,
+        wall_s=round(time.perf_counter() - start, 1),
     )  # fmt: skip
 
 
@@ -129,6 +133,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-decay", type=F.NONNEGATIVE_FLOAT32,
                    default=DEFAULTS["weight_decay"],
                    help="AdamW's weight decay [0.01]")  # fmt: skip
+    p.add_argument("--label-smoothing", type=F.FRACTION, default=DEFAULTS["label_smoothing"],
+                   help="the targets' label smoothing, in [0, 1) [0: none]")  # fmt: skip
     p.add_argument("--out", type=F.output_file, default=None,
                    help="append the result as one JSON line to this file (existing: refused "
                    "without --overwrite) [none: print only]")  # fmt: skip

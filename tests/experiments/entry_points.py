@@ -157,11 +157,13 @@ COMMANDS: tuple[Command, ...] = (
     Command("experiments.statetracking.train", "--steps 1",
             "--seed=int[0,] --steps=int[1,] --train-length=int[1,4096] --d-model=int[1,] "
             "--d-state=int[1,] --depth=int[1,] --batch=int[1,] --test-sequences=int[1,] "
-            "--learning-rate=float(0,] --weight-decay=float[0,] --out=out",
+            "--learning-rate=float(0,] --weight-decay=float[0,] --label-smoothing=float[0,1) "
+            "--out=out",
             writes="?", owner="blocks"),
     Command("experiments.statetracking.table", "--seeds 1 --out {out}/table.md",
             "--seeds=int[1,] --steps=int[1,] --train-length=int[1,4096] --d-model=int[1,] "
-            "--d-state=int[1,] --depth=int[1,] --batch=int[1,] --results=out --out=out",
+            "--d-state=int[1,] --depth=int[1,] --batch=int[1,] --learning-rate=float(0,] "
+            "--weight-decay=float[0,] --label-smoothing=float[0,1) --results=out --out=out",
             writes="{out}/table.md", owner="blocks"),
     *map(_figure, (
         "experiments.paper.conv_kernel", "experiments.paper.forward_blowup",

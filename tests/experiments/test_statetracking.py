@@ -2,15 +2,16 @@
 against direct computations, and learning tests that train for real (tiny models, a few
 hundred steps) at length 32 and test at 128:
 
-- parity: cores with negative transitions learn it beyond the training length (the block
-  core >= 99%, the signed RG-LRU >= 95% at this budget), cores with transitions in [0, 1]
-  stay near chance (Grazzi et al. 2025);
+- parity: cores with negative transitions (the signed RG-LRU, the selective LRU, a block
+  core) reach >= 99% beyond the training length, cores with transitions in [0, 1] (the
+  LRU, the default RG-LRU) stay near chance under the same training (Grazzi et al. 2025);
 - S3: a non-commuting block core reaches >= 99% at 4x the training length.
 
 Rungs whose core is not in this version (a branch not merged yet) are skipped by name.
 """
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -54,28 +55,30 @@ def _cell(task, core, *, steps, seed=0, **options):
     return train.train(task, core, seed=seed, steps=steps, **{**SMALL, **options})
 
 
-#: Parity beyond the training length, per signed core: its budget and the accuracy it
-#: reaches. The signed RG-LRU needs a larger rate and no weight decay to sharpen its
-#: transitions towards +-1, and at this budget reaches 97-100% (seeds 0-2: 97.8, 99.9,
-#: 99.7%), not 99% every time: asserted at 95%, well above the positive cores' chance.
-SIGNED = {
-    "rglru_signed": (dict(steps=1200, learning_rate=1e-2, weight_decay=0.0), 0.95),
-    "block2": (dict(steps=600), 0.99),
-}
+#: The parity runs' training, the same for every core: a larger rate and no weight decay
+#: (the transitions sharpen towards +-1 faster), and label smoothing: without it the loss
+#: falls to ~0 by growing the logits and stops pulling the transitions once they are good
+#: enough for length 32 (the signed RG-LRU then kept a_t(1) ~ -0.94 and reached 97.8-99.9%
+#: at 128; the selective LRU's phases stalled 1-2% of pi short of 0 and pi). With it the
+#: best margin is finite, and a transition that drifts over the positions keeps costing.
+PARITY: dict[str, Any] = dict(learning_rate=1e-2, weight_decay=0.0, label_smoothing=0.1)
+
+#: Steps per signed core: the fewest with 100% at length 128 over seeds 0-4 (see
+#: docs/concepts/state-tracking.md; the signed RG-LRU at 400 steps: 86.7-100%).
+SIGNED = {"rglru_signed": 600, "selective_complex": 300, "block2": 400}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("core", sorted(SIGNED))
 def test_parity_is_learned_by_signed_transitions(core):
-    budget, accuracy = SIGNED[core]
-    result = _cell("parity", core, **budget)
-    assert result["extrapolated"] >= accuracy, result
+    result = _cell("parity", core, steps=SIGNED[core], **PARITY)
+    assert result["extrapolated"] >= 0.99, result
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("core", ["lru", "rglru"])
 def test_parity_is_not_learned_by_positive_transitions(core):
-    result = _cell("parity", core, steps=600)
+    result = _cell("parity", core, steps=400, **PARITY)
     assert result["in_length"] > 0.5  # it trained (the first positions are easy)
     assert result["extrapolated"] < 0.6, result
 

@@ -284,8 +284,10 @@ def _block_diagonal_reference(core, u):
 
 def selective_reference(core, u, *, dt=None, reverse=False):
     """Selective LRU, from the maths in float64: Δ = softplus(W_r u + b_r),
-    λ_t = exp((−e^ν Δ + i φ σ(W_θ u + b_θ)) Δt), x_t = λ_t x + sqrt(1 − exp(−2 e^ν Δ)) B u_t,
-    y_t = Re(C x_t) + D u_t (also `test_selective.py`'s oracle, with `dt` and `reverse`)."""
+    λ_t = exp((−e^ν Δ + i φ σ(c_θ (W_θ u + b_θ))) Δt), x_t = λ_t x + g_t B u_t with
+    g_t = sqrt(1 − exp(−2 e^ν Δ)) (`normalisation="selective"`) or sqrt(1 − exp(−2 e^ν))
+    (`"fixed"`), y_t = Re(C x_t) + D u_t (also `test_selective.py`'s oracle, with `dt` and
+    `reverse`)."""
     names = ("nu_log", "W_r", "b_r", "W_theta", "b_theta", "B_re", "B_im", "C_re", "C_im", "D")
     p = {n: np.asarray(getattr(core, n), np.float64) for n in names}
     B, C = p["B_re"] + 1j * p["B_im"], p["C_re"] + 1j * p["C_im"]
@@ -293,9 +295,11 @@ def selective_reference(core, u, *, dt=None, reverse=False):
     x, ys = np.zeros(B.shape[0], complex), np.zeros_like(u)
     for t in reversed(range(len(u))) if reverse else range(len(u)):
         log_r = -np.exp(p["nu_log"]) * np.logaddexp(0, p["W_r"] @ u[t] + p["b_r"])
-        theta = core.max_phase / (1 + np.exp(-(p["W_theta"] @ u[t] + p["b_theta"])))
+        logit = core.phase_gate_scale * (p["W_theta"] @ u[t] + p["b_theta"])
+        theta = core.max_phase / (1 + np.exp(-logit))
         step = 1.0 if dt is None else float(np.asarray(dt)[t])
-        x = np.exp(step * (log_r + 1j * theta)) * x + np.sqrt(1 - np.exp(2 * log_r)) * (B @ u[t])
+        written = log_r if core.normalisation == "selective" else -np.exp(p["nu_log"])
+        x = np.exp(step * (log_r + 1j * theta)) * x + np.sqrt(1 - np.exp(2 * written)) * (B @ u[t])
         ys[t] = (C @ x).real + p["D"] * u[t]
     return ys
 

@@ -1,15 +1,16 @@
 """`ComplexSelectiveLRU` and `RealSelectiveLRU` (issue 40 item 1): both forms against the
 float64 NumPy loop of the maths (`conformance.selective_reference`), forward, reverse and
-with time steps, in float64 and float32; gradients (parameters, inputs and `dt`) against
-autodiff of a plain JAX loop of the same maths in float64; `from_complex`/`from_real`
-exact; the initialisation at zero input on the LRU's ring; the bounds of $|\\lambda_t|$ and
-$\\theta_t$; bad arguments. The contract (step, chunks, segments, `length`) is
-`test_core.py`'s, through the `CORES` entries. Sizes: d_model=3, d_state=4, length=7."""
+with time steps, in float64 and float32, under both normalisations; gradients
+(parameters, inputs and `dt`) against autodiff of a plain JAX loop of the same maths in
+float64; `from_complex`/`from_real` exact; the initialisation at zero input on the LRU's
+ring, whatever the phase gate's scale; the bounds of $|\\lambda_t|$ and $\\theta_t$; bad
+arguments. The contract (step, chunks, segments, `length`) is `test_core.py`'s, through
+the `CORES` entries. Sizes: d_model=3, d_state=4, length=7."""
 
 import functools
 import inspect
 import math
-from typing import cast
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -25,11 +26,13 @@ from conformance import selective_reference
 import eqx_lru
 
 FORMS = (eqx_lru.ComplexSelectiveLRU, eqx_lru.RealSelectiveLRU)
+KEY = jax.random.PRNGKey(0)
 PARAMS = ("nu_log", "W_r", "b_r", "W_theta", "b_theta", "B_re", "B_im", "C_re", "C_im", "D")
 
 
-def _core(form, dtype):
-    return form(H, N, **RING, method="sequential", dtype=dtype, key=jax.random.PRNGKey(3))
+def _core(form, dtype, normalisation="selective"):
+    return form(H, N, **RING, normalisation=normalisation, method="sequential", dtype=dtype,
+                key=jax.random.PRNGKey(3))  # fmt: skip
 
 
 def _data(dtype, seed=0):
@@ -55,26 +58,30 @@ def _expected(core, u, dt):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
-def test_both_forms_match_the_float64_loop(dtype, tol):
+@pytest.mark.parametrize(
+    "dtype, tol, normalisation",
+    [(np.float64, 1e-12, "selective"), (np.float32, 1e-5, "selective"),
+     (np.float64, 1e-12, "fixed")],
+)  # fmt: skip
+def test_both_forms_match_the_float64_loop(dtype, tol, normalisation):
     with jax.enable_x64(dtype == np.float64):
         u, dt = _data(dtype)
         for form in FORMS:
-            core = _core(form, dtype)
+            core = _core(form, dtype, normalisation)
             got, want = _outputs(core, u, dt), _expected(core, u, dt)
             for name in want:
                 err = np.max(np.abs(np.asarray(got[name], np.float64) - want[name]))
                 assert err <= tol * np.max(np.abs(want[name])), (form.__name__, name, err)
 
 
-def _plain_loop(p, u, dt, max_phase):
+def _plain_loop(p, u, dt, max_phase, scale):
     """The maths as a plain JAX loop over complex numbers (no library code): autodiff of
-    it is the oracle of the gradients."""
+    it is the oracle of the gradients (`scale`: the phase gate's)."""
     B, C = jax.lax.complex(p["B_re"], p["B_im"]), jax.lax.complex(p["C_re"], p["C_im"])
     x, ys = jnp.zeros(N, jnp.complex128), []
     for t in range(L):
         log_r = -jnp.exp(p["nu_log"]) * jnp.logaddexp(0.0, p["W_r"] @ u[t] + p["b_r"])
-        theta = max_phase / (1 + jnp.exp(-(p["W_theta"] @ u[t] + p["b_theta"])))
+        theta = max_phase / (1 + jnp.exp(-scale * (p["W_theta"] @ u[t] + p["b_theta"])))
         lam = jnp.exp(jax.lax.complex(dt[t] * log_r, dt[t] * theta))
         gain = jnp.sqrt(1 - jnp.exp(2 * log_r)).astype(jnp.complex128)
         x = lam * x + gain * (B @ u[t].astype(jnp.complex128))
@@ -94,7 +101,10 @@ def test_gradients_match_autodiff_of_a_plain_loop_float64():
         complex_core = _core(eqx_lru.ComplexSelectiveLRU, np.float64)
         params = {n: getattr(complex_core, n) for n in PARAMS}
         oracle = jax.grad(
-            lambda p, u, dt: jnp.sum(_plain_loop(p, u, dt, complex_core.max_phase) * weight),
+            lambda p, u, dt: jnp.sum(
+                _plain_loop(p, u, dt, complex_core.max_phase, complex_core.phase_gate_scale)
+                * weight
+            ),
             argnums=(0, 1, 2),
         )(params, jnp.asarray(u), jnp.asarray(dt))
         for core in (complex_core, eqx_lru.RealSelectiveLRU.from_complex(complex_core)):
@@ -135,8 +145,7 @@ def test_zero_input_is_the_lru_ring_and_every_input_keeps_the_bounds():
     """At zero input $|\\lambda|$ and the phases are the ring's (`ring_init` with the same
     ring, the LRU's Lemma 3.2): $|\\lambda|^2$ in $[r_\\min^2, r_\\max^2]$, phases in
     $[0, \\phi_\\max]$; for any input $0 < |\\lambda_t| < 1$ and $0 < \\theta_t < \\phi_\\max$."""
-    core = eqx_lru.RealSelectiveLRU(3, 64, r_min=0.8, r_max=0.9, max_phase=2.0,
-                                    key=jax.random.PRNGKey(0))  # fmt: skip
+    core = eqx_lru.RealSelectiveLRU(3, 64, r_min=0.8, r_max=0.9, max_phase=2.0, key=KEY)
     log_r, theta = core.selection(jnp.zeros((1, 3)))
     modulus, theta = np.exp(np.asarray(log_r[0], np.float64)), np.asarray(theta[0])
     assert np.all((modulus >= 0.8 - 1e-6) & (modulus <= 0.9 + 1e-6))
@@ -147,6 +156,13 @@ def test_zero_input_is_the_lru_ring_and_every_input_keeps_the_bounds():
     u = np.random.default_rng(0).normal(size=(50, 3)) * 3
     log_r, theta = (np.asarray(x) for x in core.selection(jnp.asarray(u, jnp.float32)))
     assert np.all(log_r < 0) and np.all((theta > 0) & (theta < 2.0))
+    # The phase gate's scale changes how fast training moves the logit, not the layer
+    # built from a key: 8 (the default) and 1 give the same phases, bit for bit.
+    unscaled = eqx_lru.RealSelectiveLRU(
+        3, 64, r_min=0.8, r_max=0.9, max_phase=2.0, phase_gate_scale=1.0, key=KEY
+    )
+    assert core.phase_gate_scale == 8.0
+    np.testing.assert_array_equal(unscaled.selection(jnp.asarray(u, jnp.float32))[1], theta)
 
 
 def test_signatures_spell_out_every_keyword_and_bad_arguments_are_named():
@@ -158,6 +174,11 @@ def test_signatures_spell_out_every_keyword_and_bad_arguments_are_named():
     for bad in (0.0, -1.0, math.inf):
         with pytest.raises(ValueError, match="`max_phase` must be a positive finite"):
             eqx_lru.RealSelectiveLRU(H, N, max_phase=bad, key=jax.random.PRNGKey(0))
+        with pytest.raises(ValueError, match="`phase_gate_scale` must be a positive finite"):
+            eqx_lru.RealSelectiveLRU(H, N, phase_gate_scale=bad, key=jax.random.PRNGKey(0))
+    # The import hook's type check answers first under pytest; our ValueError otherwise.
+    with pytest.raises((ValueError, TypeError), match="normalisation"):
+        eqx_lru.RealSelectiveLRU(H, N, normalisation=cast(Any, "input"), key=KEY)
     core = _core(eqx_lru.RealSelectiveLRU, np.float32)
     u, _ = _data(np.float32)
     with pytest.raises(ValueError, match="It looks transposed"):
