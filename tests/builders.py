@@ -20,7 +20,6 @@ from typing import Literal
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
@@ -137,6 +136,7 @@ def model_input(
 
 
 def as_jax(*arrays):
-    """NumPy arrays as JAX arrays (a transfer, not a compile)."""
-    out = tuple(jnp.asarray(a) for a in arrays)
+    """NumPy arrays as JAX arrays: `jax.device_put`, a transfer (`jnp.asarray` compiles a
+    small program per shape)."""
+    out = tuple(jax.device_put(a) for a in arrays)
     return out[0] if len(out) == 1 else out
