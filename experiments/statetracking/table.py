@@ -22,6 +22,7 @@ from pathlib import Path
 from experiments.runs import flags as F
 
 from . import rungs, tasks
+from .train import add_training_flags
 
 #: What the papers say, per task (Grazzi et al. 2025; Merrill et al. 2024).
 PUBLISHED = {
@@ -116,14 +117,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--d-state", type=F.POSITIVE_INT, default=32, help="d_state [32]")
     p.add_argument("--depth", type=F.POSITIVE_INT, default=1, help="blocks [1]")
     p.add_argument("--batch", type=F.POSITIVE_INT, default=32, help="batch size [32]")
-    p.add_argument("--learning-rate", type=F.POSITIVE_FLOAT32,
-                   default=TRAINING["learning_rate"],
-                   help="AdamW's peak learning rate [0.003]")  # fmt: skip
-    p.add_argument("--weight-decay", type=F.NONNEGATIVE_FLOAT32,
-                   default=TRAINING["weight_decay"],
-                   help="AdamW's weight decay [0.01]")  # fmt: skip
-    p.add_argument("--label-smoothing", type=F.FRACTION, default=TRAINING["label_smoothing"],
-                   help="the targets' label smoothing, in [0, 1) [0: none]")  # fmt: skip
+    add_training_flags(p, defaults=TRAINING)
     p.add_argument("--results", type=F.output_file,
                    default=Path("experiments/statetracking/results-cpu.jsonl"),
                    help="the cells' results, JSON lines, appended to and read back "

@@ -111,6 +111,20 @@ def train(
     )  # fmt: skip
 
 
+def add_training_flags(p: argparse.ArgumentParser, *, defaults: dict) -> None:
+    """`--learning-rate`, `--weight-decay` and `--label-smoothing`, with `defaults`' values
+    (one cell's command and the table's share them)."""
+    p.add_argument("--learning-rate", type=F.POSITIVE_FLOAT32,
+                   default=defaults["learning_rate"],
+                   help=f"AdamW's peak learning rate [{defaults['learning_rate']:g}]")  # fmt: skip
+    p.add_argument("--weight-decay", type=F.NONNEGATIVE_FLOAT32,
+                   default=defaults["weight_decay"],
+                   help=f"AdamW's weight decay [{defaults['weight_decay']:g}]")  # fmt: skip
+    p.add_argument("--label-smoothing", type=F.FRACTION, default=defaults["label_smoothing"],
+                   help="the targets' label smoothing, in [0, 1) "
+                   f"[{defaults['label_smoothing']:g}; 0: none]")  # fmt: skip
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m experiments.statetracking.train",
@@ -128,13 +142,7 @@ def parser() -> argparse.ArgumentParser:
     for name in ("d_model", "d_state", "depth", "batch", "test_sequences"):
         p.add_argument(F.flag(name), type=F.POSITIVE_INT, default=DEFAULTS[name],
                        help=f"{name.replace('_', ' ')} [{DEFAULTS[name]}]")  # fmt: skip
-    p.add_argument("--learning-rate", type=F.POSITIVE_FLOAT32, default=DEFAULTS["learning_rate"],
-                   help="AdamW's peak learning rate [0.003]")  # fmt: skip
-    p.add_argument("--weight-decay", type=F.NONNEGATIVE_FLOAT32,
-                   default=DEFAULTS["weight_decay"],
-                   help="AdamW's weight decay [0.01]")  # fmt: skip
-    p.add_argument("--label-smoothing", type=F.FRACTION, default=DEFAULTS["label_smoothing"],
-                   help="the targets' label smoothing, in [0, 1) [0: none]")  # fmt: skip
+    add_training_flags(p, defaults=DEFAULTS)
     p.add_argument("--out", type=F.output_file, default=None,
                    help="append the result as one JSON line to this file (existing: refused "
                    "without --overwrite) [none: print only]")  # fmt: skip

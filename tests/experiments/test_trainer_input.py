@@ -186,7 +186,9 @@ def _argv(draw):
     """A command line: the required flags, then 0-6 others with values drawn from odd and
     valid text or each flag's own choices."""
     argv = ["--task", draw(st.sampled_from(["listops", "text", "image", "pathx"]))]
-    argv += ["--out", "OUT", "--data-root", "DATA"]
+    # An existing folder (read by nothing here): a missing one is refused at parsing,
+    # and the examples would never reach `resolve_config`.
+    argv += ["--out", "OUT", "--data-root", str(Path(__file__).parent)]
     for action in draw(st.lists(st.sampled_from(_flags()), max_size=6)):
         name = action.option_strings[-1]
         if action.nargs == 0:
