@@ -9,7 +9,8 @@
   the user chose `--xla_gpu_deterministic_ops` themselves): GPU reductions are otherwise
   not bit-reproducible, and the trainer's resume tests run in this process, whose backend
   is up before the trainer could set the flag itself. No effect on the CPU. LLVM's
-  optimisation passes are off (`_TEST_XLA_FLAGS`): compiling is most of the suite's time.
+  optimisation passes and XLA's MLIR fusion emitters are off (`_TEST_XLA_FLAGS`):
+  compiling is most of the suite's time.
 - `@pytest.mark.gpu` tests are skipped, with the reason shown by `-rs`, unless JAX runs
   on a CUDA GPU.
 - JAX's persistent compilation cache is on for the session, the xdist workers and every
@@ -40,14 +41,19 @@ if _CACHE != "off":
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.abspath(_CACHE))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 #: XLA flags the suite adds before JAX starts, unless the user's `XLA_FLAGS` names them.
-#: The last two make LLVM's code generation cheap (no `-O2` passes): most of the suite's
-#: time is compiling small programs that then run for microseconds. They change how the
-#: machine code is optimised, not the HLO (fusion, buffer assignment and so the compiled
-#: memory budgets are the same); `EQX_LRU_TEST_FULL_OPT=1` leaves them out.
+#: The other four make the CPU's code generation cheap: most of the suite's time is
+#: compiling small programs that then run for microseconds. LLVM runs without its `-O2`
+#: passes, fusions are emitted by XLA's older elemental emitter instead of its MLIR fusion
+#: emitters (less than half the backend compile time, measured), and each program is one
+#: LLVM module (no split for parallel code generation). They change how the machine code
+#: is made, not the HLO (fusion, buffer assignment and so the compiled memory budgets are
+#: the same); `EQX_LRU_TEST_FULL_OPT=1` leaves them out.
 _TEST_XLA_FLAGS = {"--xla_gpu_deterministic_ops": "true"}
 if os.environ.get("EQX_LRU_TEST_FULL_OPT", "") in ("", "0"):
     _TEST_XLA_FLAGS["--xla_backend_optimization_level"] = "0"
     _TEST_XLA_FLAGS["--xla_llvm_disable_expensive_passes"] = "true"
+    _TEST_XLA_FLAGS["--xla_cpu_use_fusion_emitters"] = "false"
+    _TEST_XLA_FLAGS["--xla_cpu_parallel_codegen_split_count"] = "1"
 for _name, _value in _TEST_XLA_FLAGS.items():
     _flags = os.environ.get("XLA_FLAGS", "")
     if _name not in _flags:
