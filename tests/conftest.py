@@ -31,7 +31,10 @@ eqx_lru is not imported here at module level, so jaxtyping's import hook (pyproj
 
 import os
 import pathlib
+import re
 import resource
+import subprocess
+import sys
 import tempfile
 
 os.environ["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # before JAX reads it; subprocesses
@@ -54,10 +57,35 @@ if os.environ.get("EQX_LRU_TEST_FULL_OPT", "") in ("", "0"):
     _TEST_XLA_FLAGS["--xla_llvm_disable_expensive_passes"] = "true"
     _TEST_XLA_FLAGS["--xla_cpu_use_fusion_emitters"] = "false"
     _TEST_XLA_FLAGS["--xla_cpu_parallel_codegen_split_count"] = "1"
-for _name, _value in _TEST_XLA_FLAGS.items():
-    _flags = os.environ.get("XLA_FLAGS", "")
-    if _name not in _flags:
+
+
+def _flags_xla_knows(flags: dict[str, str]) -> dict[str, str]:
+    """`flags` less those this XLA does not know (an unknown flag in `XLA_FLAGS` aborts
+    the process: newer XLA releases dropped `--xla_cpu_use_fusion_emitters`). One child
+    process starts JAX with them; each flag it names as unknown is dropped and it starts
+    again. Only the first process of a run pays: the xdist workers and the tests' child
+    processes inherit the `XLA_FLAGS` it sets."""
+    flags = dict(flags)
+    for _ in range(len(flags) + 1):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        env["XLA_FLAGS"] = " ".join(f"{k}={v}" for k, v in flags.items())
+        probe = subprocess.run(
+            [sys.executable, "-c", "import jax; jax.devices()"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        unknown = re.search(r"Unknown flag in XLA_FLAGS: (--[\w]+)", probe.stderr)
+        if probe.returncode == 0 or unknown is None:
+            return flags
+        flags.pop(unknown.group(1), None)
+    return flags
+
+
+_missing = {k: v for k, v in _TEST_XLA_FLAGS.items() if k not in os.environ.get("XLA_FLAGS", "")}
+if _missing and "EQX_LRU_TEST_XLA_FLAGS_SET" not in os.environ:  # workers: set by the first
+    for _name, _value in _flags_xla_knows(_missing).items():
+        _flags = os.environ.get("XLA_FLAGS", "")
         os.environ["XLA_FLAGS"] = f"{_flags} {_name}={_value}".strip()
+    os.environ["EQX_LRU_TEST_XLA_FLAGS_SET"] = "1"
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
