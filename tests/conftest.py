@@ -74,7 +74,7 @@ def _flags_xla_knows(flags: dict[str, str]) -> dict[str, str]:
             env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         unknown = re.search(r"Unknown flag in XLA_FLAGS: (--[\w]+)", probe.stderr)
-        if probe.returncode == 0 or unknown is None:
+        if probe.returncode == 0 or unknown is None or unknown.group(1) not in flags:
             return flags
         flags.pop(unknown.group(1), None)
     return flags
