@@ -47,7 +47,7 @@ if _CACHE != "off":
 #: The other four make the CPU's code generation cheap: most of the suite's time is
 #: compiling small programs that then run for microseconds. LLVM runs without its `-O2`
 #: passes, fusions are emitted by XLA's older elemental emitter instead of its MLIR fusion
-#: emitters (less than half the backend compile time, measured), and each program is one
+#: emitters (docs/development.md has the times), and each program is one
 #: LLVM module (no split for parallel code generation). They change how the machine code
 #: is made, not the HLO (fusion, buffer assignment and so the compiled memory budgets are
 #: the same); `EQX_LRU_TEST_FULL_OPT=1` leaves them out.
