@@ -213,7 +213,7 @@ def test_gradient_matches_finite_differences(name):
         def loss(core):
             return jnp.sum(w * core(u)) + jnp.sum(w * core(u, reverse=True))
 
-        grads = eqx.filter_grad(loss)(core)
+        grads = eqx.filter_jit(eqx.filter_grad(loss))(core)
         assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree_util.tree_leaves(grads))
         eps = 1e-6
         for field_name in (field, "B_im", "C_re"):

@@ -162,7 +162,7 @@ def test_16_bit_complex_cores_fail_at_construction():
     ):
         core = make(H, N, dtype=jnp.bfloat16, key=key)
         assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(core)} == {jnp.dtype("bfloat16")}
-        assert core(jnp.ones((L, H), jnp.bfloat16)).dtype == jnp.bfloat16
+        assert eqx.filter_jit(core)(jnp.ones((L, H), jnp.bfloat16)).dtype == jnp.bfloat16
     with pytest.raises(ValueError, match="has no complex type"):
         eqx_lru.to_complex(baselines.S5(H, N, form="real", dtype=jnp.bfloat16, key=key))
 
@@ -219,8 +219,8 @@ def test_a_new_core_plugs_into_blocks_models_and_the_optimiser():
     build = eqx.nn.make_with_state(eqx_lru.LRUModel)
     model, state = build(2, 3, H, N, 2, block=block, key=key)
     assert isinstance(cast(eqx_lru.LRUBlock, model.blocks[0]).core, ScaledEMA)
-    x = jax.random.normal(jax.random.PRNGKey(1), (L, 2))
-    out, _ = model(x, state)
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(L, 2)), jnp.float32)
+    out, _ = eqx.filter_jit(model)(x, state)
     assert out.shape == (3,)
     # remat scans over the blocks (`LRUBlock.scan_body`): the same value and gradients
     remat, _ = build(2, 3, H, N, 2, block=block, remat=True, key=key)
@@ -228,7 +228,8 @@ def test_a_new_core_plugs_into_blocks_models_and_the_optimiser():
     def loss(m):
         return jnp.sum(m(x, state)[0] ** 2)
 
-    g, g_remat = eqx.filter_grad(loss)(model), eqx.filter_grad(loss)(remat)
+    grad = eqx.filter_jit(eqx.filter_grad(loss))  # one program per model, not one per op
+    g, g_remat = grad(model), grad(remat)
     leaves = jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_remat)
     for a, b in zip(*leaves, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
@@ -239,9 +240,14 @@ def test_a_new_core_plugs_into_blocks_models_and_the_optimiser():
         assert b.core.scale == b.reverse_core.scale == "decay"
     optim = eqx_lru.lru_optimizer(learning_rate=1e-2, total_steps=10)
     params = eqx.filter(model, eqx.is_inexact_array)
-    with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts
-        updates, _ = optim.update(g, optim.init(params), params)
-    new = eqx.apply_updates(model, updates)
+
+    @eqx.filter_jit
+    def update(g, params):
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes floats and int32 counts
+            updates, _ = optim.update(g, optim.init(params), params)
+        return eqx.apply_updates(params, updates)
+
+    new = eqx.combine(update(g, params), model)
     new_core, old_core = (
         cast(ScaledEMA, cast(eqx_lru.LRUBlock, m.blocks[0]).core) for m in (new, model)
     )

@@ -80,6 +80,7 @@ def test_same_key_same_parameters_and_outputs():
     assert not np.allclose(other.B_re, c.B_re)
 
 
+@eqx.filter_jit
 def _all_grads(layer, u, weights):
     def loss(layer, u):
         return jnp.sum(weights * jnp.tanh(layer(u)))

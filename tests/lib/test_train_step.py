@@ -34,6 +34,7 @@ _DT = {
 }
 
 
+@eqx.filter_jit
 def _by_hand(model, state, x, dt, *, key=None, inference):
     keys = [None] * BATCH if key is None else list(jax.random.split(key, BATCH))
     outputs, new_state = jax.vmap(
@@ -64,7 +65,7 @@ def test_predict_and_train_step_pass_dt_to_the_model(kind):
         outputs, _ = _by_hand(model, state, x, dt, key=key, inference=False)
         return _loss_fn(outputs, y)
 
-    value, grads = eqx.filter_value_and_grad(loss_by_hand)(model)
+    value, grads = eqx.filter_jit(eqx.filter_value_and_grad(loss_by_hand))(model)
     np.testing.assert_allclose(loss, value, rtol=1e-6)
     expected = eqx.apply_updates(model, jax.tree.map(lambda g: -0.1 * g, grads))
     for a, b in zip(

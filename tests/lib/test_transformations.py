@@ -50,6 +50,7 @@ import eqx_lru
 DEVICES = 4
 
 
+@pytest.mark.slow  # a child process with four devices: every core compiled again
 def test_shard_map_defaults_on_four_devices():
     env = dict(os.environ)
     flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}"
