@@ -113,10 +113,11 @@ def test_dt_gradients_equal_across_forms():
             def loss(layer, dt):
                 return jnp.sum(jnp.tanh(layer(u, dt=dt)) ** 2)
 
-            layer = _layer(form)
-            both = eqx.filter_jit(lambda layer, dt: (eqx.filter_grad(loss)(layer, dt),
-                                                     jax.grad(loss, 1)(layer, dt)))  # fmt: skip
-            return both(layer, dt)
+            @eqx.filter_jit  # one program per form, not one per operation
+            def both(layer, dt):
+                return eqx.filter_grad(loss)(layer, dt), jax.grad(loss, 1)(layer, dt)
+
+            return both(_layer(form), dt)
 
         (gc, gdc), (gr, gdr) = grads(eqx_lru.ComplexLRU), grads(eqx_lru.RealLRU)
         for name in PARAMS:
