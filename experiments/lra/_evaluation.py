@@ -35,8 +35,12 @@ def evaluate(r: Run, params, bn_state, split) -> dict[str, Any]:
         idx = np.concatenate([idx, np.zeros(bs - len(idx), idx.dtype)])
         host = host_batch(r.data, split, idx[rows], padded=True)
         host["weight"] = weight[rows]
-        part = r.steps.eval(params, bn_state, par.shard_batch(host, r.mesh, bs))
+        # Each batch after the previous one on every device (`mp.chained`): after a failed
+        # collective no other may start.
+        batch = mp.chained(par.shard_batch(host, r.mesh, bs), after=sums)
+        part = r.steps.eval(params, bn_state, batch)
         sums = part if sums is None else sums + part
+    jax.block_until_ready(sums)  # every device's: a collective may follow
     nll, correct, count = (float(v) for v in ckpt.to_host(sums))
     return {
         "loss": nll / count,

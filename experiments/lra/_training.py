@@ -6,7 +6,6 @@ import dataclasses
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..runs import checkpoint as ckpt
@@ -35,7 +34,8 @@ class Loop:
         self.per_epoch = len(r.data.train) // r.cfg.batch_size
         self.rows = par.process_rows(r.cfg.batch_size)
         self.speed, self.postfix, self.saved_step = Speed(), {}, None
-        self.vote = mp.StopVote()
+        self.vote = mp.StopVote(mesh=r.mesh)
+        self.last = None  # the output of the last program with collectives (`mp.chained`)
         self.complete: Carry | None = None  # see `_steps`
         self._epoch: tuple[int, list[np.ndarray]] | None = None
 
@@ -56,10 +56,12 @@ class Loop:
         host = host_batch(self.r.data, self.r.data.train, idx, padded=False)
         return par.shard_batch(host, self.r.mesh, self.cfg.batch_size)
 
-    def step(self, c: Carry, batch) -> Carry:
+    def step(self, c: Carry, batch, counter: jax.Array) -> Carry:
+        """Step `c.step + 1`; `counter`: `c.step` as the vote returned it."""
         p, s, o, metrics = self.r.steps.train(
-            c.params, c.bn_state, c.opt_state, batch, c.run_key, jnp.asarray(c.step, jnp.int32)
+            c.params, c.bn_state, c.opt_state, batch, c.run_key, counter
         )
+        self.last = metrics
         c = dataclasses.replace(
             c, step=c.step + 1, params=p, bn_state=s, opt_state=o, pending=c.pending + (metrics,)
         )
@@ -134,6 +136,8 @@ class Loop:
         previous stays); returns the carry with the best weights marked as written. With
         several processes, process 0 writes and every process waits for it: a failure there
         stops them all."""
+        # Every device's last program first: `settle` launches a collective (`chained`).
+        jax.block_until_ready(self.last)
         digest = mp.settle(lambda: self._write(c))
         self.saved_step = c.step
         if self.r.primary:
@@ -248,7 +252,7 @@ def _steps(loop: Loop, carry: Carry, pool, stopper) -> tuple[Carry, str | None]:
         # Every process stops after the same step (`StopVote`): 3 an interrupt, 2 a
         # scheduler's warning, 1 the time limit.
         wish = 3 if stopper.reason else 2 if stopper.warned else int(loop.deadline.expired())
-        decision = loop.vote.decide(wish)
+        decision, counter = loop.vote.decide(wish, step=carry.step, after=loop.last)
         if decision == 3:
             raise KeyboardInterrupt
         if decision == 2:
@@ -267,7 +271,7 @@ def _steps(loop: Loop, carry: Carry, pool, stopper) -> tuple[Carry, str | None]:
         assert future is not None  # submitted while a step is left
         batch = future.result()
         future = pool.submit(loop.batch, carry.step + 1) if carry.step + 1 < loop.stop_at else None
-        carry = loop.complete = loop.after_step(loop.step(carry, batch))
+        carry = loop.complete = loop.after_step(loop.step(carry, batch, counter))
         if loop.hook is not None:
             loop.hook(carry.step)
         loop.deadline.end_iteration()

@@ -18,6 +18,13 @@ and fail together. What each piece does:
 - `StopVote`: a signal or `--time-limit` seen by one process stops every process after
   the same step. Each process casts its wish after every step as a tiny collective, read
   two steps later (by then complete, so the host never waits for the device on it).
+- `chained(value, after=...)`: `value` again, made on each device only once `after` is.
+  After a collective failed on a device (a peer died), that device must launch no other
+  collective: CPU collectives (gloo) can then read the failed one's unread bytes and
+  abort the process ("collective mismatch") before the trainer can say which peer died.
+  So each program with collectives takes an output of the one before it (the vote the
+  last step's, the step the vote's, each evaluation batch the previous one's): once one
+  fails on a device, every later one is skipped there with its error.
 - `Watchdog` (`watchdog.py`): a peer that dies or stops, and a peer that never connects,
   end every process with one line within a bounded time.
 
@@ -39,11 +46,14 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from .errors import RunError, UsageError
 
-__all__ = ["gather", "share", "agree", "settle", "code_digest", "StopVote"]
+__all__ = ["gather", "share", "agree", "settle", "code_digest", "StopVote", "chained"]
 
 T = TypeVar("T")
 
@@ -155,30 +165,61 @@ class StopVote:
     """Agree on when to stop: each process casts a wish after every step (0 go on, 1
     `--time-limit`, 2 a signal); the decision is the largest wish of all processes, cast
     `lag` steps earlier, so every process stops after the same step. With one process the
-    decision is this process's wish, at once."""
+    decision is this process's wish, at once. `mesh`: the run's mesh (default: one axis
+    over every device), whose replicated sharding the returned step number has."""
 
-    def __init__(self, lag: int = 2):
+    def __init__(self, lag: int = 2, *, mesh: Mesh | None = None):
         self.lag = lag
+        self._mesh = mesh
         self._cast: collections.deque = collections.deque()
         self._fn = None
 
-    def decide(self, wish: int) -> int:
-        """Cast `wish` and return the decision due now (0 go on, 1 time limit, 2 signal)."""
+    def decide(self, wish: int, *, step: int, after: Any = None) -> tuple[int, jax.Array]:
+        """Cast `wish` before step `step + 1` and return the decision due now (0 go on, 1
+        time limit, 2 signal) and `step` as a replicated int32 array for that step to
+        take. With several processes the vote waits on each device for `after` (an output
+        of the last program with collectives), and the returned step number is an output
+        of the vote: the programs form one chain on every device (see `chained`)."""
         if not _multi():
-            return wish
-        self._cast.append(self._collective(wish))
+            return wish, jnp.asarray(step, jnp.int32)
+        decision, counter = self._collective(wish, step, after)
+        self._cast.append(decision)
         if len(self._cast) <= self.lag:
-            return 0
-        return int(np.asarray(self._cast.popleft().addressable_data(0)))
+            return 0, counter
+        return int(np.asarray(self._cast.popleft().addressable_data(0))), counter
 
-    def _collective(self, wish: int) -> jax.Array:
-        from jax.sharding import Mesh, NamedSharding
-        from jax.sharding import PartitionSpec as P
-
+    def _collective(self, wish: int, step: int, after: Any) -> tuple[jax.Array, jax.Array]:
         if self._fn is None:
-            mesh = Mesh(np.asarray(jax.devices()), ("processes",))
-            self._sharding = NamedSharding(mesh, P("processes"))
-            self._fn = jax.jit(lambda x: x.max(), out_shardings=NamedSharding(mesh, P()))
-        local = np.full((jax.local_device_count(),), wish, np.int32)
-        x = jax.make_array_from_process_local_data(self._sharding, local, (jax.device_count(),))
-        return self._fn(x)
+            mesh = self._mesh or Mesh(np.asarray(jax.devices()), ("processes",))
+            self._sharding = NamedSharding(mesh, P(mesh.axis_names))
+            replicated = NamedSharding(mesh, P())
+
+            def vote(casts, after):
+                best = casts.max(axis=0)  # every process casts the same step number
+                return best[0], best[1]
+
+            self._fn = jax.jit(vote, out_shardings=(replicated, replicated), keep_unused=True)
+        local = np.tile(np.asarray([wish, step], np.int32), (jax.local_device_count(), 1))
+        x = jax.make_array_from_process_local_data(self._sharding, local, (jax.device_count(), 2))
+        return self._fn(x, after)
+
+
+def chained(value: T, *, after: Any) -> T:
+    """`value` (a pytree of arrays) as made by a program that starts on each device only
+    once `after` (arrays, or None) is made there, and that is skipped there, with its
+    error, if `after`'s program failed there. A program that takes the result starts after
+    `after`'s on every device, and never after a failed one. With one process, or `after`
+    None, `value` itself."""
+    if not _multi() or after is None:
+        return value
+    return _CHAIN(value, after)
+
+
+def _copy(value, after):
+    del after  # kept (`keep_unused`): only its readiness matters
+    # Computed (`+ 0`), not returned as given: a jit may hand back an unchanged input
+    # without running the program (JAX 0.10.2 does not; the test checks new buffers).
+    return jax.tree.map(lambda v: v + jnp.zeros((), v.dtype), value)
+
+
+_CHAIN = jax.jit(_copy, keep_unused=True)

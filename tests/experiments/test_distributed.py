@@ -70,11 +70,11 @@ from experiments.lra import _training, train
 
 first_step = _training.Loop.step
 
-def step(self, c, batch, _waited=[]):
+def step(self, c, batch, counter, _waited=[]):
     if not _waited:
         time.sleep(35)
         _waited.append(True)
-    return first_step(self, c, batch)
+    return first_step(self, c, batch, counter)
 
 _training.Loop.step = step
 sys.exit(train.main(sys.argv[1:], hard_abort=True))

@@ -337,7 +337,7 @@ class XlaRuntimeError(RuntimeError):
 
 
 def test_out_of_memory_is_one_clear_line(data, tmp_path, capsys, monkeypatch):
-    def oom(self, carry, batch):
+    def oom(self, carry, batch, counter):
         raise XlaRuntimeError(
             "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 38654705664 bytes.\n"
             + "\n".join(f"  frame {i}" for i in range(40))
