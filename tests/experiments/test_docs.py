@@ -22,6 +22,7 @@ their number at `NO_RUN_ALLOWED`. Prefer small shapes and tiny generated data in
 
 import dataclasses
 import functools
+import gc
 import importlib
 import pathlib
 import re
@@ -108,18 +109,35 @@ def _params():
         # One page's blocks go to one pytest-xdist worker (with `--dist loadgroup`, as
         # ./dev.sh test runs), so none reruns the blocks before it.
         # PACKAGE.md's example is README.md's: on one worker, it finds the JAX caches warm.
-        group = "README.md" if block.page == "PACKAGE.md" else block.page
-        marks = [pytest.mark.xdist_group(name=group)]
+        marks = [pytest.mark.xdist_group(name=_group(block.page))]
         if any(marker in block.code for marker in SLOW_MARKERS):
             marks.append(pytest.mark.slow)
         params.append(pytest.param(block, id=block.id, marks=marks))
     return params
 
 
+def _group(page: str) -> str:
+    return "README.md" if page == "PACKAGE.md" else page
+
+
 # The namespace left by each (page, block index) in this process; an exception if the
 # block failed. Shallow copies: a block that mutates an earlier object in place changes it
-# for the blocks after it, as it would for a reader.
+# for the blocks after it, as it would for a reader. Only the current page's group is
+# kept (`_forget_other_pages`).
 _NAMESPACES: dict[tuple[str, int], dict | BaseException] = {}
+
+
+def _forget_other_pages(block: Block) -> None:
+    """At a new page's first block in this process, drop the other pages' namespaces
+    (their models and arrays) and JAX's compiled programs: a worker holds one page, not
+    every page it ran (kept, they took one worker past 3 GiB). A page met again (a test
+    run alone, or out of order) reruns its earlier blocks."""
+    others = [key for key in _NAMESPACES if _group(key[0]) != _group(block.page)]
+    if others:
+        for key in others:
+            del _NAMESPACES[key]
+        gc.collect()
+        jax.clear_caches()
 
 
 def _execute(block: Block, namespace: dict) -> dict:
@@ -134,6 +152,7 @@ def _execute(block: Block, namespace: dict) -> dict:
 def _namespace_before(block: Block) -> dict:
     """The namespace that the page's blocks before `block` leave (running them here if
     this process has not run them yet)."""
+    _forget_other_pages(block)
     namespace: dict = {"__name__": "__docs__"}
     for earlier in _all_blocks():
         if earlier.page != block.page or earlier.index >= block.index:
