@@ -74,7 +74,9 @@ def _best(r: Run, carry: Carry, template) -> tuple[Any, ckpt.Record]:
     text, data = mp.share(blob).split(b"\n", 1)
     record = ckpt.Record.from_json(json.loads(text), where=r.out / "best.json")
     if record.sha256 is not None and ckpt.sha256(data) != record.sha256:
-        raise RunError("best.eqx changed while process 0 sent it to the others; run again.")
+        raise mp.shared(
+            RunError("best.eqx changed while process 0 sent it to the others; run again.")
+        )
     return eqx.tree_deserialise_leaves(io.BytesIO(data), ckpt.to_host(template)), record
 
 

@@ -15,6 +15,9 @@ and fail together. What each piece does:
 - `settle(stage)`: a stage that may fail on one process only (a folder check, the data, a
   checkpoint): if it fails anywhere, every process raises that failure, naming the
   process, and exits with its status; else a barrier.
+- `shared(error)`: marks an error that every process raises at once (`agree`'s and
+  `settle`'s): the processes end together through JAX's shutdown barrier. An error of one
+  process alone is published to the others (`Watchdog.fail`).
 - `StopVote`: a signal or `--time-limit` seen by one process stops every process after
   the same step. Each process casts its wish after every step as a tiny collective, read
   two steps later (by then complete, so the host never waits for the device on it).
@@ -53,7 +56,16 @@ from jax.sharding import PartitionSpec as P
 
 from .errors import RunError, UsageError
 
-__all__ = ["gather", "share", "agree", "settle", "code_digest", "StopVote", "chained"]
+__all__ = [
+    "gather",
+    "share",
+    "agree",
+    "shared",
+    "settle",
+    "code_digest",
+    "StopVote",
+    "chained",
+]
 
 T = TypeVar("T")
 
@@ -85,7 +97,8 @@ def agree(items: Sequence[tuple[str, Any]], *, what: str, fix: str) -> None:
     """Refuse, on every process, the first of `items` (name, JSON-able value) whose value
     differs from process 0's. `what`: what the items are ("settings"); `fix`: what to do.
 
-    **Raises:** `UsageError` naming the item and each process's value."""
+    **Raises:** `UsageError` naming the item and each process's value (`shared`: every
+    process draws it from the same gathered bytes)."""
     if not _multi():
         return
     mine = json.dumps([[k, v] for k, v in items]).encode()
@@ -94,9 +107,24 @@ def agree(items: Sequence[tuple[str, Any]], *, what: str, fix: str) -> None:
         values = [json.dumps(p.get(name), sort_keys=True) for p in every]
         if len(set(values)) > 1:
             shown = "; ".join(f"{_short(v)} on process {i}" for i, v in enumerate(values))
-            raise UsageError(
-                f"the {len(every)} processes of this run differ in {what}: {name} is {shown}. {fix}"
+            raise shared(
+                UsageError(
+                    f"the {len(every)} processes of this run differ in {what}: {name} is "
+                    f"{shown}. {fix}"
+                )
             )
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def shared(error: E) -> E:
+    """`error`, marked as raised by every process at once (it follows from bytes they all
+    hold): each ends with its line and status, leaving together through JAX's shutdown
+    barrier, with no need to tell the others (`train.main`). An error that one process
+    alone raises is published to the others instead (`watchdog.Watchdog.fail`)."""
+    error.shared = True  # type: ignore[attr-defined]
+    return error
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -124,9 +152,7 @@ def settle(stage: Callable[[], T]) -> T:
     for index, failed in enumerate(failures):
         if failed is not None:
             kind, message = failed
-            error = _KINDS[kind](f"process {index} of {len(failures)}: {message}")
-            error.shared = True  # every process raises it: no need to tell the others
-            raise error
+            raise shared(_KINDS[kind](f"process {index} of {len(failures)}: {message}"))
     return cast(T, result)  # `stage` returned it: no process failed
 
 

@@ -15,7 +15,8 @@ first, in the trainer's words:
   hosts it, is gone) ends this process with one line naming the peer.
 - `fail(message, code)`: this process stops: it says why, publishes the failure so that
   the others stop too within a second, waits (at most a few seconds) until they have read
-  it, and exits without JAX's shutdown barrier (which would wait for the dead, then abort).
+  it or failed too, and exits without JAX's shutdown barrier (which would wait for the
+  dead, then abort); process 0, the coordinator's host, exits last.
 
 The key-value store is the client of `jax._src.distributed.global_state`, JAX's own (not
 a public API: where a JAX version lacks it, the watchdog stays off and JAX's behaviour
@@ -32,6 +33,9 @@ import time
 __all__ = ["before", "Watchdog", "current"]
 
 _PREFIX = "lra_watchdog"
+
+#: Seconds a failing process waits, at most, for its peers to know (`Watchdog.fail`).
+_TELL_WITHIN = 5.0
 
 
 def _say(message: str) -> None:
@@ -120,18 +124,29 @@ class Watchdog:
 
     def fail(self, message: str, code: int) -> None:
         """Stop this process with `message` and `code`, and every other with it. The line
-        comes first: if process 0 goes first, JAX's runtime ends this process at once."""
+        comes first: if process 0 goes first, JAX's runtime ends this process at once.
+
+        It waits (at most `_TELL_WITHIN` s) until every peer has read the failure or failed
+        too (peers failing at the same moment read none: their watchdogs have stopped),
+        then ends (`_leave`)."""
         self._stop.set()
         _say(message)
         with contextlib.suppress(Exception):
             text = json.dumps({"message": message, "code": code})
             self._store().key_value_set(f"{_PREFIX}/failed/{self.index}", text)
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:  # until every peer has read it (or gone)
-                seen = self._store().key_value_dir_get(f"{_PREFIX}/seen/{self.index}/")
-                if len(seen) >= self.count - 1:
+            deadline = time.monotonic() + _TELL_WITHIN
+            while time.monotonic() < deadline:  # until every peer knows (or is gone)
+                knows = self._names(f"seen/{self.index}") | self._names("failed")
+                if len(knows - {str(self.index)}) >= self.count - 1:
                     break
                 time.sleep(0.1)
+        self._leave(code)
+
+    def _leave(self, code: int) -> None:
+        """End this process with `code`; process 0 hosts JAX's coordinator, and when it
+        goes JAX's runtime aborts the processes still running: it lets them end first."""
+        if self.index == 0:
+            time.sleep(2)
         _exit(None, code)
 
     def _run(self) -> None:
@@ -144,8 +159,7 @@ class Watchdog:
                     f"{_PREFIX}/alive/{self.index}", str(tick), allow_overwrite=True
                 )
                 self._read_failures()
-                done = {k.rsplit("/", 1)[-1] for k, _ in self._dir("done")}
-                stale = self._stale(last, done)
+                stale = self._stale(last, self._names("done"))
             except Exception as e:  # the store is gone: process 0 (its host) stopped
                 if self._stop.is_set():
                     return
@@ -163,6 +177,10 @@ class Watchdog:
     def _dir(self, kind: str) -> list[tuple[str, str]]:
         return self._store().key_value_dir_get(f"{_PREFIX}/{kind}/")
 
+    def _names(self, kind: str) -> set[str]:
+        """The last parts of the keys under `kind` (process indices, as text)."""
+        return {key.rsplit("/", 1)[-1] for key, _ in self._dir(kind)}
+
     def _read_failures(self) -> None:
         for key, value in self._dir("failed"):
             peer = int(key.rsplit("/", 1)[-1])
@@ -173,9 +191,7 @@ class Watchdog:
             failure = json.loads(value)
             self._stop.set()
             _say(f"process {peer} of {self.count}: {failure['message']}")
-            if self.index == 0:  # it hosts JAX's coordinator: let the failed process end first
-                time.sleep(2)
-            _exit(None, failure["code"])
+            self._leave(failure["code"])
 
     def _stale(self, last: dict[int, tuple[str | None, float]], done: set[str]) -> int | None:
         now = time.monotonic()
