@@ -5,7 +5,7 @@
 # changes, saying so in one line first (pip itself is quiet), then runs the job:
 #   ./dev.sh demo   the main job: a short offline demo (no download)
 #   ./dev.sh test   the test suite (2 pytest-xdist workers; PYTEST_WORKERS=N to change):
-#                   11 to 31 minutes on two CPU cores. `test --quick`: the library's fast
+#                   11 to 32 minutes on two CPU cores. `test --quick`: the library's fast
 #                   tests only (tests/lib, not marked slow)
 #   ./dev.sh lint   `ruff check` and `ruff format --check` over the repository, pyright
 #                   over eqx_lru/, experiments/ and tests/
