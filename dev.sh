@@ -84,7 +84,7 @@ if [ "${1:-}" = test-newest ]; then
     .venv-newest/bin/python -c 'import jax, sys
 print(f"test-newest: JAX {jax.__version__}, Python {sys.version.split()[0]}")'
     export XLA_PYTHON_CLIENT_PREALLOCATE="${XLA_PYTHON_CLIENT_PREALLOCATE:-false}"
-    exec .venv-newest/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup \
+    exec .venv-newest/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile \
         --durations=15 --durations-min=1 "$@"
 fi
 if [ ! -x .venv/bin/python ]; then
@@ -130,10 +130,11 @@ case "$job" in
             shift
             set -- tests/lib -m "not slow" "$@"
         fi
-        # --dist loadgroup: tests marked xdist_group (a docs page's code blocks, which
-        # share a namespace) stay on one worker. --durations: the slowest tests in every
-        # log (CI's too), the suite's cost where it is paid.
-        exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup \
+        # --dist loadfile: each test file runs on one worker, which compiles the programs
+        # its tests share (module fixtures, shapes, eager ops) once, not once per worker;
+        # a docs page's code blocks (one namespace) stay together too. --durations: the
+        # slowest tests in every log (CI's too), the suite's cost where it is paid.
+        exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile \
             --durations=25 --durations-min=1 "$@" ;;
     lint)
         # The settings are in pyproject.toml ([tool.ruff], [tool.pyright]); `ruff format .`

@@ -10,7 +10,8 @@ is checked in `test_site.py`).
   one test per block. The blocks of one page share a namespace, in page order, as a reader
   runs them: block k runs in a copy of the namespace left by blocks 0..k-1 of its page (a
   process that did not run those runs them first, so each test also runs alone; under
-  pytest-xdist `--dist loadgroup` keeps a page on one worker, so none runs twice). A
+  pytest-xdist's `--dist loadfile` (./dev.sh test) or `--dist loadgroup` keeps a page on
+  one worker, so none runs twice). A
   page's first block starts from a fresh namespace. Blocks run with JAX's default
   ("standard") dtype promotion, as users have it, in a temporary working directory. Some
   blocks' results are checked further (`CHECKS`).
@@ -106,8 +107,9 @@ def _all_blocks() -> tuple[Block, ...]:
 def _params():
     params = []
     for block in _all_blocks():
-        # One page's blocks go to one pytest-xdist worker (with `--dist loadgroup`, as
-        # ./dev.sh test runs), so none reruns the blocks before it.
+        # One page's blocks go to one pytest-xdist worker (the whole file does with
+        # `--dist loadfile`, as ./dev.sh test runs; the page's group with `--dist
+        # loadgroup`), so none reruns the blocks before it.
         # PACKAGE.md's example is README.md's: on one worker, it finds the JAX caches warm.
         marks = [pytest.mark.xdist_group(name=_group(block.page))]
         if any(marker in block.code for marker in SLOW_MARKERS):
