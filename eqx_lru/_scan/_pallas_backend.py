@@ -95,18 +95,12 @@ def compiler_params(block: int) -> Any:
 def cuda_target(device_kind: str = "NVIDIA H100"):
     """Lower for a GPU of `device_kind` on a machine without one.
 
-    JAX ≥ 0.12 reads the GPU's compute capability from an abstract device
-    (`jax.sharding.use_abstract_mesh`); older versions assume sm_90 without a GPU, and
-    this is a no-op there. Use it around `jax.jit(f).trace(...).lower(lowering_platforms=
-    ("cuda",))`.
+    The lowering reads the GPU's compute capability from the abstract device of the
+    current abstract mesh (`jax.sharding.use_abstract_mesh`). JAX >= 0.12 needs it without
+    a GPU (where its reader lives moved in 0.12.1, so no version or module is probed);
+    0.10 and 0.11 accept it and assume sm_90 anyway. Use it around
+    `jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`.
     """
-    try:
-        from jax._src.pallas.triton import (  # noqa: F401  (JAX >= 0.12)
-            gpu_info,  # pyright: ignore[reportAttributeAccessIssue]
-        )
-    except ImportError:
-        yield
-        return
     device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=None, platform="gpu")
     mesh = jax.sharding.AbstractMesh((1,), ("_",), abstract_device=device)
     with jax.sharding.use_abstract_mesh(mesh):
