@@ -22,7 +22,8 @@
 #                   exits 2 without a GPU; --dry-run: the same on the CPU at tiny sizes.
 #                   Where nvidia-smi exists it installs the `cuda` extra (JAX for CUDA).
 #   ./dev.sh test-newest  the library's tests (tests/lib, or the test files that do not
-#                   use experiments/) against the newest JAX release, in its own
+#                   use experiments/), and the check that the private JAX hooks of
+#                   experiments/runs resolve, against the newest JAX release, in its own
 #                   ./.venv-newest on a Python >= 3.12 (NEWEST_PYTHON, python3.13,
 #                   python3.12 or a pyenv one); one line and exit 0 when there is none.
 set -eu
@@ -76,7 +77,7 @@ if [ "${1:-}" = test-newest ]; then
         echo "$want" > "$stamp"
     fi
     if [ -d tests/lib ]; then
-        set -- tests/lib "$@"
+        set -- tests/lib tests/experiments/test_jax_hooks.py "$@"
     else
         # The library's test files: those that use nothing from experiments/.
         set -- $(grep -LE '(from|import) experiments|experiments[./]' tests/test_*.py) "$@"
