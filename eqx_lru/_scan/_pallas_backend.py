@@ -98,7 +98,7 @@ def cuda_target(device_kind: str = "NVIDIA H100"):
     The lowering reads the GPU's compute capability from the abstract device of the
     current abstract mesh (`jax.sharding.use_abstract_mesh`). JAX >= 0.12 needs it without
     a GPU (where its reader lives moved in 0.12.1, so no version or module is probed);
-    0.10 and 0.11 accept it and assume sm_90 anyway. Use it around
+    0.10.2 accepts it and assumes sm_90 anyway. Use it around
     `jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`.
     """
     device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=None, platform="gpu")
