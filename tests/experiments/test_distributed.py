@@ -17,7 +17,8 @@ collectives across processes), one or two virtual CPU devices each.
   its coordinator, dies).
 
 Every process a test starts runs in its own process group, which the test kills in a
-`finally` if it is still alive.
+`finally` if it is still alive. The run with a late peer starts with the module and is
+waited for by its last test, so that the 35 s one process sleeps overlap the other tests.
 """
 
 import functools
@@ -337,20 +338,6 @@ def test_a_signal_to_one_process_stops_every_process_at_one_step(name, data, tmp
     assert json.loads((out / "last.json").read_text())["step"] == step
 
 
-def test_a_process_35_seconds_late_at_its_first_step_is_waited_for(data, tmp_path):
-    """One process reaches the first training step 35 s after the other (CI saw this as a
-    slow compile under load): the run completes. Gloo's first connection gives a peer 30 s
-    (`Gloo context initialization failed: ... GetKeyValue() timed out`, then an abort);
-    the processes now connect right after meeting at the coordinator, and a connected
-    collective waits for a late peer."""
-    out, logs = tmp_path / "run", tmp_path / "logs"
-    args = listops_argv(data, out, steps=3, depth=1, dropout=0, eval_every=3)
-    procs = _start(args, processes=2, devices=2, logs=logs, rank_command={1: "late"})
-    for code, text in _finish(procs, logs, 300):
-        assert code == 0, text[-3000:]
-    assert len(_losses(out)) == 3
-
-
 def test_a_process_failing_alone_stops_the_others_with_its_line(data, tmp_path):
     """A bug on process 1 only, at its first validation (process 0 waits for it inside the
     evaluation's collectives): process 1 prints its traceback and one line, and process 0
@@ -480,3 +467,41 @@ def test_distributed_on_without_a_coordinator_is_one_line(data, tmp_path, monkey
     assert train.main([*_args(data, tmp_path / "run"), "--distributed", "on"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "error: --distributed on: no coordinator" in err, err
+
+
+#: The test whose run `late_peer_run` starts when the module starts.
+_LATE_TEST = "test_a_process_35_seconds_late_at_its_first_step_is_waited_for"
+
+
+@pytest.fixture(scope="module")
+def late_peer_run(data, tmp_path_factory):
+    """Two processes, the second of which reaches its first training step 35 s late: started
+    here, waited for by `_LATE_TEST` (the module's last test), killed at the module's end
+    if still alive. Its 35 s asleep overlap the module's other tests."""
+    root = tmp_path_factory.mktemp("late-peer")
+    out, logs = root / "run", root / "logs"
+    args = listops_argv(data, out, steps=3, depth=1, dropout=0, eval_every=3)
+    procs = _start(args, processes=2, devices=2, logs=logs, rank_command={1: "late"})
+    try:
+        yield procs, out, logs
+    finally:
+        _stop(procs)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _late_peer_run_starts_first(request):
+    """Starts `late_peer_run` before the module's first test where `_LATE_TEST` is selected."""
+    if any(i.name == _LATE_TEST and i.path == request.path for i in request.session.items):
+        request.getfixturevalue("late_peer_run")
+
+
+def test_a_process_35_seconds_late_at_its_first_step_is_waited_for(late_peer_run):
+    """One process reaches the first training step 35 s after the other (CI saw this as a
+    slow compile under load): the run completes. Gloo's first connection gives a peer 30 s
+    (`Gloo context initialization failed: ... GetKeyValue() timed out`, then an abort);
+    the processes now connect right after meeting at the coordinator, and a connected
+    collective waits for a late peer. The run started with the module (`late_peer_run`)."""
+    procs, out, logs = late_peer_run
+    for code, text in _finish(procs, logs, 300):
+        assert code == 0, text[-3000:]
+    assert len(_losses(out)) == 3
