@@ -469,14 +469,10 @@ def test_distributed_on_without_a_coordinator_is_one_line(data, tmp_path, monkey
     assert "Traceback" not in err and "error: --distributed on: no coordinator" in err, err
 
 
-#: The test whose run `late_peer_run` starts when the module starts.
-_LATE_TEST = "test_a_process_35_seconds_late_at_its_first_step_is_waited_for"
-
-
 @pytest.fixture(scope="module")
 def late_peer_run(data, tmp_path_factory):
     """Two processes, the second of which reaches its first training step 35 s late: started
-    here, waited for by `_LATE_TEST` (the module's last test), killed at the module's end
+    here, waited for by the module's last test, which needs it, killed at the module's end
     if still alive. Its 35 s asleep overlap the module's other tests."""
     root = tmp_path_factory.mktemp("late-peer")
     out, logs = root / "run", root / "logs"
@@ -490,8 +486,10 @@ def late_peer_run(data, tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def _late_peer_run_starts_first(request):
-    """Starts `late_peer_run` before the module's first test where `_LATE_TEST` is selected."""
-    if any(i.name == _LATE_TEST and i.path == request.path for i in request.session.items):
+    """Starts `late_peer_run` before the module's first test, where a test needing it is
+    selected."""
+    needs = test_a_process_35_seconds_late_at_its_first_step_is_waited_for.__name__
+    if any(i.name == needs and i.path == request.path for i in request.session.items):
         request.getfixturevalue("late_peer_run")
 
 
